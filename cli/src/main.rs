@@ -1,0 +1,48 @@
+//! `corium-fleet`: the operator and developer command.
+//!
+//! - `corium-fleet dev` runs a local fleet on loopback (see `dev.rs`);
+//! - `corium-fleet status` prints a node's owned / standby / cold databases.
+
+mod dev;
+mod status;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "corium-fleet", version, about = "Run and inspect Corium Fleet")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a local fleet on loopback until interrupted.
+    Dev(dev::DevArgs),
+    /// Show what a node owns, stands by for and holds cold.
+    Status(status::StatusArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("corium-fleet: cannot start the runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Dev(args) => dev::run(args).await,
+            Command::Status(args) => status::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("corium-fleet: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

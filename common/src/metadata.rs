@@ -1,0 +1,137 @@
+//! gRPC metadata keys of the fleet wire protocol (brief, section 4) and the
+//! parsing of their values.
+
+/// Routing key = canonical database name. A hint only; must equal the body's
+/// `db` or the request is rejected `INVALID_ARGUMENT`.
+pub const DATABASE_ROUTE: &str = "corium-database-route";
+/// Client-generated idempotency key for `Transact` (UUID text).
+pub const REQUEST_ID: &str = "corium-request-id";
+/// `1` on a forwarded request; a node never forwards a request carrying it.
+pub const HOP: &str = "corium-hop";
+/// The lease version the ingress routed on; the owner accepts only if it
+/// holds exactly that version.
+pub const LEASE_VERSION: &str = "corium-lease-version";
+/// Authenticated caller, trusted only from an ingress mTLS peer.
+pub const PRINCIPAL: &str = "corium-principal";
+/// Correlation id carried across client, ingress and owner.
+pub const X_REQUEST_ID: &str = "x-request-id";
+
+/// Why a metadata value was refused.
+#[derive(Debug, thiserror::Error, Eq, PartialEq)]
+pub enum MetadataError {
+    #[error("metadata {key} is not valid ASCII text")]
+    NotText { key: &'static str },
+    #[error("metadata {key} must be a non-negative integer, got {value:?}")]
+    NotANumber { key: &'static str, value: String },
+    #[error("{HOP} is {0}: a forwarded request is never forwarded again (at most 1 hop)")]
+    TooManyHops(u64),
+    #[error(
+        "{DATABASE_ROUTE} {route:?} does not match the request's database {body:?}; \
+         the body is authoritative"
+    )]
+    RouteMismatch { route: String, body: String },
+}
+
+fn text<'a>(
+    map: &'a tonic::metadata::MetadataMap,
+    key: &'static str,
+) -> Result<Option<&'a str>, MetadataError> {
+    map.get(key)
+        .map(|value| value.to_str().map_err(|_| MetadataError::NotText { key }))
+        .transpose()
+}
+
+fn number(map: &tonic::metadata::MetadataMap, key: &'static str) -> Result<Option<u64>, MetadataError> {
+    text(map, key)?
+        .map(|value| {
+            value.trim().parse::<u64>().map_err(|_| MetadataError::NotANumber {
+                key,
+                value: value.to_owned(),
+            })
+        })
+        .transpose()
+}
+
+/// The fleet metadata of one incoming request, validated.
+#[derive(Clone, Debug, Default, Eq, PartialEq)]
+pub struct Routing {
+    /// `corium-hop`, 0 when absent.
+    pub hop: u64,
+    /// `corium-lease-version`, when the caller routed on one.
+    pub lease_version: Option<u64>,
+}
+
+/// Validates the fleet metadata of a request for database `body_db`:
+/// the route header (if any) must name the same database, the hop count must
+/// be at most 1, and numeric keys must parse.
+///
+/// # Errors
+/// Returns the first [`MetadataError`] found; nothing has been acted on yet.
+pub fn check(map: &tonic::metadata::MetadataMap, body_db: &str) -> Result<Routing, MetadataError> {
+    if let Some(route) = text(map, DATABASE_ROUTE)?
+        && route != body_db
+    {
+        return Err(MetadataError::RouteMismatch {
+            route: route.to_owned(),
+            body: body_db.to_owned(),
+        });
+    }
+    let hop = number(map, HOP)?.unwrap_or(0);
+    if hop > 1 {
+        return Err(MetadataError::TooManyHops(hop));
+    }
+    Ok(Routing {
+        hop,
+        lease_version: number(map, LEASE_VERSION)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::metadata::MetadataMap;
+
+    fn map(pairs: &[(&'static str, &str)]) -> MetadataMap {
+        let mut map = MetadataMap::new();
+        for (key, value) in pairs {
+            map.insert(*key, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn absent_keys_are_fine() {
+        assert_eq!(check(&map(&[]), "a"), Ok(Routing::default()));
+    }
+
+    #[test]
+    fn matching_route_and_one_hop_pass() {
+        let routing = check(
+            &map(&[(DATABASE_ROUTE, "a"), (HOP, "1"), (LEASE_VERSION, "7")]),
+            "a",
+        )
+        .unwrap();
+        assert_eq!(routing, Routing { hop: 1, lease_version: Some(7) });
+    }
+
+    #[test]
+    fn mismatched_route_is_refused() {
+        assert_eq!(
+            check(&map(&[(DATABASE_ROUTE, "b")]), "a"),
+            Err(MetadataError::RouteMismatch { route: "b".into(), body: "a".into() })
+        );
+    }
+
+    #[test]
+    fn second_hop_is_refused() {
+        assert_eq!(check(&map(&[(HOP, "2")]), "a"), Err(MetadataError::TooManyHops(2)));
+    }
+
+    #[test]
+    fn garbage_lease_version_is_refused() {
+        assert!(matches!(
+            check(&map(&[(LEASE_VERSION, "seven")]), "a"),
+            Err(MetadataError::NotANumber { key: LEASE_VERSION, .. })
+        ));
+    }
+}

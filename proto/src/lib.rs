@@ -1,0 +1,26 @@
+//! Corium Fleet's wire protocol: the `corium.fleet.v1` package (the typed
+//! `NotOwner` status detail and the fleet admin service) and the
+//! `google.rpc.Status` envelope that carries status details.
+//!
+//! Layout:
+//! - `proto/corium/fleet/v1/fleet.proto` — the fleet package;
+//! - `proto/google/rpc/status.proto` — the rich-error envelope;
+//! - [`fleet`] and [`rpc`] — the generated Rust types and tonic stubs.
+//!
+//! Encoding and decoding of `NotOwner` on a `tonic::Status` lives in
+//! `corium-fleet-common` (`not_owner`), the one place that does it.
+
+/// `corium.fleet.v1`: generated messages, client and server.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod fleet {
+    tonic::include_proto!("corium.fleet.v1");
+}
+
+/// `google.rpc`: the status envelope.
+#[allow(clippy::all, clippy::pedantic, missing_docs)]
+pub mod rpc {
+    tonic::include_proto!("google.rpc");
+}
+
+/// The `Any.type_url` of a [`fleet::NotOwner`] detail.
+pub const NOT_OWNER_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.NotOwner";

@@ -1,0 +1,134 @@
+//! Helpers over the stock `corium.v1` clients from crates.io.
+
+use std::time::Duration;
+
+use corium_protocol::codec;
+use corium_protocol::pb;
+use corium_protocol::pb::catalog_client::CatalogClient;
+use corium_protocol::pb::transactor_client::TransactorClient;
+use corium_query::edn::{Edn, read_one};
+use tonic::transport::Channel;
+
+/// The schema every test database uses: one unique string attribute.
+pub const SCHEMA: &str = "[{:db/ident :item/name :db/valueType :db.type/string \
+    :db/cardinality :db.cardinality/one :db/unique :db.unique/identity}]";
+
+/// A channel to `endpoint` with connect and request deadlines.
+///
+/// # Panics
+/// When the endpoint cannot be reached.
+pub async fn channel(endpoint: &str) -> Channel {
+    tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(30))
+        .connect()
+        .await
+        .unwrap_or_else(|error| panic!("connect {endpoint}: {error}"))
+}
+
+/// The encoded schema.
+#[must_use]
+pub fn schema() -> Vec<u8> {
+    codec::encode_edn(&read_one(SCHEMA).unwrap())
+}
+
+/// A transaction asserting one item named `name`.
+#[must_use]
+pub fn item_tx(name: &str) -> Vec<u8> {
+    let forms = read_one(&format!("[{{:db/id \"x\" :item/name {name:?}}}]")).unwrap();
+    codec::encode_edn(&forms)
+}
+
+/// Forms for the peer API.
+#[must_use]
+pub fn item_forms(name: &str) -> Vec<Edn> {
+    match read_one(&format!("[{{:db/id \"x\" :item/name {name:?}}}]")).unwrap() {
+        Edn::Vector(forms) => forms,
+        _ => unreachable!(),
+    }
+}
+
+/// Creates `db` at `endpoint`.
+///
+/// # Errors
+/// The node's status.
+pub async fn create(endpoint: &str, db: &str) -> Result<bool, tonic::Status> {
+    let mut catalog = CatalogClient::new(channel(endpoint).await);
+    Ok(catalog
+        .create_database(pb::CreateDatabaseRequest { db: db.to_owned(), schema: schema(), storage_key: String::new() })
+        .await?
+        .into_inner()
+        .created)
+}
+
+/// A `Transact` request asserting item `name`.
+#[must_use]
+pub fn transact_request(db: &str, name: &str) -> pb::TransactRequest {
+    pb::TransactRequest {
+        db: db.to_owned(),
+        protocol_version: corium_protocol::PROTOCOL_VERSION,
+        tx_data: item_tx(name),
+        expected_basis_t: None,
+    }
+}
+
+/// Transacts item `name` into `db` at `endpoint`, with extra metadata.
+///
+/// # Errors
+/// The node's status.
+pub async fn transact(
+    endpoint: &str,
+    db: &str,
+    name: &str,
+    metadata: &[(&'static str, &str)],
+) -> Result<pb::TransactResponse, tonic::Status> {
+    let mut client = TransactorClient::new(channel(endpoint).await);
+    let mut request = tonic::Request::new(transact_request(db, name));
+    for (key, value) in metadata {
+        request.metadata_mut().insert(*key, value.parse().unwrap());
+    }
+    Ok(client.transact(request).await?.into_inner())
+}
+
+/// Every committed transaction of `db` read back through `Subscribe` from
+/// basis 0 at `endpoint`: `(t, item names asserted)`, in log order.
+///
+/// # Errors
+/// The node's status.
+pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, tonic::Status> {
+    let mut client = TransactorClient::new(channel(endpoint).await);
+    let mut stream = client
+        .subscribe(pb::SubscribeRequest { db: db.to_owned(), protocol_version: corium_protocol::PROTOCOL_VERSION, from_basis_t: 0 })
+        .await?
+        .into_inner();
+    let mut interner = corium_core::KeywordInterner::default();
+    let mut basis = None;
+    let mut records = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(30), stream.message())
+            .await
+            .map_err(|_| tonic::Status::deadline_exceeded("subscription stalled"))??;
+        let Some(item) = next.and_then(|item| item.item) else { break };
+        match item {
+            pb::subscribe_item::Item::Handshake(handshake) => basis = Some(handshake.basis_t),
+            pb::subscribe_item::Item::Report(report) => {
+                let datoms = codec::decode_datoms(&report.datoms, &mut interner)
+                    .map_err(|error| tonic::Status::internal(error.to_string()))?;
+                let names = datoms
+                    .iter()
+                    .filter_map(|datom| match &datom.v {
+                        corium_core::Value::Str(name) => Some(name.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                records.push((report.t, names));
+            }
+            _ => {}
+        }
+        if basis.is_some_and(|basis| records.last().map_or(basis == 0, |(t, _)| *t >= basis)) {
+            break;
+        }
+    }
+    Ok(records)
+}

@@ -1,0 +1,268 @@
+//! Harness for multi-process tests: starts real `corium-fleet-transactor`
+//! processes on random loopback ports over a temporary data directory and a
+//! real storage backend, and talks to them with real Corium clients.
+//!
+//! Layout:
+//! - [`Backend`] — filesystem, or PostgreSQL (a fresh database per test on
+//!   the server named by `CORIUM_FLEET_TEST_PG_URL`, which `make test`
+//!   starts);
+//! - [`Fleet`] / [`Node`] — process control: start, SIGKILL, SIGTERM;
+//! - [`corium`] — small helpers over the stock `corium.v1` clients.
+
+pub mod corium;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::placement::{self, Member};
+
+/// Storage a test fleet runs on.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    Filesystem,
+    Postgres { url: String },
+}
+
+impl Backend {
+    /// Every backend the suite runs against. PostgreSQL is required: `make
+    /// test` starts a server and sets `CORIUM_FLEET_TEST_PG_URL`.
+    ///
+    /// # Panics
+    /// When the PostgreSQL URL is not set (run the suite through `make test`).
+    #[must_use]
+    pub fn all() -> Vec<Self> {
+        let base = std::env::var("CORIUM_FLEET_TEST_PG_URL").expect(
+            "CORIUM_FLEET_TEST_PG_URL is not set: run the suite with `make test`, which starts PostgreSQL",
+        );
+        vec![Self::Filesystem, Self::postgres(&base)]
+    }
+
+    /// A fresh, empty PostgreSQL database on the server at `base`.
+    fn postgres(base: &str) -> Self {
+        let name = format!("fleet_{}", uuid::Uuid::new_v4().simple());
+        let output = Command::new("psql")
+            .arg(base)
+            .arg("-v")
+            .arg("ON_ERROR_STOP=1")
+            .arg("-qc")
+            .arg(format!("CREATE DATABASE {name}"))
+            .output()
+            .expect("psql runs");
+        assert!(output.status.success(), "create database: {}", String::from_utf8_lossy(&output.stderr));
+        let (server, _) = base.rsplit_once('/').expect("postgres URL ends in /DATABASE");
+        Self::Postgres { url: format!("{server}/{name}") }
+    }
+
+    fn flag(&self) -> String {
+        match self {
+            Self::Filesystem => "filesystem".to_owned(),
+            Self::Postgres { url } => url.clone(),
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The directory holding the workspace's binaries (`target/debug`).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/debug/deps/<test> → target/debug
+    exe.parent().and_then(|deps| deps.parent()).unwrap().to_path_buf()
+}
+
+/// One transactor process.
+pub struct Node {
+    pub id: String,
+    pub zone: String,
+    pub grpc: u16,
+    pub admin: u16,
+    args: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Node {
+    #[must_use]
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc)
+    }
+
+    fn spawn(&mut self) {
+        let binary = bin_dir().join("corium-fleet-transactor");
+        assert!(binary.exists(), "{} missing: build with `cargo build --bins` (make test does)", binary.display());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(binary)
+            .args(&self.args)
+            .env("CORIUM_FLEET_LOG", "info,corium_transactor=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = self.child.as_ref().expect("node running").id();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()), signal).unwrap();
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and wait (bounded) for a clean exit.
+    ///
+    /// # Panics
+    /// When the node does not exit within 20 s or exits unsuccessfully.
+    pub fn terminate(&mut self) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "{} exited with {status} after SIGTERM; log {}", self.id, self.log.display());
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} did not stop within 20 s of SIGTERM", self.id);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The node's log so far (for failure messages).
+    #[must_use]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A fleet of transactor processes sharing one store.
+pub struct Fleet {
+    pub nodes: Vec<Node>,
+    pub members: Vec<Member>,
+    pub replicas: usize,
+    pub backend: Backend,
+    pub lease_ttl: Duration,
+    _dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    /// Starts `count` nodes in `count` zones and waits until each is ready.
+    ///
+    /// # Panics
+    /// When a node does not become ready within 60 s.
+    pub async fn start(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
+        let members: Vec<Member> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (grpc, _))| Member {
+                node_id: format!("node-{}", i + 1),
+                zone: format!("zone-{}", i + 1),
+                weight: 1,
+                endpoint: format!("http://127.0.0.1:{grpc}"),
+            })
+            .collect();
+        let member_flags: Vec<String> = members
+            .iter()
+            .flat_map(|m| ["--member".to_owned(), format!("{}={},zone={}", m.node_id, m.endpoint, m.zone)])
+            .collect();
+        let mut nodes = Vec::new();
+        for (member, (grpc, admin)) in members.iter().zip(&ports) {
+            let mut args = vec![
+                "--node-id".to_owned(), member.node_id.clone(),
+                "--zone".to_owned(), member.zone.clone(),
+                "--listen".to_owned(), format!("127.0.0.1:{grpc}"),
+                "--admin-listen".to_owned(), format!("127.0.0.1:{admin}"),
+                "--storage".to_owned(), backend.flag(),
+                "--data-dir".to_owned(), dir.path().join("data").display().to_string(),
+                "--lease-ttl-ms".to_owned(), lease_ttl.as_millis().to_string(),
+            ];
+            args.extend(member_flags.iter().cloned());
+            let mut node = Node {
+                id: member.node_id.clone(),
+                zone: member.zone.clone(),
+                grpc: *grpc,
+                admin: *admin,
+                args,
+                child: None,
+                log: dir.path().join(format!("{}.log", member.node_id)),
+            };
+            node.spawn();
+            nodes.push(node);
+        }
+        let fleet = Self { nodes, members, replicas: placement::DEFAULT_REPLICAS, backend, lease_ttl, _dir: dir };
+        for node in &fleet.nodes {
+            fleet.wait_ready(node).await;
+        }
+        fleet
+    }
+
+    async fn wait_ready(&self, node: &Node) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if http_get(node.admin, "/readyz").await.is_some_and(|(status, _)| status == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{} not ready within 60 s; log:\n{}", node.id, node.log());
+    }
+
+    /// Index of node `id`.
+    #[must_use]
+    pub fn index(&self, id: &str) -> usize {
+        self.nodes.iter().position(|node| node.id == id).unwrap()
+    }
+
+    /// Ranked candidate node indexes of `db` (the same function the nodes use).
+    #[must_use]
+    pub fn candidates(&self, db: &str) -> Vec<usize> {
+        placement::candidates(db, &self.members, self.replicas).iter().map(|m| self.index(&m.node_id)).collect()
+    }
+
+    /// Index of a node that is not a candidate of `db`.
+    #[must_use]
+    pub fn non_candidate(&self, db: &str) -> Option<usize> {
+        let candidates = self.candidates(db);
+        (0..self.nodes.len()).find(|i| !candidates.contains(i))
+    }
+
+    /// Every node's log, for failure messages.
+    #[must_use]
+    pub fn logs(&self) -> String {
+        self.nodes.iter().map(|n| format!("==== {} ====\n{}", n.id, n.log())).collect()
+    }
+}
+
+/// A plain HTTP/1.1 GET on loopback: `(status, body)`.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.ok()?;
+        let status = answer.get(9..12)?.parse().ok()?;
+        let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+        Some((status, body))
+    };
+    tokio::time::timeout(Duration::from_secs(5), attempt).await.ok().flatten()
+}

@@ -1,0 +1,212 @@
+//! The foundation's multi-process tests: real `corium-fleet-transactor`
+//! processes, random loopback ports, temporary data directories, against the
+//! filesystem store and PostgreSQL, driven by Corium's own clients.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::metadata;
+use corium_fleet_common::not_owner;
+use corium_fleet_proto::fleet::DatabasePlacementRequest;
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_tests::corium::{self, channel};
+use corium_fleet_tests::{Backend, Fleet, http_get};
+
+const TTL: Duration = Duration::from_millis(1500);
+
+/// Creates `db` on its top candidate and returns that node's index.
+async fn create_on_top_candidate(fleet: &Fleet, db: &str) -> usize {
+    let top = fleet.candidates(db)[0];
+    assert!(corium::create(&fleet.nodes[top].endpoint(), db).await.unwrap(), "created {db}");
+    top
+}
+
+async fn placement(endpoint: &str, db: &str) -> corium_fleet_proto::fleet::DatabaseView {
+    FleetAdminClient::new(channel(endpoint).await)
+        .database_placement(DatabasePlacementRequest { database: db.to_owned() })
+        .await
+        .unwrap()
+        .into_inner()
+        .view
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_database_is_served_by_its_lease_holder() {
+    for backend in Backend::all() {
+        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let db = "orders";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let first = corium::transact(&fleet.nodes[owner].endpoint(), db, "widget", &[]).await.unwrap();
+        let second = corium::transact(&fleet.nodes[owner].endpoint(), db, "gadget", &[]).await.unwrap();
+        assert_eq!(second.basis_before, first.basis_t, "{backend:?}");
+        // Every node, candidate or not, reads the same holder from storage.
+        for node in &fleet.nodes {
+            let view = placement(&node.endpoint(), db).await;
+            assert_eq!(view.owner_id, fleet.nodes[owner].id, "{backend:?} seen from {}", node.id);
+            assert!(view.lease_version >= 1);
+        }
+        let (status, metrics) = http_get(fleet.nodes[owner].admin, "/metrics").await.unwrap();
+        assert_eq!(status, 200);
+        assert!(metrics.contains("corium_fleet_databases_owned 1"), "{metrics}");
+        // Creating it again is Corium's `created: false`, not a second database.
+        assert!(!corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_holder_answers_typed_not_owner_naming_the_holder() {
+    for backend in Backend::all() {
+        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let db = "ledger";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let committed = corium::transact(&fleet.nodes[owner].endpoint(), db, "a", &[]).await.unwrap();
+        let version = placement(&fleet.nodes[owner].endpoint(), db).await.lease_version;
+        let standby = fleet.candidates(db)[1];
+        let outsider = fleet.non_candidate(db).unwrap();
+        for other in [standby, outsider] {
+            let status = corium::transact(&fleet.nodes[other].endpoint(), db, "b", &[]).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{backend:?}: {status:?}");
+            assert!(status.message().contains("standby"), "stock peers match on this word: {}", status.message());
+            let detail = not_owner::from_status(&status).expect("typed NotOwner detail");
+            assert_eq!(detail.database, db);
+            assert_eq!(detail.owner_id, fleet.nodes[owner].id);
+            assert_eq!(detail.lease_version, version);
+            assert_eq!(detail.route_endpoint, fleet.nodes[owner].endpoint());
+            assert!(detail.retryable);
+            let ranked: Vec<_> = detail.candidates.iter().map(|c| c.node_id.clone()).collect();
+            let expected: Vec<_> = fleet.candidates(db).iter().map(|i| fleet.nodes[*i].id.clone()).collect();
+            assert_eq!(ranked, expected);
+        }
+        // The holder itself refuses a request routed on another lease version.
+        let stale = (version + 1).to_string();
+        let status = corium::transact(&fleet.nodes[owner].endpoint(), db, "c", &[(metadata::LEASE_VERSION, &stale)])
+            .await
+            .unwrap_err();
+        assert_eq!(not_owner::from_status(&status).unwrap().lease_version, version);
+        // None of the refused transactions committed.
+        let log = corium::log(&fleet.nodes[owner].endpoint(), db).await.unwrap();
+        assert_eq!(log.last().unwrap().0, committed.basis_t, "{backend:?}: {log:?}");
+        // An unknown database is NOT_FOUND everywhere, never a NotOwner.
+        let status = corium::transact(&fleet.nodes[standby].endpoint(), "nope", "x", &[]).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::NotFound);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_mismatch_and_forged_hops_are_rejected_and_change_nothing() {
+    for backend in Backend::all() {
+        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let db = "routing";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let endpoint = fleet.nodes[owner].endpoint();
+        let before = corium::transact(&endpoint, db, "first", &[]).await.unwrap();
+        for metadata in [
+            vec![(metadata::DATABASE_ROUTE, "some-other-db")],
+            vec![(metadata::HOP, "2")],
+            vec![(metadata::LEASE_VERSION, "not-a-number")],
+        ] {
+            let status = corium::transact(&endpoint, db, "rejected", &metadata).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{backend:?} {metadata:?}: {status:?}");
+        }
+        // A matching route header and one hop are accepted.
+        let after = corium::transact(&endpoint, db, "second", &[(metadata::DATABASE_ROUTE, db), (metadata::HOP, "1")])
+            .await
+            .unwrap();
+        assert_eq!(after.basis_before, before.basis_t, "nothing committed in between");
+        let names: Vec<String> = corium::log(&endpoint, db).await.unwrap().into_iter().flat_map(|(_, n)| n).collect();
+        assert!(!names.contains(&"rejected".to_owned()), "{names:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactions() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let db = "payments";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let successor = fleet.candidates(db)[1];
+        let old_version = placement(&fleet.nodes[owner].endpoint(), db).await.lease_version;
+        // Acknowledged transactions: t → item name.
+        let mut acked = BTreeMap::new();
+        for i in 0..20 {
+            let name = format!("before-{i}");
+            let response = corium::transact(&fleet.nodes[owner].endpoint(), db, &name, &[]).await.unwrap();
+            acked.insert(response.basis_t, name);
+        }
+        fleet.nodes[owner].kill();
+        let killed = Instant::now();
+        // The successor refuses (NotOwner) until the lease lapses, then takes over.
+        let deadline = killed + TTL * 10;
+        let response = loop {
+            match corium::transact(&fleet.nodes[successor].endpoint(), db, "after", &[]).await {
+                Ok(response) => break response,
+                Err(status) => {
+                    assert!(
+                        status.code() == tonic::Code::FailedPrecondition || status.code() == tonic::Code::Unavailable,
+                        "{backend:?}: unexpected {status:?}"
+                    );
+                    assert!(Instant::now() < deadline, "{backend:?}: no takeover within {:?}\n{}", TTL * 10, fleet.logs());
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        let takeover = killed.elapsed();
+        acked.insert(response.basis_t, "after".to_owned());
+        let view = placement(&fleet.nodes[successor].endpoint(), db).await;
+        assert_eq!(view.owner_id, fleet.nodes[successor].id);
+        assert!(view.lease_version > old_version, "the successor fenced the old owner");
+        // Every acknowledged transaction is in the durable log, once, at its t.
+        let log: BTreeMap<u64, Vec<String>> =
+            corium::log(&fleet.nodes[successor].endpoint(), db).await.unwrap().into_iter().collect();
+        for (t, name) in &acked {
+            assert_eq!(log.get(t).map(|names| names.contains(name)), Some(true), "{backend:?}: t={t} {name} missing: {log:?}");
+        }
+        let ts: Vec<u64> = log.keys().copied().collect();
+        assert_eq!(ts, (1..=response.basis_t).collect::<Vec<_>>(), "gapless log");
+        eprintln!("{backend:?}: takeover after SIGKILL took {takeover:?} (lease TTL {TTL:?})");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_leases_so_the_next_candidate_takes_over_at_once() {
+    for backend in Backend::all() {
+        // A TTL far longer than the test's patience: only a release explains a fast takeover.
+        let ttl = Duration::from_secs(60);
+        let mut fleet = Fleet::start(backend.clone(), 3, ttl).await;
+        let db = "drained";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let before = corium::transact(&fleet.nodes[owner].endpoint(), db, "x", &[]).await.unwrap();
+        fleet.nodes[owner].terminate();
+        let successor = fleet.candidates(db)[1];
+        let view = placement(&fleet.nodes[successor].endpoint(), db).await;
+        assert_eq!(view.lease_expires_unix_ms, 0, "{backend:?}: lease released, not left to expire");
+        let started = Instant::now();
+        let after = corium::transact(&fleet.nodes[successor].endpoint(), db, "y", &[]).await.unwrap();
+        assert_eq!(after.basis_before, before.basis_t);
+        assert!(started.elapsed() < Duration::from_secs(10), "took over on the first request");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_peer_connection_transacts_and_receives_reports() {
+    for backend in Backend::all() {
+        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let db = "peers";
+        create_on_top_candidate(&fleet, db).await;
+        // A stock peer given every node, in node order: it must find the
+        // holder by itself (non-holders answer `standby`).
+        let endpoints: Vec<String> = fleet.nodes.iter().map(|node| node.endpoint()).collect();
+        let mut config = corium_peer::ConnectConfig::with_failover(endpoints, db);
+        config.failover_timeout = Duration::from_secs(20);
+        let connection = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+            .await
+            .expect("connect in time")
+            .unwrap_or_else(|error| panic!("{backend:?}: {error}\n{}", fleet.logs()));
+        let mut reports = connection.tx_reports();
+        let result = connection.transact(corium::item_forms("from-peer")).await.unwrap();
+        let report = tokio::time::timeout(Duration::from_secs(10), reports.recv()).await.unwrap().unwrap();
+        assert_eq!(report.t, result.basis_t, "{backend:?}");
+        assert_eq!(connection.basis_t(), result.basis_t);
+    }
+}

@@ -1,0 +1,219 @@
+//! A cell: one database hosted as its own Corium `TransactorNode` over a
+//! [`view`](crate::view) of the shared store.
+//!
+//! Activation opens a cell (lease acquire + recovery, Corium's own code);
+//! eviction drains in-flight calls, releases the lease and drops the cell;
+//! deposition (Corium's shutdown watch fires) drops it without a release.
+//! The rules behind this seam (`ha=false`, no GC in cells, unique owner per
+//! incarnation, drain before release, the renewal race) are measured in
+//! `docs/design/0002-cells.md`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corium_store::{DbRoot, FullStore, db_root_name};
+use corium_transactor::lease::{self, Lease};
+use corium_transactor::node::{NodeConfig, NodeError, TransactorNode};
+use corium_protocol::authz::Guard;
+use corium_protocol::pb;
+use corium_protocol::pb::catalog_server::Catalog;
+use corium_transactor::StoreSpec;
+use corium_transactor::server::CatalogSvc;
+use tokio::sync::{Semaphore, watch};
+
+use crate::view;
+
+/// Permits in a cell's admission gate. Drain takes them all.
+const GATE_PERMITS: u32 = 1 << 20;
+
+/// Everything a node needs to open cells; shared by all of them.
+#[derive(Clone)]
+pub struct Template {
+    pub base: Arc<dyn FullStore>,
+    pub view_kind: &'static str,
+    pub data_dir: std::path::PathBuf,
+    /// `<node-id>/<incarnation>`: unique per process so two incarnations of
+    /// one node never share a lease (a shared owner id would let both write
+    /// under one lease version).
+    pub owner: String,
+    pub advertise: String,
+    pub lease_ttl_ms: i64,
+}
+
+impl Template {
+    fn node_config(&self, db: Option<&str>) -> NodeConfig {
+        let mut config = NodeConfig::new(self.data_dir.clone());
+        config.store = StoreSpec::new(self.view_kind, view::config(&self.base, db));
+        config.owner = self.owner.clone();
+        config.lease_ttl_ms = self.lease_ttl_ms;
+        // Never wait for a held lease: the fleet decides when to retry.
+        config.lease_wait_ms = 0;
+        // Corium's HA standby poller never exits and would re-acquire an
+        // evicted cell's lease; the fleet does standby itself.
+        config.ha = false;
+        // GC is node-wide work over every root; a cell must not run it.
+        config.gc_interval = None;
+        config.advertise = Some(self.advertise.clone());
+        config
+    }
+}
+
+/// One hosted database.
+pub struct Cell {
+    pub db: String,
+    pub node: Arc<TransactorNode>,
+    /// The lease version this cell acquired. It never changes while the cell
+    /// lives (renewals keep the version), so it is what a forwarded request's
+    /// `corium-lease-version` is compared with.
+    pub lease_version: u64,
+    /// Admission gate: every call holds a permit; drain takes all permits so
+    /// nothing is in flight when the lease is released.
+    gate: Semaphore,
+    /// Flips to true when the cell stops serving; ends its subscriptions.
+    closed: watch::Sender<bool>,
+}
+
+/// Why a cell could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("lease for {db:?} is held by {owner} until {expires_unix_ms}")]
+    Held {
+        db: String,
+        owner: String,
+        expires_unix_ms: i64,
+    },
+    #[error("database {0:?} does not exist")]
+    Unknown(String),
+    #[error(transparent)]
+    Node(#[from] NodeError),
+}
+
+impl Cell {
+    /// Opens the cell for an existing database: acquires its lease and
+    /// recovers it.
+    ///
+    /// # Errors
+    /// [`OpenError::Held`] when another owner holds an unexpired lease.
+    pub async fn open(template: &Template, db: &str) -> Result<Arc<Self>, OpenError> {
+        let node = match TransactorNode::open(template.node_config(Some(db))).await {
+            Ok(node) => node,
+            Err(NodeError::Lease(lease::LeaseError::Held { owner, expires_unix_ms })) => {
+                return Err(OpenError::Held { db: db.to_owned(), owner, expires_unix_ms });
+            }
+            Err(error) => return Err(error.into()),
+        };
+        if !node.list_dbs().iter().any(|name| name == db) {
+            return Err(OpenError::Unknown(db.to_owned()));
+        }
+        Self::wrap(db, node).await
+    }
+
+    /// Creates the database through Corium's own catalog service (so its
+    /// validation and error statuses are Corium's) and opens its cell.
+    /// `Ok(None)` when the database already existed.
+    ///
+    /// # Errors
+    /// Corium's status for an invalid name, schema or key, or storage.
+    pub async fn create(
+        template: &Template,
+        request: pb::CreateDatabaseRequest,
+    ) -> Result<Option<Arc<Self>>, tonic::Status> {
+        let db = request.db.clone();
+        let node = TransactorNode::open(template.node_config(Some(&db)))
+            .await
+            .map_err(|error| corium_transactor::server::to_status(&error))?;
+        if !node.list_dbs().is_empty() {
+            // The catalog entry already exists and opening just acquired it;
+            // give the lease straight back.
+            node.release_leases().await;
+            return Ok(None);
+        }
+        let created = CatalogSvc(Arc::clone(&node), Guard::disabled())
+            .create_database(tonic::Request::new(request))
+            .await?
+            .into_inner()
+            .created;
+        if !created {
+            return Ok(None);
+        }
+        Self::wrap(&db, node)
+            .await
+            .map(Some)
+            .map_err(|error| tonic::Status::internal(error.to_string()))
+    }
+
+    async fn wrap(db: &str, node: Arc<TransactorNode>) -> Result<Arc<Self>, OpenError> {
+        let lease_version = node.db_state(db).await?.lease().version;
+        Ok(Arc::new(Self {
+            db: db.to_owned(),
+            node,
+            lease_version,
+            gate: Semaphore::new(GATE_PERMITS as usize),
+            closed: watch::channel(false).0,
+        }))
+    }
+
+    /// The lease as this cell holds it now (expiry moves with renewals).
+    ///
+    /// # Errors
+    /// When Corium no longer hosts the database in this cell.
+    pub async fn lease(&self) -> Result<Lease, NodeError> {
+        Ok(self.node.db_state(&self.db).await?.lease())
+    }
+
+    /// Admits one call, or `None` when the cell is draining or closed.
+    pub fn admit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.gate.try_acquire().ok()
+    }
+
+    /// A receiver that turns true when the cell stops serving.
+    #[must_use]
+    pub fn closed(&self) -> watch::Receiver<bool> {
+        self.closed.subscribe()
+    }
+
+    /// Marks the cell closed without releasing anything (deposition).
+    pub fn close(&self) {
+        self.gate.close();
+        let _ = self.closed.send(true);
+    }
+
+    /// Graceful eviction: stop admitting, wait (bounded) for in-flight calls,
+    /// release the lease, and make sure a renewal already in flight did not
+    /// re-extend it. Returns whether every in-flight call finished in time.
+    pub async fn evict(&self, store: &dyn FullStore, drain_timeout: Duration) -> bool {
+        let drained = tokio::time::timeout(drain_timeout, self.gate.acquire_many(GATE_PERMITS))
+            .await
+            .is_ok_and(|permit| permit.is_ok());
+        let held = self.lease().await.ok();
+        self.close();
+        self.node.release_leases().await;
+        let Some(held) = held else {
+            return drained;
+        };
+        // The renewal race: `release_leases` does not take the commit lock, so
+        // a renewal already in flight can re-extend the lease after it. Check
+        // for a bounded while and release again.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(150);
+        while tokio::time::Instant::now() < deadline {
+            let root = match store.get_root(&db_root_name(&self.db)).await {
+                Ok(root) => root.as_deref().and_then(DbRoot::decode),
+                Err(error) => {
+                    tracing::warn!(db = %self.db, %error, "cannot re-check released lease");
+                    break;
+                }
+            };
+            if let Some(root) = root
+                && root.owner == held.owner
+                && root.lease_version == held.version
+                && root.lease_expires_unix_ms != 0
+            {
+                if let Err(error) = lease::release(store, &self.db, &held).await {
+                    tracing::warn!(db = %self.db, %error, "lease re-release failed");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        drained
+    }
+}

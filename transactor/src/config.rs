@@ -1,0 +1,321 @@
+//! Node configuration: command-line flags, an optional TOML file, and the
+//! checks that turn them into a [`Config`] or a clear error.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corium_fleet_common::placement::{self, Member};
+use corium_transactor::StoreSpec;
+use serde::Deserialize;
+
+/// `corium-fleet-transactor` flags. Every flag can also be set in the file
+/// given to `--config` (same names, snake_case); a flag given on the command
+/// line wins over the file.
+#[derive(Debug, Default, clap::Parser, Deserialize)]
+#[command(name = "corium-fleet-transactor", version, about = "A Corium Fleet transactor node")]
+#[serde(deny_unknown_fields, default)]
+pub struct Args {
+    /// TOML file with any of the settings below.
+    #[arg(long, env = "CORIUM_FLEET_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Stable node id, unique in the fleet (e.g. the StatefulSet pod name).
+    #[arg(long, env = "CORIUM_FLEET_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Failure domain (zone); candidates spread across zones.
+    #[arg(long, env = "CORIUM_FLEET_ZONE")]
+    pub zone: Option<String>,
+    /// Relative capacity for placement [default: 1].
+    #[arg(long)]
+    pub weight: Option<u32>,
+    /// gRPC listen address [default: 127.0.0.1:7001].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin HTTP listen address for /metrics, /healthz, /readyz
+    /// [default: 127.0.0.1:9101].
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Internal endpoint other fleet members and the ingress use to reach this
+    /// node; written into the lease record [default: http://LISTEN].
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Storage: `filesystem` (under --data-dir), `postgres://…`, or
+    /// `s3://BUCKET[/PREFIX]` (with --s3-endpoint / AWS_* credentials)
+    /// [default: filesystem].
+    #[arg(long, env = "CORIUM_FLEET_STORAGE")]
+    pub storage: Option<String>,
+    /// Data directory: the filesystem store and logs, shared by every node of
+    /// a filesystem fleet [default: ./.corium-fleet/data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// S3 endpoint URL (for S3-compatible servers).
+    #[arg(long, env = "CORIUM_FLEET_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region [default: us-east-1].
+    #[arg(long, env = "AWS_REGION")]
+    pub s3_region: Option<String>,
+    /// Write-lease time to live in milliseconds; renewals run every third of
+    /// it, and it bounds failover time after a crash [default: 5000].
+    #[arg(long)]
+    pub lease_ttl_ms: Option<i64>,
+    /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
+    /// This node is added from its own flags when not listed.
+    #[arg(long = "member")]
+    pub members: Option<Vec<String>>,
+    /// Candidates per database [default: 2].
+    #[arg(long)]
+    pub replicas: Option<usize>,
+    /// Log filter (tracing `EnvFilter` syntax) [default: info].
+    #[arg(long, env = "CORIUM_FLEET_LOG")]
+    pub log: Option<String>,
+}
+
+/// Where the shared store lives.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    Filesystem,
+    Postgres { url: String },
+    S3 { bucket: String, prefix: String, endpoint: Option<String>, region: String },
+}
+
+impl Storage {
+    /// Parses the `--storage` value.
+    ///
+    /// # Errors
+    /// A message naming the accepted forms.
+    pub fn parse(text: &str, s3_endpoint: Option<String>, s3_region: Option<String>) -> Result<Self, String> {
+        if text == "filesystem" || text == "fs" {
+            return Ok(Self::Filesystem);
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Self::Postgres { url: text.to_owned() });
+        }
+        if let Some(rest) = text.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(format!("storage {text:?}: the S3 bucket is missing (s3://BUCKET[/PREFIX])"));
+            }
+            return Ok(Self::S3 {
+                bucket: bucket.to_owned(),
+                prefix: prefix.to_owned(),
+                endpoint: s3_endpoint,
+                region: s3_region.unwrap_or_else(|| "us-east-1".to_owned()),
+            });
+        }
+        Err(format!(
+            "unknown storage {text:?}: expected `filesystem`, `postgres://USER@HOST:PORT/DB` or `s3://BUCKET[/PREFIX]`"
+        ))
+    }
+
+    /// Corium's store spec for this storage.
+    #[must_use]
+    pub fn spec(&self) -> StoreSpec {
+        match self {
+            Self::Filesystem => StoreSpec::filesystem(),
+            Self::Postgres { url } => StoreSpec::postgres(url.clone()),
+            Self::S3 { bucket, prefix, endpoint, region } => StoreSpec::new(
+                "s3",
+                corium_store::StorageConfig::from_value(serde_json::json!({
+                    "bucket": bucket,
+                    "prefix": prefix,
+                    "region": region,
+                    "endpoint_url": endpoint,
+                    "access_key_id": std::env::var("AWS_ACCESS_KEY_ID").ok(),
+                    "secret_access_key": std::env::var("AWS_SECRET_ACCESS_KEY").ok(),
+                    "session_token": std::env::var("AWS_SESSION_TOKEN").ok(),
+                }))
+                .unwrap_or_else(|_| unreachable!("a JSON object")),
+            ),
+        }
+    }
+
+    /// A description safe to print (no credentials).
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Filesystem => "filesystem".to_owned(),
+            Self::Postgres { url } => {
+                let host = url.rsplit('@').next().unwrap_or(url);
+                format!("postgres://…@{host}")
+            }
+            Self::S3 { bucket, prefix, .. } => format!("s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+/// A validated node configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node_id: String,
+    pub zone: String,
+    pub weight: u32,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub advertise: String,
+    pub storage: Storage,
+    pub data_dir: PathBuf,
+    pub lease_ttl: Duration,
+    /// Every member, this node included.
+    pub members: Vec<Member>,
+    pub replicas: usize,
+    /// How long graceful shutdown waits for in-flight calls per database.
+    pub drain_timeout: Duration,
+    /// Bound on one storage call made to decide ownership.
+    pub storage_timeout: Duration,
+}
+
+fn valid_node_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 63
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+impl Args {
+    /// Merges the `--config` file under the flags.
+    ///
+    /// # Errors
+    /// The file cannot be read or has unknown or mistyped settings.
+    pub fn merged(self) -> Result<Self, String> {
+        let Some(path) = &self.config else {
+            return Ok(self);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read config file {}: {error}", path.display()))?;
+        let file: Args = toml::from_str(&text)
+            .map_err(|error| format!("config file {}: {error}", path.display()))?;
+        Ok(Self {
+            config: self.config,
+            node_id: self.node_id.or(file.node_id),
+            zone: self.zone.or(file.zone),
+            weight: self.weight.or(file.weight),
+            listen: self.listen.or(file.listen),
+            admin_listen: self.admin_listen.or(file.admin_listen),
+            advertise: self.advertise.or(file.advertise),
+            storage: self.storage.or(file.storage),
+            data_dir: self.data_dir.or(file.data_dir),
+            s3_endpoint: self.s3_endpoint.or(file.s3_endpoint),
+            s3_region: self.s3_region.or(file.s3_region),
+            lease_ttl_ms: self.lease_ttl_ms.or(file.lease_ttl_ms),
+            members: self.members.or(file.members),
+            replicas: self.replicas.or(file.replicas),
+            log: self.log.or(file.log),
+        })
+    }
+
+    /// Validates into a [`Config`].
+    ///
+    /// # Errors
+    /// A message naming the flag at fault and what it accepts.
+    pub fn validate(self) -> Result<Config, String> {
+        let node_id = self.node_id.ok_or("--node-id is required (a stable, unique node id)")?;
+        if !valid_node_id(&node_id) {
+            return Err(format!(
+                "--node-id {node_id:?}: use 1-63 letters, digits, '-', '_' or '.'"
+            ));
+        }
+        let listen = self.listen.unwrap_or_else(|| "127.0.0.1:7001".parse().unwrap_or_else(|_| unreachable!()));
+        let admin_listen = self
+            .admin_listen
+            .unwrap_or_else(|| "127.0.0.1:9101".parse().unwrap_or_else(|_| unreachable!()));
+        let advertise = self.advertise.unwrap_or_else(|| format!("http://{listen}"));
+        if !(advertise.starts_with("http://") || advertise.starts_with("https://")) {
+            return Err(format!("--advertise {advertise:?}: must be an http:// or https:// URL"));
+        }
+        let lease_ttl_ms = self.lease_ttl_ms.unwrap_or(5_000);
+        if !(300..=600_000).contains(&lease_ttl_ms) {
+            return Err(format!("--lease-ttl-ms {lease_ttl_ms}: must be between 300 and 600000"));
+        }
+        let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
+        if replicas == 0 {
+            return Err("--replicas must be at least 1".to_owned());
+        }
+        let zone = self.zone.unwrap_or_default();
+        let weight = self.weight.unwrap_or(1);
+        let mut members = self
+            .members
+            .unwrap_or_default()
+            .iter()
+            .map(|text| text.parse::<Member>().map_err(|error| format!("--member: {error}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        placement::check_unique(&members).map_err(|error| format!("--member: {error}"))?;
+        match members.iter().find(|member| member.node_id == node_id) {
+            Some(me) if me.endpoint != advertise => {
+                return Err(format!(
+                    "--member {node_id}={} disagrees with this node's --advertise {advertise}",
+                    me.endpoint
+                ));
+            }
+            Some(_) => {}
+            None => members.push(Member { node_id: node_id.clone(), zone: zone.clone(), weight, endpoint: advertise.clone() }),
+        }
+        let storage = Storage::parse(
+            self.storage.as_deref().unwrap_or("filesystem"),
+            self.s3_endpoint,
+            self.s3_region,
+        )
+        .map_err(|error| format!("--storage: {error}"))?;
+        Ok(Config {
+            node_id,
+            zone,
+            weight,
+            listen,
+            admin_listen,
+            advertise,
+            storage,
+            data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from(".corium-fleet/data")),
+            lease_ttl: Duration::from_millis(lease_ttl_ms.unsigned_abs()),
+            members,
+            replicas,
+            drain_timeout: Duration::from_secs(10),
+            storage_timeout: Duration::from_secs(5),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let mut all = vec!["corium-fleet-transactor"];
+        all.extend_from_slice(args);
+        Args::try_parse_from(all).map_err(|e| e.to_string())?.merged()?.validate()
+    }
+
+    #[test]
+    fn defaults_are_a_single_filesystem_node() {
+        let config = parse(&["--node-id", "n1"]).unwrap();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:7001");
+        assert_eq!(config.advertise, "http://127.0.0.1:7001");
+        assert!(matches!(config.storage, Storage::Filesystem));
+        assert_eq!(config.members.len(), 1);
+    }
+
+    #[test]
+    fn bad_input_names_the_flag() {
+        assert!(parse(&[]).unwrap_err().contains("--node-id"));
+        assert!(parse(&["--node-id", "a b"]).unwrap_err().contains("--node-id"));
+        assert!(parse(&["--node-id", "n", "--storage", "mysql://x"]).unwrap_err().contains("unknown storage"));
+        assert!(parse(&["--node-id", "n", "--storage", "s3://"]).unwrap_err().contains("bucket"));
+        assert!(parse(&["--node-id", "n", "--lease-ttl-ms", "5"]).unwrap_err().contains("--lease-ttl-ms"));
+        assert!(parse(&["--node-id", "n", "--member", "x"]).unwrap_err().contains("--member"));
+        assert!(parse(&["--node-id", "n", "--member", "a=http://x", "--member", "a=http://y"]).unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn config_file_fills_what_flags_leave_out() {
+        let dir = std::env::temp_dir().join(format!("cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("node.toml");
+        std::fs::write(&file, "node_id = \"from-file\"\nzone = \"z\"\nlease_ttl_ms = 2000\nstorage = \"postgres://u@h/db\"\n").unwrap();
+        let config = parse(&["--config", file.to_str().unwrap(), "--zone", "flag"]).unwrap();
+        assert_eq!(config.node_id, "from-file");
+        assert_eq!(config.zone, "flag");
+        assert_eq!(config.lease_ttl, Duration::from_secs(2));
+        assert!(matches!(config.storage, Storage::Postgres { .. }));
+        std::fs::write(&file, "nodeid = 1\n").unwrap();
+        assert!(parse(&["--config", file.to_str().unwrap()]).unwrap_err().contains("config file"));
+    }
+}

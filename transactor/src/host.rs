@@ -1,0 +1,370 @@
+//! The host: every cell of one node, and the ownership decision made before
+//! any owner-dependent call is served.
+//!
+//! The decision, in order (brief, invariants 1–5):
+//! 1. validate the fleet metadata (route header = body, at most one hop);
+//! 2. a live cell for the database: serve, unless the caller routed on a
+//!    different lease version (typed `NotOwner`) or the lease could not be
+//!    renewed recently (`UNAVAILABLE`: ownership cannot be verified);
+//! 3. otherwise read the database root from storage (`UNAVAILABLE` when that
+//!    fails; `NOT_FOUND` when the catalog has no such database): another live
+//!    owner → `NotOwner` naming it; no live owner and this node a candidate →
+//!    activate here; no live owner and not a candidate → `NotOwner` listing
+//!    the candidates.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use corium_fleet_common::metadata::{self, MetadataError, Routing};
+use corium_fleet_common::not_owner::{self, Candidate, NotOwner};
+use corium_fleet_common::placement::{self, Member};
+use corium_store::{DbRoot, FullStore, db_root_name, meta_root_name};
+use tonic::Status;
+
+use crate::cell::{Cell, OpenError, Template};
+use crate::config::Config;
+use crate::metrics::Metrics;
+
+/// Milliseconds since the Unix epoch.
+#[must_use]
+pub fn now_unix_ms() -> i64 {
+    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis())
+        .unwrap_or(i64::MAX)
+}
+
+/// What storage says about one database.
+#[derive(Clone, Debug)]
+pub struct RootView {
+    /// The catalog entry exists.
+    pub exists: bool,
+    pub root: Option<DbRoot>,
+}
+
+impl RootView {
+    /// The owner id and version of an unexpired lease, if any.
+    #[must_use]
+    pub fn live_owner(&self, now_ms: i64) -> Option<&DbRoot> {
+        self.root
+            .as_ref()
+            .filter(|root| !root.owner.is_empty() && root.lease_expires_unix_ms > now_ms)
+    }
+}
+
+/// The node id part of a lease owner (`<node-id>/<incarnation>`).
+#[must_use]
+pub fn node_of(owner: &str) -> &str {
+    owner.split_once('/').map_or(owner, |(node, _)| node)
+}
+
+/// All cells of one node.
+pub struct Host {
+    pub config: Config,
+    pub template: Template,
+    pub base: Arc<dyn FullStore>,
+    pub metrics: Arc<Metrics>,
+    pub incarnation: String,
+    cells: Mutex<HashMap<String, Arc<Cell>>>,
+    /// One activation at a time per database on this node.
+    activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Set once shutdown begins: no new activations.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Host {
+    #[must_use]
+    pub fn new(config: Config, template: Template, base: Arc<dyn FullStore>, incarnation: String) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            template,
+            base,
+            metrics: Arc::new(Metrics::default()),
+            incarnation,
+            cells: Mutex::new(HashMap::new()),
+            activating: Mutex::new(HashMap::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The live cell for `db`, if this node hosts it.
+    #[must_use]
+    pub fn cell(&self, db: &str) -> Option<Arc<Cell>> {
+        self.cells.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(db).cloned()
+    }
+
+    /// Every live cell.
+    #[must_use]
+    pub fn cells(&self) -> Vec<Arc<Cell>> {
+        self.cells.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().cloned().collect()
+    }
+
+    /// Ranked candidates of `db`.
+    #[must_use]
+    pub fn candidates(&self, db: &str) -> Vec<&Member> {
+        placement::candidates(db, &self.config.members, self.config.replicas)
+    }
+
+    /// This node's rank among the candidates of `db`.
+    #[must_use]
+    pub fn rank(&self, db: &str) -> Option<usize> {
+        placement::rank_of(db, &self.config.members, self.config.replicas, &self.config.node_id)
+    }
+
+    fn unavailable(&self, db: &str, what: &str, error: &dyn std::fmt::Display) -> Status {
+        self.metrics.storage_unavailable.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(db, %error, "{what}");
+        Status::unavailable(format!(
+            "cannot verify ownership of {db:?}: {what}: {error}; retry later"
+        ))
+    }
+
+    /// Reads the catalog entry and root of `db`, bounded by the storage timeout.
+    ///
+    /// # Errors
+    /// `UNAVAILABLE` when storage does not answer in time or fails.
+    pub async fn read_root(&self, db: &str) -> Result<RootView, Status> {
+        let read = async {
+            let meta = self.base.get_root(&meta_root_name(db)).await?;
+            let root = self.base.get_root(&db_root_name(db)).await?;
+            Ok::<_, corium_store::StoreError>((meta.is_some(), root.as_deref().and_then(DbRoot::decode)))
+        };
+        match tokio::time::timeout(self.config.storage_timeout, read).await {
+            Ok(Ok((exists, root))) => Ok(RootView { exists, root }),
+            Ok(Err(error)) => Err(self.unavailable(db, "storage read failed", &error)),
+            Err(_) => Err(self.unavailable(db, "storage read timed out", &"no answer")),
+        }
+    }
+
+    fn candidate_list(&self, db: &str) -> Vec<Candidate> {
+        self.candidates(db)
+            .iter()
+            .enumerate()
+            .map(|(rank, member)| Candidate {
+                node_id: member.node_id.clone(),
+                zone: member.zone.clone(),
+                endpoint: member.endpoint.clone(),
+                rank: u32::try_from(rank).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    /// The typed `NotOwner` answer for `db`, with the owner hint taken from
+    /// the root (a hint: the hinted node verifies its own lease).
+    pub fn not_owner(&self, db: &str, owner: Option<&DbRoot>) -> Status {
+        match owner {
+            Some(root) => self.not_owner_hint(db, node_of(&root.owner), root.lease_version, &root.owner_endpoint),
+            None => self.not_owner_hint(db, "", 0, ""),
+        }
+    }
+
+    /// The typed `NotOwner` answer naming an explicit owner.
+    pub fn not_owner_hint(&self, db: &str, owner_id: &str, lease_version: u64, route_endpoint: &str) -> Status {
+        self.metrics.not_owner.fetch_add(1, Ordering::Relaxed);
+        not_owner::to_status(&NotOwner {
+            database: db.to_owned(),
+            owner_id: owner_id.to_owned(),
+            lease_version,
+            retryable: true,
+            route_endpoint: route_endpoint.to_owned(),
+            candidates: self.candidate_list(db),
+            last_basis_t: 0,
+        })
+    }
+
+    /// Validates fleet metadata, counting rejections.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming what is wrong.
+    pub fn check_metadata(&self, map: &tonic::metadata::MetadataMap, db: &str) -> Result<Routing, Status> {
+        metadata::check(map, db).map_err(|error| {
+            match error {
+                MetadataError::RouteMismatch { .. } => &self.metrics.rejected_route_mismatch,
+                MetadataError::TooManyHops(_) => &self.metrics.rejected_hop,
+                _ => &self.metrics.rejected_route_mismatch,
+            }
+            .fetch_add(1, Ordering::Relaxed);
+            Status::invalid_argument(error.to_string())
+        })
+    }
+
+    /// The cell that must serve an owner-dependent call for `db`, after the
+    /// ownership decision described in the module docs.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT`, `NOT_FOUND`, typed `NotOwner`, or `UNAVAILABLE`.
+    pub async fn owner(self: &Arc<Self>, map: &tonic::metadata::MetadataMap, db: &str) -> Result<Arc<Cell>, Status> {
+        let routing = self.check_metadata(map, db)?;
+        if let Some(cell) = self.cell(db) {
+            return self.check_cell(&cell, &routing).await.map(|()| cell);
+        }
+        let view = self.read_root(db).await?;
+        if !view.exists {
+            return Err(Status::not_found(format!("unknown database {db:?}")));
+        }
+        let now = now_unix_ms();
+        if let Some(owner) = view.live_owner(now) {
+            return Err(self.not_owner(db, Some(owner)));
+        }
+        if self.rank(db).is_none() {
+            return Err(self.not_owner(db, None));
+        }
+        let cell = self.activate(db, false).await?;
+        self.check_cell(&cell, &routing).await?;
+        Ok(cell)
+    }
+
+    async fn check_cell(&self, cell: &Cell, routing: &Routing) -> Result<(), Status> {
+        if let Some(version) = routing.lease_version
+            && version != cell.lease_version
+        {
+            return Err(self.not_owner_hint(&cell.db, &self.config.node_id, cell.lease_version, &self.config.advertise));
+        }
+        let lease = cell.lease().await.map_err(|error| self.unavailable(&cell.db, "cell lost its database", &error))?;
+        if lease.expires_unix_ms <= now_unix_ms() {
+            // Renewals have been failing (storage unreachable): this node
+            // can no longer prove it holds the lease.
+            return Err(self.unavailable(&cell.db, "write lease could not be renewed", &"lease expired locally"));
+        }
+        Ok(())
+    }
+
+    fn activation_lock(&self, db: &str) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(
+            self.activating
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(db.to_owned())
+                .or_default(),
+        )
+    }
+
+    /// Opens the cell for `db` here (lease acquire + recovery), one at a
+    /// time per database. `takeover` marks an activation after another
+    /// owner's lease lapsed.
+    ///
+    /// # Errors
+    /// `NotOwner` when another owner won the lease; `UNAVAILABLE` on storage
+    /// failure or while shutting down.
+    pub async fn activate(self: &Arc<Self>, db: &str, takeover: bool) -> Result<Arc<Cell>, Status> {
+        let lock = self.activation_lock(db);
+        let _guard = lock.lock().await;
+        if let Some(cell) = self.cell(db) {
+            return Ok(cell);
+        }
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(Status::unavailable(format!("node {} is shutting down", self.config.node_id)));
+        }
+        let started = Instant::now();
+        match Cell::open(&self.template, db).await {
+            Ok(cell) => {
+                self.metrics.recovery_seconds.observe(started.elapsed());
+                self.install(Arc::clone(&cell));
+                self.metrics.activations.fetch_add(1, Ordering::Relaxed);
+                if takeover {
+                    self.metrics.takeovers.fetch_add(1, Ordering::Relaxed);
+                }
+                self.metrics.activation_seconds.observe(started.elapsed());
+                tracing::info!(db, lease_version = cell.lease_version, takeover, elapsed_ms = started.elapsed().as_millis(), "database activated");
+                Ok(cell)
+            }
+            Err(OpenError::Held { .. }) => {
+                // Another node won the race; point the caller at it.
+                let view = self.read_root(db).await?;
+                Err(self.not_owner(db, view.live_owner(now_unix_ms())))
+            }
+            Err(OpenError::Unknown(_)) => Err(Status::not_found(format!("unknown database {db:?}"))),
+            Err(OpenError::Node(error)) => {
+                self.metrics.activation_failures.fetch_add(1, Ordering::Relaxed);
+                Err(self.unavailable(db, "activation failed", &error))
+            }
+        }
+    }
+
+    /// Registers a freshly opened cell and starts its monitor.
+    pub fn install(self: &Arc<Self>, cell: Arc<Cell>) {
+        self.cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(cell.db.clone(), Arc::clone(&cell));
+        tokio::spawn(Arc::clone(self).monitor(cell));
+    }
+
+    /// Removes `cell` if it is still the registered one.
+    fn remove(&self, cell: &Arc<Cell>) {
+        let mut cells = self.cells.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cells.get(&cell.db).is_some_and(|current| Arc::ptr_eq(current, cell)) {
+            cells.remove(&cell.db);
+        }
+    }
+
+    /// Watches one cell until it closes: drops it when Corium deposes it,
+    /// and counts lease renewals (expiry moving forward) and renewal failures
+    /// (expiry passing).
+    async fn monitor(self: Arc<Self>, cell: Arc<Cell>) {
+        let mut deposed = cell.node.shutdown_watch();
+        let mut closed = cell.closed();
+        let period = (self.config.lease_ttl / 3).max(Duration::from_millis(50));
+        let mut last_expiry = cell.lease().await.map(|lease| lease.expires_unix_ms).unwrap_or(0);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                changed = deposed.changed() => {
+                    let stopped = changed.is_err();
+                    let reason = if stopped { None } else { deposed.borrow().clone() };
+                    if stopped || reason.is_some() {
+                        self.metrics.depositions.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(db = %cell.db, lease_version = cell.lease_version, reason = reason.as_deref().unwrap_or("node stopped"), "cell deposed; dropping it");
+                        cell.close();
+                        self.remove(&cell);
+                        return;
+                    }
+                }
+                _ = closed.changed() => {
+                    self.remove(&cell);
+                    return;
+                }
+                () = tokio::time::sleep(period) => {
+                    let Ok(lease) = cell.lease().await else { continue };
+                    if lease.expires_unix_ms > last_expiry {
+                        self.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
+                        last_expiry = lease.expires_unix_ms;
+                        failing = false;
+                    } else if !failing && lease.expires_unix_ms <= now_unix_ms() {
+                        failing = true;
+                        self.metrics.lease_renewal_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(db = %cell.db, lease_version = cell.lease_version, "lease renewal failed; not serving until it recovers");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gracefully evicts one cell: drain, release, drop.
+    pub async fn evict(&self, cell: &Arc<Cell>) {
+        let drained = cell.evict(self.base.as_ref(), self.config.drain_timeout).await;
+        self.remove(cell);
+        self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(db = %cell.db, lease_version = cell.lease_version, drained, "lease released");
+    }
+
+    /// Drops a cell whose database was deleted (its lease record is gone).
+    pub fn forget(&self, cell: &Arc<Cell>) {
+        cell.close();
+        self.remove(cell);
+    }
+
+    /// Shutdown: stop activating and release every held lease so the next
+    /// candidate can take over at once instead of after a TTL.
+    pub async fn release_all(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let cells = self.cells();
+        futures::future::join_all(cells.iter().map(|cell| self.evict(cell))).await;
+    }
+
+    /// Whether shutdown has begun.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,133 @@
+//! Corium Fleet transactor node: hosts databases as cells (one Corium
+//! `TransactorNode` per database over a filtered view of one shared store),
+//! decides ownership before every owner-dependent call, answers a typed
+//! `NotOwner` when it is not the lease holder, and takes over databases whose
+//! owner's lease lapsed.
+//!
+//! Layout:
+//! - [`config`] — flags, config file, validation;
+//! - [`view`] — the storage view backend that scopes a cell to its database;
+//! - [`cell`] — opening, draining, evicting one database's cell;
+//! - [`host`] — all cells of a node and the ownership decision;
+//! - [`standby`] — standing of each database and the takeover watcher;
+//! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
+//!   service;
+//! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
+//! - [`error`] — the crate's error and its kind.
+//!
+//! [`run`] starts a node on given listeners until a shutdown future resolves;
+//! the binary and the tests start nodes the same way.
+
+pub mod admin_http;
+pub mod cell;
+pub mod config;
+pub mod error;
+pub mod host;
+pub mod metrics;
+pub mod service;
+pub mod standby;
+pub mod view;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
+use corium_protocol::pb::catalog_server::CatalogServer;
+use corium_protocol::pb::transactor_server::TransactorServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub use config::{Args, Config};
+pub use error::Error;
+
+/// The two sockets a node serves.
+pub struct Listeners {
+    /// gRPC (`corium.v1` and `corium.fleet.v1`).
+    pub grpc: TcpListener,
+    /// Admin HTTP (`/metrics`, `/healthz`, `/readyz`).
+    pub admin: TcpListener,
+}
+
+/// Largest gRPC message accepted or sent (Corium's transaction batches are
+/// bounded well below this).
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Default deadline of a call that arrives without `grpc-timeout`.
+const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Resolves once `flag` is true (or its sender is gone). Never holds the
+/// receiver's borrow across an await, so the future stays `Send`.
+pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = flag.wait_for(|value| *value).await;
+}
+
+/// Runs a node until `shutdown` resolves, then releases every held lease
+/// (draining in-flight calls first) and stops serving.
+///
+/// # Errors
+/// When storage cannot be opened or the server fails.
+pub async fn run(config: Config, listeners: Listeners, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+    let spec = config.storage.spec();
+    let describe = config.storage.describe();
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
+        storage: format!("data directory {}", config.data_dir.display()),
+        source: source.into(),
+    })?;
+    let open = corium_transactor::backend::open_node_store(&spec, &config.data_dir);
+    let base = tokio::time::timeout(config.storage_timeout * 2, open)
+        .await
+        .map_err(|_| Error::StorageTimeout(describe.clone()))?
+        .map_err(|source| Error::Storage { storage: describe.clone(), source })?;
+    let placement = corium_store::storage_backend(spec.kind())
+        .map(|backend| backend.capabilities().log_placement)
+        .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
+    let view_kind = view::kind_for(placement).map_err(Error::Config)?;
+    let incarnation = uuid::Uuid::new_v4().simple().to_string();
+    let template = cell::Template {
+        base: Arc::clone(&base),
+        view_kind,
+        data_dir: config.data_dir.clone(),
+        owner: format!("{}/{}", config.node_id, incarnation),
+        advertise: config.advertise.clone(),
+        lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+    };
+    let host = host::Host::new(config, template, base, incarnation);
+    tracing::info!(
+        node = %host.config.node_id,
+        zone = %host.config.zone,
+        incarnation = %host.incarnation,
+        storage = %describe,
+        grpc = ?listeners.grpc.local_addr().ok(),
+        admin = ?listeners.admin.local_addr().ok(),
+        members = host.config.members.len(),
+        "node serving"
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(standby::watch(Arc::clone(&host), stop_rx.clone()));
+    tokio::spawn(admin_http::serve(Arc::clone(&host), listeners.admin, stop_rx));
+
+    let releasing = Arc::clone(&host);
+    let graceful = async move {
+        shutdown.await;
+        tracing::info!("shutdown requested; releasing leases");
+        releasing.release_all().await;
+        let _ = stop_tx.send(true);
+    };
+    tonic::transport::Server::builder()
+        .timeout(DEFAULT_DEADLINE)
+        .add_service(
+            TransactorServer::new(service::transactor::FleetTransactor(Arc::clone(&host)))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(
+            CatalogServer::new(service::catalog::FleetCatalog(Arc::clone(&host)))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
+        .add_service(FleetAdminServer::new(service::admin::FleetAdminSvc(Arc::clone(&host))))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), graceful)
+        .await?;
+    tracing::info!(node = %host.config.node_id, "node stopped");
+    Ok(())
+}

@@ -1,0 +1,62 @@
+//! `corium-fleet-transactor`: parse flags, bind, run until SIGTERM/SIGINT.
+
+use clap::Parser;
+use corium_fleet_transactor::{Args, Listeners};
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let filter = args.log.clone().unwrap_or_else(|| "info".to_owned());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match args.merged().and_then(Args::validate) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("corium-fleet-transactor: {message}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("corium-fleet-transactor: cannot start the runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let bind = |addr| async move {
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|error| format!("cannot listen on {addr}: {error}"))
+        };
+        let listeners = match (bind(config.listen).await, bind(config.admin_listen).await) {
+            (Ok(grpc), Ok(admin)) => Listeners { grpc, admin },
+            (Err(message), _) | (_, Err(message)) => {
+                eprintln!("corium-fleet-transactor: {message}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+        match corium_fleet_transactor::run(config, listeners, shutdown_signal()).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("corium-fleet-transactor: {error} ({:?})", error.kind());
+                std::process::ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the process still stops on SIGKILL.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,99 @@
+//! `corium.fleet.v1.FleetAdmin`: what this node owns, stands by for and
+//! holds cold, and one database's placement and lease holder.
+
+use std::sync::Arc;
+
+use corium_fleet_proto::fleet::fleet_admin_server::FleetAdmin;
+use corium_fleet_proto::fleet::{
+    Candidate, DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView, NodeStatusRequest,
+    NodeStatusResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::host::{Host, node_of, now_unix_ms};
+use crate::service::catalog::catalog;
+use crate::standby::{Standing, standing};
+
+/// The fleet admin service.
+pub struct FleetAdminSvc(pub Arc<Host>);
+
+/// One database's view from this node, read from storage.
+///
+/// # Errors
+/// `UNAVAILABLE` when storage cannot be read; `NOT_FOUND` for an unknown
+/// database.
+pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseView), Status> {
+    let view = host.read_root(db).await?;
+    if !view.exists {
+        return Err(Status::not_found(format!("unknown database {db:?}")));
+    }
+    let standing = standing(host, db, &view, now_unix_ms());
+    let basis_t = match host.cell(db) {
+        Some(cell) => cell.node.db_state(db).await.map(|state| state.db().basis_t()).unwrap_or(0),
+        None => 0,
+    };
+    let root = view.root.as_ref();
+    let candidates = host
+        .candidates(db)
+        .iter()
+        .enumerate()
+        .map(|(rank, member)| Candidate {
+            node_id: member.node_id.clone(),
+            zone: member.zone.clone(),
+            endpoint: member.endpoint.clone(),
+            rank: u32::try_from(rank).unwrap_or(u32::MAX),
+        })
+        .collect();
+    Ok((
+        standing,
+        DatabaseView {
+            database: db.to_owned(),
+            state: standing.as_str().to_owned(),
+            owner_id: root.map(|root| node_of(&root.owner).to_owned()).unwrap_or_default(),
+            lease_version: root.map_or(0, |root| root.lease_version),
+            lease_expires_unix_ms: root.map_or(0, |root| root.lease_expires_unix_ms),
+            owner_endpoint: root.map(|root| root.owner_endpoint.clone()).unwrap_or_default(),
+            basis_t,
+            candidates,
+        },
+    ))
+}
+
+#[tonic::async_trait]
+impl FleetAdmin for FleetAdminSvc {
+    async fn node_status(&self, _request: Request<NodeStatusRequest>) -> Result<Response<NodeStatusResponse>, Status> {
+        let host = &self.0;
+        let mut response = NodeStatusResponse {
+            node_id: host.config.node_id.clone(),
+            zone: host.config.zone.clone(),
+            weight: host.config.weight,
+            incarnation: host.incarnation.clone(),
+            internal_endpoint: host.config.advertise.clone(),
+            storage: host.config.storage.describe(),
+            lease_ttl_ms: i64::try_from(host.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+            ..NodeStatusResponse::default()
+        };
+        for db in catalog(host).await? {
+            let (standing, view) = match database_view(host, &db).await {
+                Ok(found) => found,
+                // Deleted between the listing and the read.
+                Err(status) if status.code() == tonic::Code::NotFound => continue,
+                Err(status) => return Err(status),
+            };
+            match standing {
+                Standing::Owned => response.owned += 1,
+                Standing::Standby => response.standby += 1,
+                Standing::Cold => response.cold += 1,
+                Standing::Elsewhere => continue,
+            }
+            response.databases.push(view);
+        }
+        Ok(Response::new(response))
+    }
+
+    async fn database_placement(&self, request: Request<DatabasePlacementRequest>) -> Result<Response<DatabasePlacementResponse>, Status> {
+        let db = request.into_inner().database;
+        let (_, view) = database_view(&self.0, &db).await?;
+        Ok(Response::new(DatabasePlacementResponse { view: Some(view) }))
+    }
+}

@@ -1,0 +1,192 @@
+//! `corium.v1.Catalog` at fleet level.
+//!
+//! - database-specific operations route to the owning cell exactly like
+//!   transactions (Corium's own `CatalogSvc` then does the work);
+//! - `CreateDatabase` initialises the database on a candidate (never on a
+//!   node that placement does not name), answering `NotOwner` elsewhere;
+//! - `ListDatabases` reads the catalog from storage, `GcDeletedDatabases`
+//!   runs from a view that hosts nothing;
+//! - `ForkDatabase` is refused until the fleet serialises fork targets (a
+//!   fork through a cell can leave an orphan log a later create would adopt).
+
+use std::sync::Arc;
+
+use corium_protocol::authz::Guard;
+use corium_protocol::pb;
+use corium_protocol::pb::catalog_server::Catalog;
+use corium_transactor::node::{NodeConfig, TransactorNode};
+use corium_transactor::server::CatalogSvc;
+use corium_transactor::StoreSpec;
+use tonic::{Request, Response, Status};
+
+use super::dispatch;
+use crate::cell::Cell;
+use crate::host::Host;
+use crate::view;
+
+/// The fleet's `Catalog` service.
+pub struct FleetCatalog(pub Arc<Host>);
+
+fn svc(node: Arc<TransactorNode>) -> CatalogSvc {
+    CatalogSvc(node, Guard::disabled())
+}
+
+/// Corium's database-name rule, checked before anything touches storage.
+fn check_name(db: &str) -> Result<(), Status> {
+    let valid = !db.is_empty()
+        && db.len() <= 128
+        && db.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
+    if valid {
+        Ok(())
+    } else {
+        Err(Status::invalid_argument(format!(
+            "invalid database name {db:?}: use 1-128 letters, digits, '-' or '_'"
+        )))
+    }
+}
+
+#[tonic::async_trait]
+impl Catalog for FleetCatalog {
+    async fn create_database(&self, request: Request<pb::CreateDatabaseRequest>) -> Result<Response<pb::CreateDatabaseResponse>, Status> {
+        let host = &self.0;
+        let db = request.get_ref().db.clone();
+        check_name(&db)?;
+        host.check_metadata(request.metadata(), &db)?;
+        if host.rank(&db).is_none() {
+            return Err(host.not_owner(&db, None));
+        }
+        if host.is_stopping() {
+            return Err(Status::unavailable("this node is shutting down; retry"));
+        }
+        let view = host.read_root(&db).await?;
+        if view.exists {
+            return Ok(Response::new(pb::CreateDatabaseResponse { created: false }));
+        }
+        match Cell::create(&host.template, request.into_inner()).await? {
+            Some(cell) => {
+                tracing::info!(db, lease_version = cell.lease_version, "database created");
+                host.install(cell);
+                host.metrics.activations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(Response::new(pb::CreateDatabaseResponse { created: true }))
+            }
+            None => Ok(Response::new(pb::CreateDatabaseResponse { created: false })),
+        }
+    }
+
+    async fn delete_database(&self, request: Request<pb::DeleteDatabaseRequest>) -> Result<Response<pb::DeleteDatabaseResponse>, Status> {
+        let host = &self.0;
+        let db = request.get_ref().db.clone();
+        check_name(&db)?;
+        let cell = host.owner(request.metadata(), &db).await?;
+        let Some(permit) = cell.admit() else {
+            return Err(host.not_owner(&db, None));
+        };
+        let response = svc(Arc::clone(&cell.node)).delete_database(request).await;
+        drop(permit);
+        if response.as_ref().is_ok_and(|response| response.get_ref().deleted) {
+            tracing::info!(db, "database deleted");
+            host.forget(&cell);
+        }
+        response
+    }
+
+    async fn fork_database(&self, request: Request<pb::ForkDatabaseRequest>) -> Result<Response<pb::ForkDatabaseResponse>, Status> {
+        let request = request.into_inner();
+        Err(Status::unimplemented(format!(
+            "fork of {:?} into {:?} is not supported by Corium Fleet yet: fork targets must be \
+             serialised fleet-wide first (see docs/design/0002-cells.md)",
+            request.db, request.target
+        )))
+    }
+
+    async fn list_databases(&self, _request: Request<pb::ListDatabasesRequest>) -> Result<Response<pb::ListDatabasesResponse>, Status> {
+        let dbs = catalog(&self.0).await?;
+        Ok(Response::new(pb::ListDatabasesResponse { dbs }))
+    }
+
+    async fn gc_deleted_databases(&self, request: Request<pb::GcDeletedDatabasesRequest>) -> Result<Response<pb::GcDeletedDatabasesResponse>, Status> {
+        // A node over a view that hosts nothing: its GC marks every `db:`
+        // root (the listing passes through) and deletes unreachable blobs.
+        let host = &self.0;
+        let mut config = NodeConfig::new(host.template.data_dir.clone());
+        config.store = StoreSpec::new(host.template.view_kind, view::config(&host.base, None));
+        config.owner = host.template.owner.clone();
+        config.ha = false;
+        config.gc_interval = None;
+        config.saga_sweep_interval = None;
+        let node = TransactorNode::open(config)
+            .await
+            .map_err(|error| corium_transactor::server::to_status(&error))?;
+        svc(node).gc_deleted_databases(request).await
+    }
+
+    async fn request_index(&self, request: Request<pb::RequestIndexRequest>) -> Result<Response<pb::RequestIndexResponse>, Status> {
+        let db = request.get_ref().db.clone();
+        dispatch(&self.0, request, &db, |node, request| async move { svc(node).request_index(request).await }).await
+    }
+
+    async fn set_index_policy(&self, request: Request<pb::SetIndexPolicyRequest>) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
+        let db = request.get_ref().db.clone();
+        dispatch(&self.0, request, &db, |node, request| async move { svc(node).set_index_policy(request).await }).await
+    }
+
+    async fn get_storage_info(&self, request: Request<pb::GetStorageInfoRequest>) -> Result<Response<pb::GetStorageInfoResponse>, Status> {
+        // Through a cell Corium would describe the view, which no other
+        // process can open; describe the shared store instead, at a basis
+        // fixed by the owner.
+        let host = Arc::clone(&self.0);
+        let db = request.get_ref().db.clone();
+        let spec = host.config.storage.spec();
+        let data_dir = host.template.data_dir.clone();
+        let name = db.clone();
+        dispatch(&self.0, request, &db, |node, _request| async move {
+            let basis_t = node.sync(&name, 0).await.map_err(|error| corium_transactor::server::to_status(&error))?;
+            let storage = spec
+                .connection_info(&data_dir, &corium_transactor::StorageInfoConfig::default())
+                .await
+                .map_err(Status::failed_precondition)?;
+            Ok(Response::new(pb::GetStorageInfoResponse { basis_t, storage: Some(storage) }))
+        })
+        .await
+    }
+
+    async fn key_status(&self, request: Request<pb::KeyStatusRequest>) -> Result<Response<pb::KeyStatusResponse>, Status> {
+        let db = request.get_ref().db.clone();
+        dispatch(&self.0, request, &db, |node, request| async move { svc(node).key_status(request).await }).await
+    }
+
+    async fn rotate_storage_key(&self, request: Request<pb::RotateStorageKeyRequest>) -> Result<Response<pb::RotateStorageKeyResponse>, Status> {
+        let db = request.get_ref().db.clone();
+        dispatch(&self.0, request, &db, |node, request| async move { svc(node).rotate_storage_key(request).await }).await
+    }
+
+    async fn rewrap_keys(&self, request: Request<pb::RewrapKeysRequest>) -> Result<Response<pb::RewrapKeysResponse>, Status> {
+        let db = request.get_ref().db.clone();
+        dispatch(&self.0, request, &db, |node, request| async move { svc(node).rewrap_keys(request).await }).await
+    }
+
+    async fn alter_schema(&self, request: Request<pb::AlterSchemaRequest>) -> Result<Response<pb::AlterSchemaResponse>, Status> {
+        let db = request.get_ref().db.clone();
+        dispatch(&self.0, request, &db, |node, request| async move { svc(node).alter_schema(request).await }).await
+    }
+}
+
+/// Every database in the catalog (saga branches excluded), sorted.
+///
+/// # Errors
+/// `UNAVAILABLE` when storage cannot be listed.
+pub async fn catalog(host: &Host) -> Result<Vec<String>, Status> {
+    let listing = tokio::time::timeout(host.config.storage_timeout, host.base.list_roots("meta:")).await;
+    let names = match listing {
+        Ok(Ok(names)) => names,
+        Ok(Err(error)) => return Err(Status::unavailable(format!("cannot list the catalog: {error}"))),
+        Err(_) => return Err(Status::unavailable("cannot list the catalog: storage timed out")),
+    };
+    let mut dbs: Vec<String> = names
+        .into_iter()
+        .filter_map(|name| name.strip_prefix("meta:").map(str::to_owned))
+        .filter(|name| !name.contains(".saga."))
+        .collect();
+    dbs.sort();
+    Ok(dbs)
+}

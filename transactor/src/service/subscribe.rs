@@ -1,0 +1,131 @@
+//! The fleet's own `Subscribe`: handshake, gapless backfill from the durable
+//! log, then live items, ending with a retryable status when the cell stops
+//! serving (eviction, deposition, shutdown) or the client goes away.
+//!
+//! Corium's `TransactorSvc::subscribe` cannot be used from a cell: its task
+//! blocks in the broadcast receive and keeps the whole database state alive
+//! after the cell is dropped, even after the client disconnects (design note
+//! 0002). This is the same protocol over Corium's public `DbState` API, with
+//! a select on the cell's closing and on the client's channel.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use corium_protocol::{codec, pb};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Status;
+
+use crate::cell::Cell;
+
+pub type ItemStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeItem, Status>> + Send>>;
+
+/// The status a subscriber sees when its owner stops serving: retryable, so
+/// it resubscribes through the fleet address from its last basis.
+fn moved(db: &str) -> Status {
+    Status::unavailable(format!(
+        "the owner of {db:?} stopped serving it (handoff, failover or shutdown); resubscribe from your last basis"
+    ))
+}
+
+/// Starts a subscription on `cell` from `from_basis_t`.
+///
+/// # Errors
+/// When the cell no longer hosts the database.
+pub async fn stream(cell: &Arc<Cell>, from_basis_t: u64, heartbeat_interval_ms: u64) -> Result<ItemStream, Status> {
+    let state = cell
+        .node
+        .db_state(&cell.db)
+        .await
+        .map_err(|error| corium_transactor::server::to_status(&error))?;
+    // Register for live items before taking the basis snapshot, and drop
+    // live reports at or below the last backfilled `t`: nothing falls
+    // between backfill and live.
+    let mut live = state.stream_items();
+    let (schema, interner) = state.handshake_snapshot();
+    let basis = state.db().basis_t();
+    let index_basis = state.index_basis();
+    let mut closed = cell.closed();
+    let db = cell.db.clone();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::SubscribeItem, Status>>(64);
+    tokio::spawn(async move {
+        let item = |item| Ok(pb::SubscribeItem { item: Some(item) });
+        if tx
+            .send(item(pb::subscribe_item::Item::Handshake(pb::Handshake {
+                basis_t: basis,
+                index_basis_t: index_basis,
+                schema,
+                heartbeat_interval_ms,
+            })))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut last_sent = from_basis_t;
+        if from_basis_t < basis {
+            let records = match state.tx_range(from_basis_t + 1, Some(basis + 1)).await {
+                Ok(records) => records,
+                Err(error) => {
+                    let _ = tx.send(Err(corium_transactor::server::to_status(&error))).await;
+                    return;
+                }
+            };
+            for record in records {
+                let datoms = match codec::encode_datoms(&record.datoms, &interner) {
+                    Ok(datoms) => datoms,
+                    Err(error) => {
+                        let _ = tx.send(Err(Status::internal(error.to_string()))).await;
+                        return;
+                    }
+                };
+                let report = pb::TxReport { t: record.t, tx_instant: effective_instant(&record), datoms };
+                if tx.send(item(pb::subscribe_item::Item::Report(report))).await.is_err() {
+                    return;
+                }
+                last_sent = record.t;
+            }
+        }
+        // The state is not needed for the live phase; do not keep it alive.
+        drop(state);
+        loop {
+            let next = tokio::select! {
+                next = live.recv() => next,
+                () = crate::until_true(&mut closed) => {
+                    let _ = tx.send(Err(moved(&db))).await;
+                    return;
+                }
+                () = tx.closed() => return,
+            };
+            let forward = match next {
+                Ok(pb::subscribe_item::Item::Report(report)) => {
+                    if report.t <= last_sent {
+                        continue;
+                    }
+                    last_sent = report.t;
+                    pb::subscribe_item::Item::Report(report)
+                }
+                Ok(other) => other,
+                Err(RecvError::Lagged(_)) => {
+                    let _ = tx.send(Err(Status::data_loss("subscription lagged; resubscribe"))).await;
+                    return;
+                }
+                Err(RecvError::Closed) => {
+                    let _ = tx.send(Err(moved(&db))).await;
+                    return;
+                }
+            };
+            if tx.send(item(forward)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// A transaction's instant: one the data asserted (imports date their own
+/// transactions), else the one recorded.
+fn effective_instant(record: &corium_log::TxRecord) -> i64 {
+    corium_db::bootstrap::asserted_instant(record.t, &record.datoms).unwrap_or(record.tx_instant)
+}

@@ -1,0 +1,159 @@
+//! Standby: how a node sees the databases it is a candidate for, and the
+//! watcher that takes one over when its owner's lease lapses.
+//!
+//! Only candidates watch (invariant 5): the watcher lists the catalog, keeps
+//! the databases for which this node is a candidate, and reads only their
+//! roots. A lease that *lapsed* (expiry passed, never released) means its
+//! owner died or was partitioned: the candidates take over, staggered by
+//! rank so the preferred one normally wins without a race (the root CAS
+//! decides if they do race). A *released* lease (expiry 0) is a graceful
+//! hand-back; such a cold database is activated on its next request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corium_store::DbRoot;
+
+use crate::host::{Host, RootView, node_of, now_unix_ms};
+use crate::service::catalog::catalog;
+
+/// A database as this node sees it.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Standing {
+    /// This node holds the lease.
+    Owned,
+    /// A candidate here; another live owner holds the lease.
+    Standby,
+    /// A candidate here; no live owner.
+    Cold,
+    /// Not a candidate here and not owned.
+    Elsewhere,
+}
+
+impl Standing {
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Owned => "owned",
+            Self::Standby => "standby",
+            Self::Cold => "cold",
+            Self::Elsewhere => "elsewhere",
+        }
+    }
+}
+
+/// Classifies `db` from its root.
+#[must_use]
+pub fn standing(host: &Host, db: &str, view: &RootView, now_ms: i64) -> Standing {
+    if host.cell(db).is_some() {
+        return Standing::Owned;
+    }
+    if host.rank(db).is_none() {
+        return Standing::Elsewhere;
+    }
+    if view.live_owner(now_ms).is_some() {
+        Standing::Standby
+    } else {
+        Standing::Cold
+    }
+}
+
+/// How long after a lapse a candidate of `rank` waits before taking over:
+/// rank 0 at once, each lower rank a further tenth of the TTL.
+#[must_use]
+pub fn stagger(lease_ttl: Duration, rank: usize) -> Duration {
+    lease_ttl / 10 * u32::try_from(rank).unwrap_or(u32::MAX)
+}
+
+/// Whether a lapsed lease should be taken over now by a candidate of `rank`.
+#[must_use]
+pub fn takeover_due(root: &DbRoot, own_owner: &str, rank: usize, lease_ttl: Duration, now_ms: i64) -> bool {
+    let lapsed = !root.owner.is_empty() && root.owner != own_owner && root.lease_expires_unix_ms != 0;
+    let wait = i64::try_from(stagger(lease_ttl, rank).as_millis()).unwrap_or(i64::MAX);
+    lapsed && now_ms >= root.lease_expires_unix_ms.saturating_add(wait)
+}
+
+/// The watcher loop: every third of the lease TTL, until `shutdown`.
+pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let period = (host.config.lease_ttl / 3).max(Duration::from_millis(50));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = crate::until_true(&mut shutdown) => return,
+        }
+        if host.is_stopping() {
+            return;
+        }
+        let dbs = match catalog(&host).await {
+            Ok(dbs) => dbs,
+            Err(status) => {
+                tracing::warn!(error = status.message(), "standby watcher cannot list the catalog");
+                continue;
+            }
+        };
+        let (mut standby, mut cold) = (0, 0);
+        for db in dbs {
+            let Some(rank) = host.rank(&db) else { continue };
+            if host.cell(&db).is_some() {
+                continue;
+            }
+            let Ok(view) = host.read_root(&db).await else { continue };
+            match standing(&host, &db, &view, now_unix_ms()) {
+                Standing::Standby => standby += 1,
+                Standing::Cold => cold += 1,
+                Standing::Owned | Standing::Elsewhere => {}
+            }
+            let Some(root) = &view.root else { continue };
+            if !takeover_due(root, &host.template.owner, rank, host.config.lease_ttl, now_unix_ms()) {
+                continue;
+            }
+            tracing::info!(db, rank, previous_owner = node_of(&root.owner), lease_version = root.lease_version, "lease lapsed; taking over");
+            if let Err(status) = host.activate(&db, true).await {
+                tracing::info!(db, error = status.message(), "takeover not done");
+            }
+        }
+        host.metrics.standby.store(standby, std::sync::atomic::Ordering::Relaxed);
+        host.metrics.cold.store(cold, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(owner: &str, expires: i64) -> DbRoot {
+        DbRoot {
+            format_version: corium_store::FORMAT_VERSION,
+            lease_version: 3,
+            owner: owner.into(),
+            lease_expires_unix_ms: expires,
+            owner_endpoint: String::new(),
+            index_basis_t: 0,
+            roots: None,
+            history_roots: None,
+            next_entity_id: 0,
+            last_tx_instant: 0,
+            key_manifest_version: 0,
+        }
+    }
+
+    #[test]
+    fn lapsed_leases_are_taken_over_in_rank_order() {
+        let ttl = Duration::from_millis(1000);
+        let lapsed = root("n1/a", 10_000);
+        assert!(!takeover_due(&lapsed, "n2/b", 0, ttl, 9_999));
+        assert!(takeover_due(&lapsed, "n2/b", 0, ttl, 10_000));
+        assert!(!takeover_due(&lapsed, "n3/c", 1, ttl, 10_050));
+        assert!(takeover_due(&lapsed, "n3/c", 1, ttl, 10_100));
+    }
+
+    #[test]
+    fn released_and_own_leases_are_not_taken_over() {
+        let ttl = Duration::from_millis(1000);
+        assert!(!takeover_due(&root("n1/a", 0), "n2/b", 0, ttl, 50_000));
+        assert!(!takeover_due(&root("n2/b", 10), "n2/b", 0, ttl, 50_000));
+        assert!(!takeover_due(&root("", 10), "n2/b", 0, ttl, 50_000));
+    }
+}

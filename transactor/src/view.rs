@@ -1,0 +1,265 @@
+//! The cell view: a registered storage backend that shows one cell only its
+//! own database over the node's one shared store.
+//!
+//! Corium's `TransactorNode` hosts every database its store lists under
+//! `meta:`. A fleet node hosts each database as its own `TransactorNode` (a
+//! cell, see `cell.rs`) over this view, which
+//! - answers the `meta:` catalog listing with point reads of the cell's own
+//!   database (activation is O(1), never a catalog scan);
+//! - fences writes (`cas_root`, `delete_root`) to root names the database
+//!   owns, so a cell can never write another database's roots;
+//! - passes every other call through: blobs are content-addressed and shared,
+//!   and `list_roots("db:")` must stay unfiltered for garbage collection to
+//!   see every live root (design note 0002 has the negative control).
+//!
+//! One kind is registered per log placement of the base backend, once per
+//! process: the storage-backend registry is process-global and has no
+//! unregister. The base store and the database travel in the
+//! `StorageConfig` (an extension and a JSON field).
+
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use corium_store::{
+    BackendCapabilities, BlobId, BlobIdStream, BlobStore, FullStore, LogPlacement, ReadStore,
+    RootStore, StorageBackend, StorageConfig, StoreError,
+};
+
+/// The shared base store, attached to a cell's `StorageConfig` as a
+/// process-local extension (never serialized).
+#[derive(Clone)]
+pub struct BaseStore(pub Arc<dyn FullStore>);
+
+/// A view of the base store limited to one database (or to none, for the
+/// node's garbage-collection cell).
+pub struct CellView {
+    base: Arc<dyn FullStore>,
+    /// The one database this view may write; `None` for the GC view, which
+    /// writes nothing but blob deletions.
+    db: Option<String>,
+}
+
+impl CellView {
+    fn owns(&self, name: &str) -> bool {
+        let Some(db) = &self.db else {
+            return false;
+        };
+        let Some((prefix, rest)) = name.split_once(':') else {
+            return false;
+        };
+        let saga = format!("{db}.saga.");
+        match prefix {
+            "meta" | "db" | "keys" | "lease" => rest == db || rest.starts_with(&saga),
+            "log" => rest.starts_with(&format!("{db}:")) || rest.starts_with(&saga),
+            _ => false,
+        }
+    }
+
+    fn fenced(&self, name: &str) -> StoreError {
+        StoreError::Backend {
+            kind: "fleet-view".into(),
+            detail: format!(
+                "root {name:?} is not owned by the cell for {:?}",
+                self.db.as_deref().unwrap_or("")
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl BlobStore for CellView {
+    async fn put(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
+        self.base.put(bytes).await
+    }
+    async fn get(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError> {
+        self.base.get(id).await
+    }
+    async fn contains(&self, id: &BlobId) -> Result<bool, StoreError> {
+        self.base.contains(id).await
+    }
+    async fn put_if_absent(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
+        self.base.put_if_absent(bytes).await
+    }
+    async fn delete(&self, id: &BlobId) -> Result<(), StoreError> {
+        self.base.delete(id).await
+    }
+    async fn list(&self) -> Result<BlobIdStream, StoreError> {
+        self.base.list().await
+    }
+    async fn modified_at(&self, id: &BlobId) -> Result<Option<SystemTime>, StoreError> {
+        self.base.modified_at(id).await
+    }
+}
+
+#[async_trait]
+impl RootStore for CellView {
+    async fn get_root(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.base.get_root(name).await
+    }
+
+    async fn cas_root(
+        &self,
+        name: &str,
+        expected: Option<&[u8]>,
+        new: &[u8],
+    ) -> Result<(), StoreError> {
+        if !self.owns(name) {
+            return Err(self.fenced(name));
+        }
+        self.base.cas_root(name, expected, new).await
+    }
+
+    async fn delete_root(&self, name: &str) -> Result<(), StoreError> {
+        if !self.owns(name) {
+            return Err(self.fenced(name));
+        }
+        self.base.delete_root(name).await
+    }
+
+    async fn list_roots(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        if prefix != "meta:" {
+            return self.base.list_roots(prefix).await;
+        }
+        // The catalog listing a node opens at start: answer it with point
+        // reads of this cell's own database.
+        let Some(db) = &self.db else {
+            return Ok(Vec::new());
+        };
+        let own = format!("meta:{db}");
+        let mut names = Vec::new();
+        if self.base.get_root(&own).await?.is_some() {
+            names.push(own);
+        }
+        names.extend(self.base.list_roots(&format!("meta:{db}.saga.")).await?);
+        Ok(names)
+    }
+}
+
+/// The view backend for one log placement.
+struct ViewBackend {
+    kind: &'static str,
+    placement: LogPlacement,
+}
+
+#[async_trait]
+impl StorageBackend for ViewBackend {
+    fn kind(&self) -> &str {
+        self.kind
+    }
+
+    fn capabilities(&self) -> BackendCapabilities {
+        BackendCapabilities {
+            log_placement: self.placement,
+            direct_access: false,
+        }
+    }
+
+    async fn open(&self, config: &StorageConfig) -> Result<Arc<dyn FullStore>, StoreError> {
+        Ok(Arc::new(self.view(config)?))
+    }
+
+    async fn open_existing(&self, config: &StorageConfig) -> Result<Arc<dyn ReadStore>, StoreError> {
+        Ok(Arc::new(self.view(config)?))
+    }
+}
+
+impl ViewBackend {
+    fn view(&self, config: &StorageConfig) -> Result<CellView, StoreError> {
+        let invalid = |detail: &str| StoreError::InvalidBackendConfig {
+            kind: self.kind.into(),
+            detail: detail.into(),
+        };
+        let base = config
+            .extension::<BaseStore>()
+            .ok_or_else(|| invalid("no base store attached"))?;
+        let db = match config.get("db") {
+            Some(serde_json::Value::String(db)) => Some(db.clone()),
+            Some(serde_json::Value::Null) | None => None,
+            Some(_) => return Err(invalid("db must be a string")),
+        };
+        Ok(CellView {
+            base: Arc::clone(&base.0),
+            db,
+        })
+    }
+}
+
+/// Registers the view kinds (once per process) and returns the kind whose
+/// log placement matches `placement`.
+///
+/// # Errors
+/// A memory-placed base is refused: its logs are per node and would be lost
+/// every time a cell is reopened.
+pub fn kind_for(placement: LogPlacement) -> Result<&'static str, String> {
+    static REGISTERED: OnceLock<()> = OnceLock::new();
+    REGISTERED.get_or_init(|| {
+        let backends: Vec<Arc<dyn StorageBackend>> = vec![
+            Arc::new(ViewBackend {
+                kind: "fleet-view-fs",
+                placement: LogPlacement::Filesystem,
+            }),
+            Arc::new(ViewBackend {
+                kind: "fleet-view-native",
+                placement: LogPlacement::RootStore,
+            }),
+        ];
+        // Duplicate registration cannot happen: guarded by the OnceLock.
+        let _ = corium_store::register_storage_backends(backends);
+    });
+    match placement {
+        LogPlacement::Filesystem => Ok("fleet-view-fs"),
+        LogPlacement::RootStore => Ok("fleet-view-native"),
+        LogPlacement::Memory => {
+            Err("the memory storage backend cannot be shared between cells".to_owned())
+        }
+    }
+}
+
+/// The `StorageConfig` of a view over `base` for `db` (`None`: the GC view).
+#[must_use]
+pub fn config(base: &Arc<dyn FullStore>, db: Option<&str>) -> StorageConfig {
+    let mut config = StorageConfig::from_value(serde_json::json!({ "db": db }))
+        .unwrap_or_else(|_| unreachable!("a JSON object"));
+    config.insert_extension(BaseStore(Arc::clone(base)));
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(db: &str) -> CellView {
+        let base: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+        CellView {
+            base,
+            db: Some(db.into()),
+        }
+    }
+
+    #[test]
+    fn owns_only_its_database_roots() {
+        let view = view("a");
+        for name in ["meta:a", "db:a", "keys:a", "lease:a", "meta:a.saga.00ff", "log:a:v00001:r0002", "log:a.saga.00ff:v1"] {
+            assert!(view.owns(name), "{name}");
+        }
+        for name in ["meta:ab", "db:b", "log:ab:v1", "meta:", "a", "other:a"] {
+            assert!(!view.owns(name), "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn catalog_listing_is_point_reads_and_writes_are_fenced() {
+        let view = view("a");
+        view.base.cas_root("meta:a", None, b"x").await.unwrap();
+        view.base.cas_root("meta:b", None, b"y").await.unwrap();
+        assert_eq!(view.list_roots("meta:").await.unwrap(), vec!["meta:a".to_owned()]);
+        assert!(view.cas_root("meta:b", Some(b"y"), b"z").await.is_err());
+        assert!(view.delete_root("db:b").await.is_err());
+        view.cas_root("db:a", None, b"r").await.unwrap();
+        // GC listings pass through whole.
+        let mut all = view.list_roots("meta").await.unwrap();
+        all.sort();
+        assert_eq!(all, vec!["meta:a".to_owned(), "meta:b".to_owned()]);
+    }
+}
