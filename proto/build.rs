@@ -2,7 +2,10 @@
 //! exactly as `corium-protocol` does.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/corium/fleet/v1/fleet.proto", "proto/google/rpc/status.proto"];
+    let files = [
+        "proto/corium/fleet/v1/fleet.proto",
+        "proto/google/rpc/status.proto",
+    ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");
     }

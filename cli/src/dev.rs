@@ -59,12 +59,19 @@ async fn ready(admin: u16) -> bool {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", admin)).await.ok()?;
-        stream.write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.ok()?;
+        stream
+            .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await.ok()?;
         Some(answer.starts_with(b"HTTP/1.1 200"))
     };
-    tokio::time::timeout(Duration::from_secs(2), attempt).await.ok().flatten().unwrap_or(false)
+    tokio::time::timeout(Duration::from_secs(2), attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
 
 async fn stop(nodes: &mut [Node]) {
@@ -75,27 +82,44 @@ async fn stop(nodes: &mut [Node]) {
         }
     }
     for node in nodes.iter_mut() {
-        if tokio::time::timeout(Duration::from_secs(15), node.child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(15), node.child.wait())
+            .await
+            .is_err()
+        {
             eprintln!("corium-fleet: {} did not stop in 15 s; killing it", node.id);
             let _ = node.child.kill().await;
         }
     }
 }
 
-fn spawn(args: &DevArgs, binary: &Path, index: u16, ports: &[(u16, u16)], logs: &Path) -> anyhow::Result<Node> {
+fn spawn(
+    args: &DevArgs,
+    binary: &Path,
+    index: u16,
+    ports: &[(u16, u16)],
+    logs: &Path,
+) -> anyhow::Result<Node> {
     let id = format!("node-{}", index + 1);
     let (grpc, admin) = ports[usize::from(index)];
     let zone = format!("zone-{}", char::from(b'a' + u8::try_from(index).unwrap_or(0)));
     let mut command = Command::new(binary);
     command
-        .arg("--node-id").arg(&id)
-        .arg("--zone").arg(&zone)
-        .arg("--listen").arg(format!("127.0.0.1:{grpc}"))
-        .arg("--admin-listen").arg(format!("127.0.0.1:{admin}"))
-        .arg("--storage").arg(&args.storage)
-        .arg("--data-dir").arg(args.data_dir.join("data"))
-        .arg("--lease-ttl-ms").arg(args.lease_ttl_ms.to_string())
-        .arg("--replicas").arg(args.replicas.to_string());
+        .arg("--node-id")
+        .arg(&id)
+        .arg("--zone")
+        .arg(&zone)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{grpc}"))
+        .arg("--admin-listen")
+        .arg(format!("127.0.0.1:{admin}"))
+        .arg("--storage")
+        .arg(&args.storage)
+        .arg("--data-dir")
+        .arg(args.data_dir.join("data"))
+        .arg("--lease-ttl-ms")
+        .arg(args.lease_ttl_ms.to_string())
+        .arg("--replicas")
+        .arg(args.replicas.to_string());
     for (other, (other_grpc, _)) in ports.iter().enumerate() {
         let other_zone = char::from(b'a' + u8::try_from(other).unwrap_or(0));
         command.arg("--member").arg(format!(
@@ -108,14 +132,21 @@ fn spawn(args: &DevArgs, binary: &Path, index: u16, ports: &[(u16, u16)], logs: 
     let child = command
         .spawn()
         .with_context(|| format!("cannot start {} (build it with `cargo build`)", binary.display()))?;
-    Ok(Node { id, grpc, admin, child })
+    Ok(Node {
+        id,
+        grpc,
+        admin,
+        child,
+    })
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let logs = args.data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     let binary = transactor_binary();
-    let ports = (0..args.nodes).map(|_| Ok((free_port()?, free_port()?))).collect::<anyhow::Result<Vec<_>>>()?;
+    let ports = (0..args.nodes)
+        .map(|_| Ok((free_port()?, free_port()?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut nodes = Vec::new();
     for index in 0..args.nodes {
         match spawn(&args, &binary, index, &ports, &logs) {
@@ -135,20 +166,33 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             if let Ok(Some(status)) = nodes[index].child.try_wait() {
                 let id = nodes[index].id.clone();
                 stop(&mut nodes).await;
-                bail!("{id} exited with {status}; see {}", logs.join(format!("{id}.log")).display());
+                bail!(
+                    "{id} exited with {status}; see {}",
+                    logs.join(format!("{id}.log")).display()
+                );
             }
             if Instant::now() > deadline {
                 let id = nodes[index].id.clone();
                 stop(&mut nodes).await;
-                bail!("{id} was not ready within {} s; see {}", args.ready_timeout_secs, logs.display());
+                bail!(
+                    "{id} was not ready within {} s; see {}",
+                    args.ready_timeout_secs,
+                    logs.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     for node in &nodes {
-        eprintln!("corium-fleet: {} grpc http://127.0.0.1:{} admin http://127.0.0.1:{}/metrics", node.id, node.grpc, node.admin);
+        eprintln!(
+            "corium-fleet: {} grpc http://127.0.0.1:{} admin http://127.0.0.1:{}/metrics",
+            node.id, node.grpc, node.admin
+        );
     }
-    eprintln!("corium-fleet: node logs in {}; Ctrl-C stops the fleet", logs.display());
+    eprintln!(
+        "corium-fleet: node logs in {}; Ctrl-C stops the fleet",
+        logs.display()
+    );
     // Until the ingress exists, the client address is the first node's.
     println!("corium-fleet: ready at http://127.0.0.1:{}", nodes[0].grpc);
     use tokio::signal::unix::{SignalKind, signal};

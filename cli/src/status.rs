@@ -52,14 +52,28 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
     println!(
         "node {} (zone {:?}, {}) storage {} — owned {}, standby {}, cold {}",
-        status.node_id, status.zone, status.internal_endpoint, status.storage, status.owned, status.standby, status.cold
+        status.node_id,
+        status.zone,
+        status.internal_endpoint,
+        status.storage,
+        status.owned,
+        status.standby,
+        status.cold
     );
-    println!("{:<32} {:<8} {:<12} {:>8} {:>8}  candidates", "DATABASE", "STATE", "OWNER", "LEASE", "BASIS");
+    println!(
+        "{:<32} {:<8} {:<12} {:>8} {:>8}  candidates",
+        "DATABASE", "STATE", "OWNER", "LEASE", "BASIS"
+    );
     for db in &status.databases {
         let candidates: Vec<&str> = db.candidates.iter().map(|c| c.node_id.as_str()).collect();
         println!(
             "{:<32} {:<8} {:<12} {:>8} {:>8}  {}",
-            db.database, db.state, db.owner_id, db.lease_version, db.basis_t, candidates.join(",")
+            db.database,
+            db.state,
+            db.owner_id,
+            db.lease_version,
+            db.basis_t,
+            candidates.join(",")
         );
     }
     Ok(())

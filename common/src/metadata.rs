@@ -44,10 +44,13 @@ fn text<'a>(
 fn number(map: &tonic::metadata::MetadataMap, key: &'static str) -> Result<Option<u64>, MetadataError> {
     text(map, key)?
         .map(|value| {
-            value.trim().parse::<u64>().map_err(|_| MetadataError::NotANumber {
-                key,
-                value: value.to_owned(),
-            })
+            value
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| MetadataError::NotANumber {
+                    key,
+                    value: value.to_owned(),
+                })
         })
         .transpose()
 }
@@ -111,27 +114,42 @@ mod tests {
             "a",
         )
         .unwrap();
-        assert_eq!(routing, Routing { hop: 1, lease_version: Some(7) });
+        assert_eq!(
+            routing,
+            Routing {
+                hop: 1,
+                lease_version: Some(7)
+            }
+        );
     }
 
     #[test]
     fn mismatched_route_is_refused() {
         assert_eq!(
             check(&map(&[(DATABASE_ROUTE, "b")]), "a"),
-            Err(MetadataError::RouteMismatch { route: "b".into(), body: "a".into() })
+            Err(MetadataError::RouteMismatch {
+                route: "b".into(),
+                body: "a".into()
+            })
         );
     }
 
     #[test]
     fn second_hop_is_refused() {
-        assert_eq!(check(&map(&[(HOP, "2")]), "a"), Err(MetadataError::TooManyHops(2)));
+        assert_eq!(
+            check(&map(&[(HOP, "2")]), "a"),
+            Err(MetadataError::TooManyHops(2))
+        );
     }
 
     #[test]
     fn garbage_lease_version_is_refused() {
         assert!(matches!(
             check(&map(&[(LEASE_VERSION, "seven")]), "a"),
-            Err(MetadataError::NotANumber { key: LEASE_VERSION, .. })
+            Err(MetadataError::NotANumber {
+                key: LEASE_VERSION,
+                ..
+            })
         ));
     }
 }

@@ -19,7 +19,10 @@ pub fn to_status(detail: &NotOwner) -> tonic::Status {
     let owner = if detail.owner_id.is_empty() {
         "no live owner".to_owned()
     } else {
-        format!("lease held by {} (version {})", detail.owner_id, detail.lease_version)
+        format!(
+            "lease held by {} (version {})",
+            detail.owner_id, detail.lease_version
+        )
     };
     let message = format!(
         "standby for {:?}: this node does not hold the write lease; {owner}",
@@ -59,7 +62,10 @@ pub fn from_status(status: &tonic::Status) -> Option<NotOwner> {
 /// What a caller should do with a `NotOwner`.
 #[must_use]
 pub fn kind(detail: &NotOwner) -> ErrorKind {
-    match (detail.retryable, detail.route_endpoint.is_empty() && detail.candidates.is_empty()) {
+    match (
+        detail.retryable,
+        detail.route_endpoint.is_empty() && detail.candidates.is_empty(),
+    ) {
         (false, _) => ErrorKind::GiveUp,
         (true, false) => ErrorKind::RetryAtHint,
         (true, true) => ErrorKind::RetryLater,
@@ -114,7 +120,10 @@ mod tests {
     #[test]
     fn other_statuses_have_no_detail() {
         assert_eq!(from_status(&tonic::Status::unavailable("standby")), None);
-        assert_eq!(from_status(&tonic::Status::failed_precondition("standby for x")), None);
+        assert_eq!(
+            from_status(&tonic::Status::failed_precondition("standby for x")),
+            None
+        );
     }
 
     #[test]

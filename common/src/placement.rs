@@ -167,11 +167,18 @@ mod tests {
     use proptest::prelude::*;
 
     fn member(id: &str, zone: &str, weight: u32) -> Member {
-        Member { node_id: id.into(), zone: zone.into(), weight, endpoint: format!("http://{id}") }
+        Member {
+            node_id: id.into(),
+            zone: zone.into(),
+            weight,
+            endpoint: format!("http://{id}"),
+        }
     }
 
     fn fleet(n: usize, zones: usize) -> Vec<Member> {
-        (0..n).map(|i| member(&format!("node-{i}"), &format!("z{}", i % zones), 1)).collect()
+        (0..n)
+            .map(|i| member(&format!("node-{i}"), &format!("z{}", i % zones), 1))
+            .collect()
     }
 
     fn ids(list: &[&Member]) -> Vec<String> {
@@ -181,16 +188,38 @@ mod tests {
     #[test]
     fn parses_member_syntax() {
         let parsed: Member = "node-1=http://127.0.0.1:7001,zone=a,weight=3".parse().unwrap();
-        assert_eq!(parsed, Member { node_id: "node-1".into(), zone: "a".into(), weight: 3, endpoint: "http://127.0.0.1:7001".into() });
+        assert_eq!(
+            parsed,
+            Member {
+                node_id: "node-1".into(),
+                zone: "a".into(),
+                weight: 3,
+                endpoint: "http://127.0.0.1:7001".into()
+            }
+        );
         assert!(matches!("node-1".parse::<Member>(), Err(MemberError::Syntax(_))));
-        assert!(matches!("n=e,weight=x".parse::<Member>(), Err(MemberError::Weight { .. })));
-        assert!(matches!("n=e,colour=red".parse::<Member>(), Err(MemberError::Option { .. })));
-        assert_eq!(check_unique(&[member("a", "", 1), member("a", "", 1)]), Err(MemberError::Duplicate("a".into())));
+        assert!(matches!(
+            "n=e,weight=x".parse::<Member>(),
+            Err(MemberError::Weight { .. })
+        ));
+        assert!(matches!(
+            "n=e,colour=red".parse::<Member>(),
+            Err(MemberError::Option { .. })
+        ));
+        assert_eq!(
+            check_unique(&[member("a", "", 1), member("a", "", 1)]),
+            Err(MemberError::Duplicate("a".into()))
+        );
     }
 
     #[test]
     fn spreads_across_zones_first() {
-        let members = vec![member("a1", "a", 1), member("a2", "a", 1), member("a3", "a", 1), member("b1", "b", 1)];
+        let members = vec![
+            member("a1", "a", 1),
+            member("a2", "a", 1),
+            member("a3", "a", 1),
+            member("b1", "b", 1),
+        ];
         for db in 0..200 {
             let chosen = candidates(&format!("db{db}"), &members, 2);
             let zones: Vec<&str> = chosen.iter().map(|m| m.zone.as_str()).collect();
@@ -207,7 +236,9 @@ mod tests {
     #[test]
     fn weights_shift_load_proportionally() {
         let members = vec![member("light", "", 1), member("heavy", "", 3)];
-        let heavy = (0..4000).filter(|i| candidates(&format!("db{i}"), &members, 1)[0].node_id == "heavy").count();
+        let heavy = (0..4000)
+            .filter(|i| candidates(&format!("db{i}"), &members, 1)[0].node_id == "heavy")
+            .count();
         // Expected share 3/4 = 3000; allow sampling noise.
         assert!((2800..3200).contains(&heavy), "heavy got {heavy} of 4000");
     }

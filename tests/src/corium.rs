@@ -56,7 +56,11 @@ pub fn item_forms(name: &str) -> Vec<Edn> {
 pub async fn create(endpoint: &str, db: &str) -> Result<bool, tonic::Status> {
     let mut catalog = CatalogClient::new(channel(endpoint).await);
     Ok(catalog
-        .create_database(pb::CreateDatabaseRequest { db: db.to_owned(), schema: schema(), storage_key: String::new() })
+        .create_database(pb::CreateDatabaseRequest {
+            db: db.to_owned(),
+            schema: schema(),
+            storage_key: String::new(),
+        })
         .await?
         .into_inner()
         .created)
@@ -99,7 +103,11 @@ pub async fn transact(
 pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, tonic::Status> {
     let mut client = TransactorClient::new(channel(endpoint).await);
     let mut stream = client
-        .subscribe(pb::SubscribeRequest { db: db.to_owned(), protocol_version: corium_protocol::PROTOCOL_VERSION, from_basis_t: 0 })
+        .subscribe(pb::SubscribeRequest {
+            db: db.to_owned(),
+            protocol_version: corium_protocol::PROTOCOL_VERSION,
+            from_basis_t: 0,
+        })
         .await?
         .into_inner();
     let mut interner = corium_core::KeywordInterner::default();
@@ -109,7 +117,9 @@ pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, to
         let next = tokio::time::timeout(Duration::from_secs(30), stream.message())
             .await
             .map_err(|_| tonic::Status::deadline_exceeded("subscription stalled"))??;
-        let Some(item) = next.and_then(|item| item.item) else { break };
+        let Some(item) = next.and_then(|item| item.item) else {
+            break;
+        };
         match item {
             pb::subscribe_item::Item::Handshake(handshake) => basis = Some(handshake.basis_t),
             pb::subscribe_item::Item::Report(report) => {

@@ -7,9 +7,11 @@
 //!   the server named by `CORIUM_FLEET_TEST_PG_URL`, which `make test`
 //!   starts);
 //! - [`Fleet`] / [`Node`] — process control: start, SIGKILL, SIGTERM;
-//! - [`corium`] — small helpers over the stock `corium.v1` clients.
+//! - [`corium`] — small helpers over the stock `corium.v1` clients;
+//! - [`proxy`] — a cuttable TCP path between a node and PostgreSQL.
 
 pub mod corium;
+pub mod proxy;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -49,9 +51,15 @@ impl Backend {
             .arg(format!("CREATE DATABASE {name}"))
             .output()
             .expect("psql runs");
-        assert!(output.status.success(), "create database: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "create database: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         let (server, _) = base.rsplit_once('/').expect("postgres URL ends in /DATABASE");
-        Self::Postgres { url: format!("{server}/{name}") }
+        Self::Postgres {
+            url: format!("{server}/{name}"),
+        }
     }
 
     fn flag(&self) -> String {
@@ -60,10 +68,24 @@ impl Backend {
             Self::Postgres { url } => url.clone(),
         }
     }
+
+    /// The PostgreSQL server address and the URL with its host:port
+    /// replaced by `127.0.0.1:port`.
+    fn through(&self, port: u16) -> Option<(std::net::SocketAddr, String)> {
+        let Self::Postgres { url } = self else { return None };
+        let (scheme_user, rest) = url.split_once('@')?;
+        let (host_port, db) = rest.split_once('/')?;
+        let target = host_port.parse().ok()?;
+        Some((target, format!("{scheme_user}@127.0.0.1:{port}/{db}")))
+    }
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// The directory holding the workspace's binaries (`target/debug`).
@@ -92,8 +114,16 @@ impl Node {
 
     fn spawn(&mut self) {
         let binary = bin_dir().join("corium-fleet-transactor");
-        assert!(binary.exists(), "{} missing: build with `cargo build --bins` (make test does)", binary.display());
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        assert!(
+            binary.exists(),
+            "{} missing: build with `cargo build --bins` (make test does)",
+            binary.display()
+        );
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
         let child = Command::new(binary)
             .args(&self.args)
             .env("CORIUM_FLEET_LOG", "info,corium_transactor=warn")
@@ -128,10 +158,19 @@ impl Node {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "{} exited with {status} after SIGTERM; log {}", self.id, self.log.display());
+                assert!(
+                    status.success(),
+                    "{} exited with {status} after SIGTERM; log {}",
+                    self.id,
+                    self.log.display()
+                );
                 return;
             }
-            assert!(Instant::now() < deadline, "{} did not stop within 20 s of SIGTERM", self.id);
+            assert!(
+                Instant::now() < deadline,
+                "{} did not stop within 20 s of SIGTERM",
+                self.id
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -152,6 +191,8 @@ impl Drop for Node {
 /// A fleet of transactor processes sharing one store.
 pub struct Fleet {
     pub nodes: Vec<Node>,
+    /// Per node, the cuttable path to PostgreSQL (PostgreSQL fleets only).
+    pub partitions: Vec<Option<proxy::Partition>>,
     pub members: Vec<Member>,
     pub replicas: usize,
     pub backend: Backend,
@@ -179,18 +220,40 @@ impl Fleet {
             .collect();
         let member_flags: Vec<String> = members
             .iter()
-            .flat_map(|m| ["--member".to_owned(), format!("{}={},zone={}", m.node_id, m.endpoint, m.zone)])
+            .flat_map(|m| {
+                [
+                    "--member".to_owned(),
+                    format!("{}={},zone={}", m.node_id, m.endpoint, m.zone),
+                ]
+            })
             .collect();
         let mut nodes = Vec::new();
+        let mut partitions = Vec::new();
         for (member, (grpc, admin)) in members.iter().zip(&ports) {
+            let partition = match backend.through(0) {
+                Some((target, _)) => Some(proxy::Partition::start(target).await),
+                None => None,
+            };
+            let storage = match &partition {
+                Some(partition) => backend.through(partition.port).unwrap().1,
+                None => backend.flag(),
+            };
+            partitions.push(partition);
             let mut args = vec![
-                "--node-id".to_owned(), member.node_id.clone(),
-                "--zone".to_owned(), member.zone.clone(),
-                "--listen".to_owned(), format!("127.0.0.1:{grpc}"),
-                "--admin-listen".to_owned(), format!("127.0.0.1:{admin}"),
-                "--storage".to_owned(), backend.flag(),
-                "--data-dir".to_owned(), dir.path().join("data").display().to_string(),
-                "--lease-ttl-ms".to_owned(), lease_ttl.as_millis().to_string(),
+                "--node-id".to_owned(),
+                member.node_id.clone(),
+                "--zone".to_owned(),
+                member.zone.clone(),
+                "--listen".to_owned(),
+                format!("127.0.0.1:{grpc}"),
+                "--admin-listen".to_owned(),
+                format!("127.0.0.1:{admin}"),
+                "--storage".to_owned(),
+                storage,
+                "--data-dir".to_owned(),
+                dir.path().join("data").display().to_string(),
+                "--lease-ttl-ms".to_owned(),
+                lease_ttl.as_millis().to_string(),
             ];
             args.extend(member_flags.iter().cloned());
             let mut node = Node {
@@ -205,21 +268,45 @@ impl Fleet {
             node.spawn();
             nodes.push(node);
         }
-        let fleet = Self { nodes, members, replicas: placement::DEFAULT_REPLICAS, backend, lease_ttl, _dir: dir };
-        for node in &fleet.nodes {
-            fleet.wait_ready(node).await;
+        let mut fleet = Self {
+            nodes,
+            partitions,
+            members,
+            replicas: placement::DEFAULT_REPLICAS,
+            backend,
+            lease_ttl,
+            _dir: dir,
+        };
+        for index in 0..fleet.nodes.len() {
+            fleet.wait_ready(index).await;
         }
         fleet
     }
 
-    async fn wait_ready(&self, node: &Node) {
+    /// Waits until node `index` answers `/readyz`, failing fast if it exits.
+    ///
+    /// # Panics
+    /// When the node exits or is not ready within 60 s.
+    pub async fn wait_ready(&mut self, index: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if http_get(node.admin, "/readyz").await.is_some_and(|(status, _)| status == 200) {
+            let node = &mut self.nodes[index];
+            if let Some(status) = node.child.as_mut().and_then(|child| child.try_wait().unwrap()) {
+                panic!(
+                    "{} exited with {status} before it was ready; log:\n{}",
+                    node.id,
+                    node.log()
+                );
+            }
+            if http_get(node.admin, "/readyz")
+                .await
+                .is_some_and(|(status, _)| status == 200)
+            {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let node = &self.nodes[index];
         panic!("{} not ready within 60 s; log:\n{}", node.id, node.log());
     }
 
@@ -232,7 +319,10 @@ impl Fleet {
     /// Ranked candidate node indexes of `db` (the same function the nodes use).
     #[must_use]
     pub fn candidates(&self, db: &str) -> Vec<usize> {
-        placement::candidates(db, &self.members, self.replicas).iter().map(|m| self.index(&m.node_id)).collect()
+        placement::candidates(db, &self.members, self.replicas)
+            .iter()
+            .map(|m| self.index(&m.node_id))
+            .collect()
     }
 
     /// Index of a node that is not a candidate of `db`.
@@ -245,7 +335,10 @@ impl Fleet {
     /// Every node's log, for failure messages.
     #[must_use]
     pub fn logs(&self) -> String {
-        self.nodes.iter().map(|n| format!("==== {} ====\n{}", n.id, n.log())).collect()
+        self.nodes
+            .iter()
+            .map(|n| format!("==== {} ====\n{}", n.id, n.log()))
+            .collect()
     }
 }
 
@@ -255,14 +348,22 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
         stream
-            .write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
             .await
             .ok()?;
         let mut answer = String::new();
         stream.read_to_string(&mut answer).await.ok()?;
         let status = answer.get(9..12)?.parse().ok()?;
-        let body = answer.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default();
         Some((status, body))
     };
-    tokio::time::timeout(Duration::from_secs(5), attempt).await.ok().flatten()
+    tokio::time::timeout(Duration::from_secs(5), attempt)
+        .await
+        .ok()
+        .flatten()
 }

@@ -17,13 +17,18 @@ const TTL: Duration = Duration::from_millis(1500);
 /// Creates `db` on its top candidate and returns that node's index.
 async fn create_on_top_candidate(fleet: &Fleet, db: &str) -> usize {
     let top = fleet.candidates(db)[0];
-    assert!(corium::create(&fleet.nodes[top].endpoint(), db).await.unwrap(), "created {db}");
+    assert!(
+        corium::create(&fleet.nodes[top].endpoint(), db).await.unwrap(),
+        "created {db}"
+    );
     top
 }
 
 async fn placement(endpoint: &str, db: &str) -> corium_fleet_proto::fleet::DatabaseView {
     FleetAdminClient::new(channel(endpoint).await)
-        .database_placement(DatabasePlacementRequest { database: db.to_owned() })
+        .database_placement(DatabasePlacementRequest {
+            database: db.to_owned(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -37,13 +42,21 @@ async fn created_database_is_served_by_its_lease_holder() {
         let fleet = Fleet::start(backend.clone(), 3, TTL).await;
         let db = "orders";
         let owner = create_on_top_candidate(&fleet, db).await;
-        let first = corium::transact(&fleet.nodes[owner].endpoint(), db, "widget", &[]).await.unwrap();
-        let second = corium::transact(&fleet.nodes[owner].endpoint(), db, "gadget", &[]).await.unwrap();
+        let first = corium::transact(&fleet.nodes[owner].endpoint(), db, "widget", &[])
+            .await
+            .unwrap();
+        let second = corium::transact(&fleet.nodes[owner].endpoint(), db, "gadget", &[])
+            .await
+            .unwrap();
         assert_eq!(second.basis_before, first.basis_t, "{backend:?}");
         // Every node, candidate or not, reads the same holder from storage.
         for node in &fleet.nodes {
             let view = placement(&node.endpoint(), db).await;
-            assert_eq!(view.owner_id, fleet.nodes[owner].id, "{backend:?} seen from {}", node.id);
+            assert_eq!(
+                view.owner_id, fleet.nodes[owner].id,
+                "{backend:?} seen from {}",
+                node.id
+            );
             assert!(view.lease_version >= 1);
         }
         let (status, metrics) = http_get(fleet.nodes[owner].admin, "/metrics").await.unwrap();
@@ -60,14 +73,26 @@ async fn non_holder_answers_typed_not_owner_naming_the_holder() {
         let fleet = Fleet::start(backend.clone(), 3, TTL).await;
         let db = "ledger";
         let owner = create_on_top_candidate(&fleet, db).await;
-        let committed = corium::transact(&fleet.nodes[owner].endpoint(), db, "a", &[]).await.unwrap();
+        let committed = corium::transact(&fleet.nodes[owner].endpoint(), db, "a", &[])
+            .await
+            .unwrap();
         let version = placement(&fleet.nodes[owner].endpoint(), db).await.lease_version;
         let standby = fleet.candidates(db)[1];
         let outsider = fleet.non_candidate(db).unwrap();
         for other in [standby, outsider] {
-            let status = corium::transact(&fleet.nodes[other].endpoint(), db, "b", &[]).await.unwrap_err();
-            assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{backend:?}: {status:?}");
-            assert!(status.message().contains("standby"), "stock peers match on this word: {}", status.message());
+            let status = corium::transact(&fleet.nodes[other].endpoint(), db, "b", &[])
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                tonic::Code::FailedPrecondition,
+                "{backend:?}: {status:?}"
+            );
+            assert!(
+                status.message().contains("standby"),
+                "stock peers match on this word: {}",
+                status.message()
+            );
             let detail = not_owner::from_status(&status).expect("typed NotOwner detail");
             assert_eq!(detail.database, db);
             assert_eq!(detail.owner_id, fleet.nodes[owner].id);
@@ -75,20 +100,31 @@ async fn non_holder_answers_typed_not_owner_naming_the_holder() {
             assert_eq!(detail.route_endpoint, fleet.nodes[owner].endpoint());
             assert!(detail.retryable);
             let ranked: Vec<_> = detail.candidates.iter().map(|c| c.node_id.clone()).collect();
-            let expected: Vec<_> = fleet.candidates(db).iter().map(|i| fleet.nodes[*i].id.clone()).collect();
+            let expected: Vec<_> = fleet
+                .candidates(db)
+                .iter()
+                .map(|i| fleet.nodes[*i].id.clone())
+                .collect();
             assert_eq!(ranked, expected);
         }
         // The holder itself refuses a request routed on another lease version.
         let stale = (version + 1).to_string();
-        let status = corium::transact(&fleet.nodes[owner].endpoint(), db, "c", &[(metadata::LEASE_VERSION, &stale)])
-            .await
-            .unwrap_err();
+        let status = corium::transact(
+            &fleet.nodes[owner].endpoint(),
+            db,
+            "c",
+            &[(metadata::LEASE_VERSION, &stale)],
+        )
+        .await
+        .unwrap_err();
         assert_eq!(not_owner::from_status(&status).unwrap().lease_version, version);
         // None of the refused transactions committed.
         let log = corium::log(&fleet.nodes[owner].endpoint(), db).await.unwrap();
         assert_eq!(log.last().unwrap().0, committed.basis_t, "{backend:?}: {log:?}");
         // An unknown database is NOT_FOUND everywhere, never a NotOwner.
-        let status = corium::transact(&fleet.nodes[standby].endpoint(), "nope", "x", &[]).await.unwrap_err();
+        let status = corium::transact(&fleet.nodes[standby].endpoint(), "nope", "x", &[])
+            .await
+            .unwrap_err();
         assert_eq!(status.code(), tonic::Code::NotFound);
     }
 }
@@ -106,15 +142,31 @@ async fn route_mismatch_and_forged_hops_are_rejected_and_change_nothing() {
             vec![(metadata::HOP, "2")],
             vec![(metadata::LEASE_VERSION, "not-a-number")],
         ] {
-            let status = corium::transact(&endpoint, db, "rejected", &metadata).await.unwrap_err();
-            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{backend:?} {metadata:?}: {status:?}");
+            let status = corium::transact(&endpoint, db, "rejected", &metadata)
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                tonic::Code::InvalidArgument,
+                "{backend:?} {metadata:?}: {status:?}"
+            );
         }
         // A matching route header and one hop are accepted.
-        let after = corium::transact(&endpoint, db, "second", &[(metadata::DATABASE_ROUTE, db), (metadata::HOP, "1")])
-            .await
-            .unwrap();
+        let after = corium::transact(
+            &endpoint,
+            db,
+            "second",
+            &[(metadata::DATABASE_ROUTE, db), (metadata::HOP, "1")],
+        )
+        .await
+        .unwrap();
         assert_eq!(after.basis_before, before.basis_t, "nothing committed in between");
-        let names: Vec<String> = corium::log(&endpoint, db).await.unwrap().into_iter().flat_map(|(_, n)| n).collect();
+        let names: Vec<String> = corium::log(&endpoint, db)
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|(_, n)| n)
+            .collect();
         assert!(!names.contains(&"rejected".to_owned()), "{names:?}");
     }
 }
@@ -131,7 +183,9 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
         let mut acked = BTreeMap::new();
         for i in 0..20 {
             let name = format!("before-{i}");
-            let response = corium::transact(&fleet.nodes[owner].endpoint(), db, &name, &[]).await.unwrap();
+            let response = corium::transact(&fleet.nodes[owner].endpoint(), db, &name, &[])
+                .await
+                .unwrap();
             acked.insert(response.basis_t, name);
         }
         fleet.nodes[owner].kill();
@@ -143,10 +197,16 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
                 Ok(response) => break response,
                 Err(status) => {
                     assert!(
-                        status.code() == tonic::Code::FailedPrecondition || status.code() == tonic::Code::Unavailable,
+                        status.code() == tonic::Code::FailedPrecondition
+                            || status.code() == tonic::Code::Unavailable,
                         "{backend:?}: unexpected {status:?}"
                     );
-                    assert!(Instant::now() < deadline, "{backend:?}: no takeover within {:?}\n{}", TTL * 10, fleet.logs());
+                    assert!(
+                        Instant::now() < deadline,
+                        "{backend:?}: no takeover within {:?}\n{}",
+                        TTL * 10,
+                        fleet.logs()
+                    );
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
@@ -155,12 +215,22 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
         acked.insert(response.basis_t, "after".to_owned());
         let view = placement(&fleet.nodes[successor].endpoint(), db).await;
         assert_eq!(view.owner_id, fleet.nodes[successor].id);
-        assert!(view.lease_version > old_version, "the successor fenced the old owner");
+        assert!(
+            view.lease_version > old_version,
+            "the successor fenced the old owner"
+        );
         // Every acknowledged transaction is in the durable log, once, at its t.
-        let log: BTreeMap<u64, Vec<String>> =
-            corium::log(&fleet.nodes[successor].endpoint(), db).await.unwrap().into_iter().collect();
+        let log: BTreeMap<u64, Vec<String>> = corium::log(&fleet.nodes[successor].endpoint(), db)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
         for (t, name) in &acked {
-            assert_eq!(log.get(t).map(|names| names.contains(name)), Some(true), "{backend:?}: t={t} {name} missing: {log:?}");
+            assert_eq!(
+                log.get(t).map(|names| names.contains(name)),
+                Some(true),
+                "{backend:?}: t={t} {name} missing: {log:?}"
+            );
         }
         let ts: Vec<u64> = log.keys().copied().collect();
         assert_eq!(ts, (1..=response.basis_t).collect::<Vec<_>>(), "gapless log");
@@ -176,15 +246,25 @@ async fn sigterm_releases_leases_so_the_next_candidate_takes_over_at_once() {
         let mut fleet = Fleet::start(backend.clone(), 3, ttl).await;
         let db = "drained";
         let owner = create_on_top_candidate(&fleet, db).await;
-        let before = corium::transact(&fleet.nodes[owner].endpoint(), db, "x", &[]).await.unwrap();
+        let before = corium::transact(&fleet.nodes[owner].endpoint(), db, "x", &[])
+            .await
+            .unwrap();
         fleet.nodes[owner].terminate();
         let successor = fleet.candidates(db)[1];
         let view = placement(&fleet.nodes[successor].endpoint(), db).await;
-        assert_eq!(view.lease_expires_unix_ms, 0, "{backend:?}: lease released, not left to expire");
+        assert_eq!(
+            view.lease_expires_unix_ms, 0,
+            "{backend:?}: lease released, not left to expire"
+        );
         let started = Instant::now();
-        let after = corium::transact(&fleet.nodes[successor].endpoint(), db, "y", &[]).await.unwrap();
+        let after = corium::transact(&fleet.nodes[successor].endpoint(), db, "y", &[])
+            .await
+            .unwrap();
         assert_eq!(after.basis_before, before.basis_t);
-        assert!(started.elapsed() < Duration::from_secs(10), "took over on the first request");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "took over on the first request"
+        );
     }
 }
 
@@ -199,14 +279,153 @@ async fn stock_peer_connection_transacts_and_receives_reports() {
         let endpoints: Vec<String> = fleet.nodes.iter().map(|node| node.endpoint()).collect();
         let mut config = corium_peer::ConnectConfig::with_failover(endpoints, db);
         config.failover_timeout = Duration::from_secs(20);
-        let connection = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
-            .await
-            .expect("connect in time")
-            .unwrap_or_else(|error| panic!("{backend:?}: {error}\n{}", fleet.logs()));
+        let connection =
+            tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+                .await
+                .expect("connect in time")
+                .unwrap_or_else(|error| panic!("{backend:?}: {error}\n{}", fleet.logs()));
         let mut reports = connection.tx_reports();
-        let result = connection.transact(corium::item_forms("from-peer")).await.unwrap();
-        let report = tokio::time::timeout(Duration::from_secs(10), reports.recv()).await.unwrap().unwrap();
+        let result = connection
+            .transact(corium::item_forms("from-peer"))
+            .await
+            .unwrap();
+        let report = tokio::time::timeout(Duration::from_secs(10), reports.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(report.t, result.basis_t, "{backend:?}");
         assert_eq!(connection.basis_t(), result.basis_t);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_storage_answers_unavailable_and_is_fenced() {
+    // Only PostgreSQL runs over a network path this test can cut.
+    let backend = Backend::all()
+        .into_iter()
+        .find(|b| matches!(b, Backend::Postgres { .. }))
+        .unwrap();
+    let fleet = Fleet::start(backend, 3, TTL).await;
+    let db = "partitioned";
+    let owner = create_on_top_candidate(&fleet, db).await;
+    let successor = fleet.candidates(db)[1];
+    let outsider = fleet.non_candidate(db).unwrap();
+    let mut acked = BTreeMap::new();
+    let first = corium::transact(&fleet.nodes[owner].endpoint(), db, "before-cut", &[])
+        .await
+        .unwrap();
+    acked.insert(first.basis_t, "before-cut".to_owned());
+
+    fleet.partitions[owner].as_ref().unwrap().cut();
+    fleet.partitions[outsider].as_ref().unwrap().cut();
+    let cut_at = Instant::now();
+    // The outsider cannot read the root: UNAVAILABLE, never a guessed owner.
+    let status = corium::transact(&fleet.nodes[outsider].endpoint(), db, "x", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let (ready, _) = http_get(fleet.nodes[outsider].admin, "/readyz").await.unwrap();
+    assert_eq!(ready, 503, "a node without storage is not ready");
+    // The owner keeps its cell but cannot renew: once its lease expires it
+    // refuses with UNAVAILABLE; it never acknowledges after that.
+    let deadline = cut_at + TTL * 6;
+    loop {
+        match corium::transact(&fleet.nodes[owner].endpoint(), db, "during-cut", &[]).await {
+            Ok(response) => {
+                assert!(
+                    cut_at.elapsed() < TTL,
+                    "acknowledged {:?} after the cut, past the lease TTL",
+                    cut_at.elapsed()
+                );
+                acked.insert(response.basis_t, "during-cut".to_owned());
+            }
+            Err(status) if status.code() == tonic::Code::Unavailable => break,
+            Err(status) => assert!(
+                matches!(
+                    status.code(),
+                    tonic::Code::Internal | tonic::Code::FailedPrecondition
+                ),
+                "{status:?}"
+            ),
+        }
+        assert!(Instant::now() < deadline, "owner never refused\n{}", fleet.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The successor, which still reaches storage, takes over after the lapse.
+    let deadline = Instant::now() + TTL * 10;
+    let after = loop {
+        match corium::transact(&fleet.nodes[successor].endpoint(), db, "after-takeover", &[]).await {
+            Ok(response) => break response,
+            Err(status) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no takeover: {status:?}\n{}",
+                    fleet.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    acked.insert(after.basis_t, "after-takeover".to_owned());
+    // Healed, the old owner has been fenced: it points at the successor.
+    fleet.partitions[owner].as_ref().unwrap().heal();
+    let deadline = Instant::now() + TTL * 10;
+    loop {
+        let status = corium::transact(&fleet.nodes[owner].endpoint(), db, "stale", &[])
+            .await
+            .unwrap_err();
+        if let Some(detail) = not_owner::from_status(&status) {
+            assert_eq!(detail.owner_id, fleet.nodes[successor].id);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "old owner not fenced: {status:?}\n{}",
+            fleet.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log: BTreeMap<u64, Vec<String>> = corium::log(&fleet.nodes[successor].endpoint(), db)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    for (t, name) in &acked {
+        assert!(
+            log.get(t).is_some_and(|names| names.contains(name)),
+            "t={t} {name} lost: {log:?}"
+        );
+    }
+    assert!(!log.values().flatten().any(|name| name == "stale"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_flags_and_unknown_storage_fail_with_a_clear_message() {
+    let binary = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("corium-fleet-transactor");
+    for (args, expected) in [
+        (
+            vec!["--node-id", "n1", "--storage", "mysql://db"],
+            "unknown storage",
+        ),
+        (vec!["--storage", "filesystem"], "--node-id is required"),
+        (vec!["--node-id", "n1", "--member", "broken"], "--member"),
+        (vec!["--node-id", "n1", "--lease-ttl-ms", "1"], "--lease-ttl-ms"),
+    ] {
+        let output = tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::process::Command::new(&binary).args(&args).output(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }

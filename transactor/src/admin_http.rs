@@ -13,7 +13,10 @@ use tokio::net::TcpListener;
 
 use crate::host::Host;
 
-async fn answer(host: Arc<Host>, request: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(
+    host: Arc<Host>,
+    request: Request<hyper::body::Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let (status, body) = match request.uri().path() {
         "/metrics" => (StatusCode::OK, host.metrics.render(host.cells().len())),
         "/healthz" => (StatusCode::OK, "ok\n".to_owned()),
@@ -22,11 +25,17 @@ async fn answer(host: Arc<Host>, request: Request<hyper::body::Incoming>) -> Res
             match probe {
                 Ok(Ok(_)) if !host.is_stopping() => (StatusCode::OK, "ready\n".to_owned()),
                 Ok(Ok(_)) => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".to_owned()),
-                Ok(Err(error)) => (StatusCode::SERVICE_UNAVAILABLE, format!("storage unavailable: {error}\n")),
+                Ok(Err(error)) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("storage unavailable: {error}\n"),
+                ),
                 Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "storage timed out\n".to_owned()),
             }
         }
-        _ => (StatusCode::NOT_FOUND, "not found: try /metrics, /healthz or /readyz\n".to_owned()),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics, /healthz or /readyz\n".to_owned(),
+        ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;

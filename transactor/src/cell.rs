@@ -11,13 +11,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corium_store::{DbRoot, FullStore, db_root_name};
-use corium_transactor::lease::{self, Lease};
-use corium_transactor::node::{NodeConfig, NodeError, TransactorNode};
 use corium_protocol::authz::Guard;
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog;
+use corium_store::{DbRoot, FullStore, db_root_name};
 use corium_transactor::StoreSpec;
+use corium_transactor::lease::{self, Lease};
+use corium_transactor::node::{NodeConfig, NodeError, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tokio::sync::{Semaphore, watch};
 
@@ -97,8 +97,15 @@ impl Cell {
     pub async fn open(template: &Template, db: &str) -> Result<Arc<Self>, OpenError> {
         let node = match TransactorNode::open(template.node_config(Some(db))).await {
             Ok(node) => node,
-            Err(NodeError::Lease(lease::LeaseError::Held { owner, expires_unix_ms })) => {
-                return Err(OpenError::Held { db: db.to_owned(), owner, expires_unix_ms });
+            Err(NodeError::Lease(lease::LeaseError::Held {
+                owner,
+                expires_unix_ms,
+            })) => {
+                return Err(OpenError::Held {
+                    db: db.to_owned(),
+                    owner,
+                    expires_unix_ms,
+                });
             }
             Err(error) => return Err(error.into()),
         };
@@ -207,10 +214,9 @@ impl Cell {
                 && root.owner == held.owner
                 && root.lease_version == held.version
                 && root.lease_expires_unix_ms != 0
+                && let Err(error) = lease::release(store, &self.db, &held).await
             {
-                if let Err(error) = lease::release(store, &self.db, &held).await {
-                    tracing::warn!(db = %self.db, %error, "lease re-release failed");
-                }
+                tracing::warn!(db = %self.db, %error, "lease re-release failed");
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }

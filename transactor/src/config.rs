@@ -13,7 +13,11 @@ use serde::Deserialize;
 /// given to `--config` (same names, snake_case); a flag given on the command
 /// line wins over the file.
 #[derive(Debug, Default, clap::Parser, Deserialize)]
-#[command(name = "corium-fleet-transactor", version, about = "A Corium Fleet transactor node")]
+#[command(
+    name = "corium-fleet-transactor",
+    version,
+    about = "A Corium Fleet transactor node"
+)]
 #[serde(deny_unknown_fields, default)]
 pub struct Args {
     /// TOML file with any of the settings below.
@@ -75,8 +79,15 @@ pub struct Args {
 #[derive(Clone, Debug)]
 pub enum Storage {
     Filesystem,
-    Postgres { url: String },
-    S3 { bucket: String, prefix: String, endpoint: Option<String>, region: String },
+    Postgres {
+        url: String,
+    },
+    S3 {
+        bucket: String,
+        prefix: String,
+        endpoint: Option<String>,
+        region: String,
+    },
 }
 
 impl Storage {
@@ -94,7 +105,9 @@ impl Storage {
         if let Some(rest) = text.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(format!("storage {text:?}: the S3 bucket is missing (s3://BUCKET[/PREFIX])"));
+                return Err(format!(
+                    "storage {text:?}: the S3 bucket is missing (s3://BUCKET[/PREFIX])"
+                ));
             }
             return Ok(Self::S3 {
                 bucket: bucket.to_owned(),
@@ -114,7 +127,12 @@ impl Storage {
         match self {
             Self::Filesystem => StoreSpec::filesystem(),
             Self::Postgres { url } => StoreSpec::postgres(url.clone()),
-            Self::S3 { bucket, prefix, endpoint, region } => StoreSpec::new(
+            Self::S3 {
+                bucket,
+                prefix,
+                endpoint,
+                region,
+            } => StoreSpec::new(
                 "s3",
                 corium_store::StorageConfig::from_value(serde_json::json!({
                     "bucket": bucket,
@@ -168,7 +186,9 @@ pub struct Config {
 fn valid_node_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 63
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
 }
 
 impl Args {
@@ -182,8 +202,8 @@ impl Args {
         };
         let text = std::fs::read_to_string(path)
             .map_err(|error| format!("cannot read config file {}: {error}", path.display()))?;
-        let file: Args = toml::from_str(&text)
-            .map_err(|error| format!("config file {}: {error}", path.display()))?;
+        let file: Args =
+            toml::from_str(&text).map_err(|error| format!("config file {}: {error}", path.display()))?;
         Ok(Self {
             config: self.config,
             node_id: self.node_id.or(file.node_id),
@@ -208,23 +228,31 @@ impl Args {
     /// # Errors
     /// A message naming the flag at fault and what it accepts.
     pub fn validate(self) -> Result<Config, String> {
-        let node_id = self.node_id.ok_or("--node-id is required (a stable, unique node id)")?;
+        let node_id = self
+            .node_id
+            .ok_or("--node-id is required (a stable, unique node id)")?;
         if !valid_node_id(&node_id) {
             return Err(format!(
                 "--node-id {node_id:?}: use 1-63 letters, digits, '-', '_' or '.'"
             ));
         }
-        let listen = self.listen.unwrap_or_else(|| "127.0.0.1:7001".parse().unwrap_or_else(|_| unreachable!()));
+        let listen = self
+            .listen
+            .unwrap_or_else(|| "127.0.0.1:7001".parse().unwrap_or_else(|_| unreachable!()));
         let admin_listen = self
             .admin_listen
             .unwrap_or_else(|| "127.0.0.1:9101".parse().unwrap_or_else(|_| unreachable!()));
         let advertise = self.advertise.unwrap_or_else(|| format!("http://{listen}"));
         if !(advertise.starts_with("http://") || advertise.starts_with("https://")) {
-            return Err(format!("--advertise {advertise:?}: must be an http:// or https:// URL"));
+            return Err(format!(
+                "--advertise {advertise:?}: must be an http:// or https:// URL"
+            ));
         }
         let lease_ttl_ms = self.lease_ttl_ms.unwrap_or(5_000);
         if !(300..=600_000).contains(&lease_ttl_ms) {
-            return Err(format!("--lease-ttl-ms {lease_ttl_ms}: must be between 300 and 600000"));
+            return Err(format!(
+                "--lease-ttl-ms {lease_ttl_ms}: must be between 300 and 600000"
+            ));
         }
         let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
         if replicas == 0 {
@@ -236,7 +264,10 @@ impl Args {
             .members
             .unwrap_or_default()
             .iter()
-            .map(|text| text.parse::<Member>().map_err(|error| format!("--member: {error}")))
+            .map(|text| {
+                text.parse::<Member>()
+                    .map_err(|error| format!("--member: {error}"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         placement::check_unique(&members).map_err(|error| format!("--member: {error}"))?;
         match members.iter().find(|member| member.node_id == node_id) {
@@ -247,7 +278,12 @@ impl Args {
                 ));
             }
             Some(_) => {}
-            None => members.push(Member { node_id: node_id.clone(), zone: zone.clone(), weight, endpoint: advertise.clone() }),
+            None => members.push(Member {
+                node_id: node_id.clone(),
+                zone: zone.clone(),
+                weight,
+                endpoint: advertise.clone(),
+            }),
         }
         let storage = Storage::parse(
             self.storage.as_deref().unwrap_or("filesystem"),
@@ -263,7 +299,9 @@ impl Args {
             admin_listen,
             advertise,
             storage,
-            data_dir: self.data_dir.unwrap_or_else(|| PathBuf::from(".corium-fleet/data")),
+            data_dir: self
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from(".corium-fleet/data")),
             lease_ttl: Duration::from_millis(lease_ttl_ms.unsigned_abs()),
             members,
             replicas,
@@ -281,7 +319,10 @@ mod tests {
     fn parse(args: &[&str]) -> Result<Config, String> {
         let mut all = vec!["corium-fleet-transactor"];
         all.extend_from_slice(args);
-        Args::try_parse_from(all).map_err(|e| e.to_string())?.merged()?.validate()
+        Args::try_parse_from(all)
+            .map_err(|e| e.to_string())?
+            .merged()?
+            .validate()
     }
 
     #[test]
@@ -297,11 +338,38 @@ mod tests {
     fn bad_input_names_the_flag() {
         assert!(parse(&[]).unwrap_err().contains("--node-id"));
         assert!(parse(&["--node-id", "a b"]).unwrap_err().contains("--node-id"));
-        assert!(parse(&["--node-id", "n", "--storage", "mysql://x"]).unwrap_err().contains("unknown storage"));
-        assert!(parse(&["--node-id", "n", "--storage", "s3://"]).unwrap_err().contains("bucket"));
-        assert!(parse(&["--node-id", "n", "--lease-ttl-ms", "5"]).unwrap_err().contains("--lease-ttl-ms"));
-        assert!(parse(&["--node-id", "n", "--member", "x"]).unwrap_err().contains("--member"));
-        assert!(parse(&["--node-id", "n", "--member", "a=http://x", "--member", "a=http://y"]).unwrap_err().contains("twice"));
+        assert!(
+            parse(&["--node-id", "n", "--storage", "mysql://x"])
+                .unwrap_err()
+                .contains("unknown storage")
+        );
+        assert!(
+            parse(&["--node-id", "n", "--storage", "s3://"])
+                .unwrap_err()
+                .contains("bucket")
+        );
+        assert!(
+            parse(&["--node-id", "n", "--lease-ttl-ms", "5"])
+                .unwrap_err()
+                .contains("--lease-ttl-ms")
+        );
+        assert!(
+            parse(&["--node-id", "n", "--member", "x"])
+                .unwrap_err()
+                .contains("--member")
+        );
+        assert!(
+            parse(&[
+                "--node-id",
+                "n",
+                "--member",
+                "a=http://x",
+                "--member",
+                "a=http://y"
+            ])
+            .unwrap_err()
+            .contains("twice")
+        );
     }
 
     #[test]
@@ -309,13 +377,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("node.toml");
-        std::fs::write(&file, "node_id = \"from-file\"\nzone = \"z\"\nlease_ttl_ms = 2000\nstorage = \"postgres://u@h/db\"\n").unwrap();
+        std::fs::write(
+            &file,
+            "node_id = \"from-file\"\nzone = \"z\"\nlease_ttl_ms = 2000\nstorage = \"postgres://u@h/db\"\n",
+        )
+        .unwrap();
         let config = parse(&["--config", file.to_str().unwrap(), "--zone", "flag"]).unwrap();
         assert_eq!(config.node_id, "from-file");
         assert_eq!(config.zone, "flag");
         assert_eq!(config.lease_ttl, Duration::from_secs(2));
         assert!(matches!(config.storage, Storage::Postgres { .. }));
         std::fs::write(&file, "nodeid = 1\n").unwrap();
-        assert!(parse(&["--config", file.to_str().unwrap()]).unwrap_err().contains("config file"));
+        assert!(
+            parse(&["--config", file.to_str().unwrap()])
+                .unwrap_err()
+                .contains("config file")
+        );
     }
 }

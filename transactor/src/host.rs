@@ -30,8 +30,13 @@ use crate::metrics::Metrics;
 /// Milliseconds since the Unix epoch.
 #[must_use]
 pub fn now_unix_ms() -> i64 {
-    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis())
-        .unwrap_or(i64::MAX)
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
 }
 
 /// What storage says about one database.
@@ -74,7 +79,12 @@ pub struct Host {
 
 impl Host {
     #[must_use]
-    pub fn new(config: Config, template: Template, base: Arc<dyn FullStore>, incarnation: String) -> Arc<Self> {
+    pub fn new(
+        config: Config,
+        template: Template,
+        base: Arc<dyn FullStore>,
+        incarnation: String,
+    ) -> Arc<Self> {
         Arc::new(Self {
             config,
             template,
@@ -90,13 +100,22 @@ impl Host {
     /// The live cell for `db`, if this node hosts it.
     #[must_use]
     pub fn cell(&self, db: &str) -> Option<Arc<Cell>> {
-        self.cells.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(db).cloned()
+        self.cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(db)
+            .cloned()
     }
 
     /// Every live cell.
     #[must_use]
     pub fn cells(&self) -> Vec<Arc<Cell>> {
-        self.cells.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().cloned().collect()
+        self.cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Ranked candidates of `db`.
@@ -108,7 +127,12 @@ impl Host {
     /// This node's rank among the candidates of `db`.
     #[must_use]
     pub fn rank(&self, db: &str) -> Option<usize> {
-        placement::rank_of(db, &self.config.members, self.config.replicas, &self.config.node_id)
+        placement::rank_of(
+            db,
+            &self.config.members,
+            self.config.replicas,
+            &self.config.node_id,
+        )
     }
 
     fn unavailable(&self, db: &str, what: &str, error: &dyn std::fmt::Display) -> Status {
@@ -153,13 +177,21 @@ impl Host {
     /// the root (a hint: the hinted node verifies its own lease).
     pub fn not_owner(&self, db: &str, owner: Option<&DbRoot>) -> Status {
         match owner {
-            Some(root) => self.not_owner_hint(db, node_of(&root.owner), root.lease_version, &root.owner_endpoint),
+            Some(root) => {
+                self.not_owner_hint(db, node_of(&root.owner), root.lease_version, &root.owner_endpoint)
+            }
             None => self.not_owner_hint(db, "", 0, ""),
         }
     }
 
     /// The typed `NotOwner` answer naming an explicit owner.
-    pub fn not_owner_hint(&self, db: &str, owner_id: &str, lease_version: u64, route_endpoint: &str) -> Status {
+    pub fn not_owner_hint(
+        &self,
+        db: &str,
+        owner_id: &str,
+        lease_version: u64,
+        route_endpoint: &str,
+    ) -> Status {
         self.metrics.not_owner.fetch_add(1, Ordering::Relaxed);
         not_owner::to_status(&NotOwner {
             database: db.to_owned(),
@@ -193,7 +225,11 @@ impl Host {
     ///
     /// # Errors
     /// `INVALID_ARGUMENT`, `NOT_FOUND`, typed `NotOwner`, or `UNAVAILABLE`.
-    pub async fn owner(self: &Arc<Self>, map: &tonic::metadata::MetadataMap, db: &str) -> Result<Arc<Cell>, Status> {
+    pub async fn owner(
+        self: &Arc<Self>,
+        map: &tonic::metadata::MetadataMap,
+        db: &str,
+    ) -> Result<Arc<Cell>, Status> {
         let routing = self.check_metadata(map, db)?;
         if let Some(cell) = self.cell(db) {
             return self.check_cell(&cell, &routing).await.map(|()| cell);
@@ -218,13 +254,25 @@ impl Host {
         if let Some(version) = routing.lease_version
             && version != cell.lease_version
         {
-            return Err(self.not_owner_hint(&cell.db, &self.config.node_id, cell.lease_version, &self.config.advertise));
+            return Err(self.not_owner_hint(
+                &cell.db,
+                &self.config.node_id,
+                cell.lease_version,
+                &self.config.advertise,
+            ));
         }
-        let lease = cell.lease().await.map_err(|error| self.unavailable(&cell.db, "cell lost its database", &error))?;
+        let lease = cell
+            .lease()
+            .await
+            .map_err(|error| self.unavailable(&cell.db, "cell lost its database", &error))?;
         if lease.expires_unix_ms <= now_unix_ms() {
             // Renewals have been failing (storage unreachable): this node
             // can no longer prove it holds the lease.
-            return Err(self.unavailable(&cell.db, "write lease could not be renewed", &"lease expired locally"));
+            return Err(self.unavailable(
+                &cell.db,
+                "write lease could not be renewed",
+                &"lease expired locally",
+            ));
         }
         Ok(())
     }
@@ -253,7 +301,10 @@ impl Host {
             return Ok(cell);
         }
         if self.stopping.load(Ordering::Acquire) {
-            return Err(Status::unavailable(format!("node {} is shutting down", self.config.node_id)));
+            return Err(Status::unavailable(format!(
+                "node {} is shutting down",
+                self.config.node_id
+            )));
         }
         let started = Instant::now();
         match Cell::open(&self.template, db).await {
@@ -265,7 +316,13 @@ impl Host {
                     self.metrics.takeovers.fetch_add(1, Ordering::Relaxed);
                 }
                 self.metrics.activation_seconds.observe(started.elapsed());
-                tracing::info!(db, lease_version = cell.lease_version, takeover, elapsed_ms = started.elapsed().as_millis(), "database activated");
+                tracing::info!(
+                    db,
+                    lease_version = cell.lease_version,
+                    takeover,
+                    elapsed_ms = started.elapsed().as_millis(),
+                    "database activated"
+                );
                 Ok(cell)
             }
             Err(OpenError::Held { .. }) => {
@@ -292,8 +349,14 @@ impl Host {
 
     /// Removes `cell` if it is still the registered one.
     fn remove(&self, cell: &Arc<Cell>) {
-        let mut cells = self.cells.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if cells.get(&cell.db).is_some_and(|current| Arc::ptr_eq(current, cell)) {
+        let mut cells = self
+            .cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cells
+            .get(&cell.db)
+            .is_some_and(|current| Arc::ptr_eq(current, cell))
+        {
             cells.remove(&cell.db);
         }
     }

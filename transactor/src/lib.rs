@@ -55,6 +55,36 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Default deadline of a call that arrives without `grpc-timeout`.
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
 
+/// Opens the shared store, retrying a few times: nodes starting together
+/// race to initialise a fresh PostgreSQL schema, and a store that is itself
+/// restarting answers a moment later. Gives up after a bounded number of
+/// attempts so a supervisor sees the failure.
+async fn open_store(
+    spec: &corium_transactor::StoreSpec,
+    config: &Config,
+    describe: &str,
+) -> Result<Arc<corium_transactor::NodeStore>, Error> {
+    const ATTEMPTS: u32 = 8;
+    let mut attempt = 1;
+    loop {
+        let open = corium_transactor::backend::open_node_store(spec, &config.data_dir);
+        let error = match tokio::time::timeout(config.storage_timeout * 2, open).await {
+            Ok(Ok(store)) => return Ok(store),
+            Ok(Err(source)) => Error::Storage {
+                storage: describe.to_owned(),
+                source,
+            },
+            Err(_) => Error::StorageTimeout(describe.to_owned()),
+        };
+        if attempt == ATTEMPTS {
+            return Err(error);
+        }
+        tracing::warn!(storage = describe, attempt, %error, "cannot open storage; retrying");
+        tokio::time::sleep(Duration::from_millis(250) * attempt).await;
+        attempt += 1;
+    }
+}
+
 /// Resolves once `flag` is true (or its sender is gone). Never holds the
 /// receiver's borrow across an await, so the future stays `Send`.
 pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
@@ -66,18 +96,18 @@ pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
 ///
 /// # Errors
 /// When storage cannot be opened or the server fails.
-pub async fn run(config: Config, listeners: Listeners, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
     let spec = config.storage.spec();
     let describe = config.storage.describe();
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
         storage: format!("data directory {}", config.data_dir.display()),
         source: source.into(),
     })?;
-    let open = corium_transactor::backend::open_node_store(&spec, &config.data_dir);
-    let base = tokio::time::timeout(config.storage_timeout * 2, open)
-        .await
-        .map_err(|_| Error::StorageTimeout(describe.clone()))?
-        .map_err(|source| Error::Storage { storage: describe.clone(), source })?;
+    let base = open_store(&spec, &config, &describe).await?;
     let placement = corium_store::storage_backend(spec.kind())
         .map(|backend| backend.capabilities().log_placement)
         .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
@@ -125,7 +155,9 @@ pub async fn run(config: Config, listeners: Listeners, shutdown: impl Future<Out
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .add_service(FleetAdminServer::new(service::admin::FleetAdminSvc(Arc::clone(&host))))
+        .add_service(FleetAdminServer::new(service::admin::FleetAdminSvc(Arc::clone(
+            &host,
+        ))))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), graceful)
         .await?;
     tracing::info!(node = %host.config.node_id, "node stopped");

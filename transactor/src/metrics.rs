@@ -27,14 +27,20 @@ impl Histogram {
             }
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.sum_micros.fetch_add(
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (bound, count) in BUCKETS.iter().zip(&self.counts) {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {}", count.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{bound}\"}} {}",
+                count.load(Ordering::Relaxed)
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
@@ -79,22 +85,100 @@ impl Metrics {
     pub fn render(&self, owned: usize) -> String {
         let mut out = String::new();
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        gauge(&mut out, "corium_fleet_databases_owned", "Databases whose write lease this node holds.", owned as u64);
-        gauge(&mut out, "corium_fleet_databases_standby", "Databases this node is a candidate for, held by another live owner.", load(&self.standby));
-        gauge(&mut out, "corium_fleet_databases_cold", "Databases this node is a candidate for with no live owner.", load(&self.cold));
-        counter(&mut out, "corium_fleet_lease_renewals_total", "Lease renewals observed on owned databases (expiry moved forward).", load(&self.lease_renewals));
-        counter(&mut out, "corium_fleet_lease_renewal_failures_total", "Owned databases whose lease could not be renewed before it expired.", load(&self.lease_renewal_failures));
-        counter(&mut out, "corium_fleet_not_owner_total", "NotOwner answers.", load(&self.not_owner));
-        counter(&mut out, "corium_fleet_activations_total", "Databases activated (lease acquired and recovered) on this node.", load(&self.activations));
-        counter(&mut out, "corium_fleet_activation_failures_total", "Activation attempts that failed.", load(&self.activation_failures));
-        counter(&mut out, "corium_fleet_takeovers_total", "Activations after another owner's lease lapsed.", load(&self.takeovers));
-        counter(&mut out, "corium_fleet_depositions_total", "Cells dropped because another owner took the lease.", load(&self.depositions));
-        counter(&mut out, "corium_fleet_evictions_total", "Cells released gracefully (shutdown, delete).", load(&self.evictions));
-        counter(&mut out, "corium_fleet_rejected_route_mismatch_total", "Requests whose route header disagreed with the body.", load(&self.rejected_route_mismatch));
-        counter(&mut out, "corium_fleet_rejected_hop_total", "Requests refused for carrying more than one hop.", load(&self.rejected_hop));
-        counter(&mut out, "corium_fleet_storage_unavailable_total", "Requests answered UNAVAILABLE because ownership could not be verified.", load(&self.storage_unavailable));
-        self.activation_seconds.render(&mut out, "corium_fleet_activation_seconds", "Time from a request or takeover decision to a serving cell.");
-        self.recovery_seconds.render(&mut out, "corium_fleet_recovery_seconds", "Time Corium spent acquiring and recovering one database.");
+        gauge(
+            &mut out,
+            "corium_fleet_databases_owned",
+            "Databases whose write lease this node holds.",
+            owned as u64,
+        );
+        gauge(
+            &mut out,
+            "corium_fleet_databases_standby",
+            "Databases this node is a candidate for, held by another live owner.",
+            load(&self.standby),
+        );
+        gauge(
+            &mut out,
+            "corium_fleet_databases_cold",
+            "Databases this node is a candidate for with no live owner.",
+            load(&self.cold),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_lease_renewals_total",
+            "Lease renewals observed on owned databases (expiry moved forward).",
+            load(&self.lease_renewals),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_lease_renewal_failures_total",
+            "Owned databases whose lease could not be renewed before it expired.",
+            load(&self.lease_renewal_failures),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_not_owner_total",
+            "NotOwner answers.",
+            load(&self.not_owner),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_activations_total",
+            "Databases activated (lease acquired and recovered) on this node.",
+            load(&self.activations),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_activation_failures_total",
+            "Activation attempts that failed.",
+            load(&self.activation_failures),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_takeovers_total",
+            "Activations after another owner's lease lapsed.",
+            load(&self.takeovers),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_depositions_total",
+            "Cells dropped because another owner took the lease.",
+            load(&self.depositions),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_evictions_total",
+            "Cells released gracefully (shutdown, delete).",
+            load(&self.evictions),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_rejected_route_mismatch_total",
+            "Requests whose route header disagreed with the body.",
+            load(&self.rejected_route_mismatch),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_rejected_hop_total",
+            "Requests refused for carrying more than one hop.",
+            load(&self.rejected_hop),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_storage_unavailable_total",
+            "Requests answered UNAVAILABLE because ownership could not be verified.",
+            load(&self.storage_unavailable),
+        );
+        self.activation_seconds.render(
+            &mut out,
+            "corium_fleet_activation_seconds",
+            "Time from a request or takeover decision to a serving cell.",
+        );
+        self.recovery_seconds.render(
+            &mut out,
+            "corium_fleet_recovery_seconds",
+            "Time Corium spent acquiring and recovering one database.",
+        );
         out
     }
 }

@@ -89,7 +89,10 @@ pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<b
         let dbs = match catalog(&host).await {
             Ok(dbs) => dbs,
             Err(status) => {
-                tracing::warn!(error = status.message(), "standby watcher cannot list the catalog");
+                tracing::warn!(
+                    error = status.message(),
+                    "standby watcher cannot list the catalog"
+                );
                 continue;
             }
         };
@@ -99,23 +102,41 @@ pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<b
             if host.cell(&db).is_some() {
                 continue;
             }
-            let Ok(view) = host.read_root(&db).await else { continue };
+            let Ok(view) = host.read_root(&db).await else {
+                continue;
+            };
             match standing(&host, &db, &view, now_unix_ms()) {
                 Standing::Standby => standby += 1,
                 Standing::Cold => cold += 1,
                 Standing::Owned | Standing::Elsewhere => {}
             }
             let Some(root) = &view.root else { continue };
-            if !takeover_due(root, &host.template.owner, rank, host.config.lease_ttl, now_unix_ms()) {
+            if !takeover_due(
+                root,
+                &host.template.owner,
+                rank,
+                host.config.lease_ttl,
+                now_unix_ms(),
+            ) {
                 continue;
             }
-            tracing::info!(db, rank, previous_owner = node_of(&root.owner), lease_version = root.lease_version, "lease lapsed; taking over");
+            tracing::info!(
+                db,
+                rank,
+                previous_owner = node_of(&root.owner),
+                lease_version = root.lease_version,
+                "lease lapsed; taking over"
+            );
             if let Err(status) = host.activate(&db, true).await {
                 tracing::info!(db, error = status.message(), "takeover not done");
             }
         }
-        host.metrics.standby.store(standby, std::sync::atomic::Ordering::Relaxed);
-        host.metrics.cold.store(cold, std::sync::atomic::Ordering::Relaxed);
+        host.metrics
+            .standby
+            .store(standby, std::sync::atomic::Ordering::Relaxed);
+        host.metrics
+            .cold
+            .store(cold, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -22,8 +22,8 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use corium_store::{
-    BackendCapabilities, BlobId, BlobIdStream, BlobStore, FullStore, LogPlacement, ReadStore,
-    RootStore, StorageBackend, StorageConfig, StoreError,
+    BackendCapabilities, BlobId, BlobIdStream, BlobStore, FullStore, LogPlacement, ReadStore, RootStore,
+    StorageBackend, StorageConfig, StoreError,
 };
 
 /// The shared base store, attached to a cell's `StorageConfig` as a
@@ -98,12 +98,7 @@ impl RootStore for CellView {
         self.base.get_root(name).await
     }
 
-    async fn cas_root(
-        &self,
-        name: &str,
-        expected: Option<&[u8]>,
-        new: &[u8],
-    ) -> Result<(), StoreError> {
+    async fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<(), StoreError> {
         if !self.owns(name) {
             return Err(self.fenced(name));
         }
@@ -210,9 +205,7 @@ pub fn kind_for(placement: LogPlacement) -> Result<&'static str, String> {
     match placement {
         LogPlacement::Filesystem => Ok("fleet-view-fs"),
         LogPlacement::RootStore => Ok("fleet-view-native"),
-        LogPlacement::Memory => {
-            Err("the memory storage backend cannot be shared between cells".to_owned())
-        }
+        LogPlacement::Memory => Err("the memory storage backend cannot be shared between cells".to_owned()),
     }
 }
 
@@ -240,7 +233,15 @@ mod tests {
     #[test]
     fn owns_only_its_database_roots() {
         let view = view("a");
-        for name in ["meta:a", "db:a", "keys:a", "lease:a", "meta:a.saga.00ff", "log:a:v00001:r0002", "log:a.saga.00ff:v1"] {
+        for name in [
+            "meta:a",
+            "db:a",
+            "keys:a",
+            "lease:a",
+            "meta:a.saga.00ff",
+            "log:a:v00001:r0002",
+            "log:a.saga.00ff:v1",
+        ] {
             assert!(view.owns(name), "{name}");
         }
         for name in ["meta:ab", "db:b", "log:ab:v1", "meta:", "a", "other:a"] {

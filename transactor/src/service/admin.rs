@@ -29,7 +29,12 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
     }
     let standing = standing(host, db, &view, now_unix_ms());
     let basis_t = match host.cell(db) {
-        Some(cell) => cell.node.db_state(db).await.map(|state| state.db().basis_t()).unwrap_or(0),
+        Some(cell) => cell
+            .node
+            .db_state(db)
+            .await
+            .map(|state| state.db().basis_t())
+            .unwrap_or(0),
         None => 0,
     };
     let root = view.root.as_ref();
@@ -49,7 +54,9 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
         DatabaseView {
             database: db.to_owned(),
             state: standing.as_str().to_owned(),
-            owner_id: root.map(|root| node_of(&root.owner).to_owned()).unwrap_or_default(),
+            owner_id: root
+                .map(|root| node_of(&root.owner).to_owned())
+                .unwrap_or_default(),
             lease_version: root.map_or(0, |root| root.lease_version),
             lease_expires_unix_ms: root.map_or(0, |root| root.lease_expires_unix_ms),
             owner_endpoint: root.map(|root| root.owner_endpoint.clone()).unwrap_or_default(),
@@ -61,7 +68,10 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
 
 #[tonic::async_trait]
 impl FleetAdmin for FleetAdminSvc {
-    async fn node_status(&self, _request: Request<NodeStatusRequest>) -> Result<Response<NodeStatusResponse>, Status> {
+    async fn node_status(
+        &self,
+        _request: Request<NodeStatusRequest>,
+    ) -> Result<Response<NodeStatusResponse>, Status> {
         let host = &self.0;
         let mut response = NodeStatusResponse {
             node_id: host.config.node_id.clone(),
@@ -91,7 +101,10 @@ impl FleetAdmin for FleetAdminSvc {
         Ok(Response::new(response))
     }
 
-    async fn database_placement(&self, request: Request<DatabasePlacementRequest>) -> Result<Response<DatabasePlacementResponse>, Status> {
+    async fn database_placement(
+        &self,
+        request: Request<DatabasePlacementRequest>,
+    ) -> Result<Response<DatabasePlacementResponse>, Status> {
         let db = request.into_inner().database;
         let (_, view) = database_view(&self.0, &db).await?;
         Ok(Response::new(DatabasePlacementResponse { view: Some(view) }))

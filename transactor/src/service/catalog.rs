@@ -14,9 +14,9 @@ use std::sync::Arc;
 use corium_protocol::authz::Guard;
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog;
+use corium_transactor::StoreSpec;
 use corium_transactor::node::{NodeConfig, TransactorNode};
 use corium_transactor::server::CatalogSvc;
-use corium_transactor::StoreSpec;
 use tonic::{Request, Response, Status};
 
 use super::dispatch;
@@ -35,7 +35,9 @@ fn svc(node: Arc<TransactorNode>) -> CatalogSvc {
 fn check_name(db: &str) -> Result<(), Status> {
     let valid = !db.is_empty()
         && db.len() <= 128
-        && db.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
+        && db
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
     if valid {
         Ok(())
     } else {
@@ -47,7 +49,10 @@ fn check_name(db: &str) -> Result<(), Status> {
 
 #[tonic::async_trait]
 impl Catalog for FleetCatalog {
-    async fn create_database(&self, request: Request<pb::CreateDatabaseRequest>) -> Result<Response<pb::CreateDatabaseResponse>, Status> {
+    async fn create_database(
+        &self,
+        request: Request<pb::CreateDatabaseRequest>,
+    ) -> Result<Response<pb::CreateDatabaseResponse>, Status> {
         let host = &self.0;
         let db = request.get_ref().db.clone();
         check_name(&db)?;
@@ -66,14 +71,19 @@ impl Catalog for FleetCatalog {
             Some(cell) => {
                 tracing::info!(db, lease_version = cell.lease_version, "database created");
                 host.install(cell);
-                host.metrics.activations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                host.metrics
+                    .activations
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(Response::new(pb::CreateDatabaseResponse { created: true }))
             }
             None => Ok(Response::new(pb::CreateDatabaseResponse { created: false })),
         }
     }
 
-    async fn delete_database(&self, request: Request<pb::DeleteDatabaseRequest>) -> Result<Response<pb::DeleteDatabaseResponse>, Status> {
+    async fn delete_database(
+        &self,
+        request: Request<pb::DeleteDatabaseRequest>,
+    ) -> Result<Response<pb::DeleteDatabaseResponse>, Status> {
         let host = &self.0;
         let db = request.get_ref().db.clone();
         check_name(&db)?;
@@ -90,7 +100,10 @@ impl Catalog for FleetCatalog {
         response
     }
 
-    async fn fork_database(&self, request: Request<pb::ForkDatabaseRequest>) -> Result<Response<pb::ForkDatabaseResponse>, Status> {
+    async fn fork_database(
+        &self,
+        request: Request<pb::ForkDatabaseRequest>,
+    ) -> Result<Response<pb::ForkDatabaseResponse>, Status> {
         let request = request.into_inner();
         Err(Status::unimplemented(format!(
             "fork of {:?} into {:?} is not supported by Corium Fleet yet: fork targets must be \
@@ -99,12 +112,18 @@ impl Catalog for FleetCatalog {
         )))
     }
 
-    async fn list_databases(&self, _request: Request<pb::ListDatabasesRequest>) -> Result<Response<pb::ListDatabasesResponse>, Status> {
+    async fn list_databases(
+        &self,
+        _request: Request<pb::ListDatabasesRequest>,
+    ) -> Result<Response<pb::ListDatabasesResponse>, Status> {
         let dbs = catalog(&self.0).await?;
         Ok(Response::new(pb::ListDatabasesResponse { dbs }))
     }
 
-    async fn gc_deleted_databases(&self, request: Request<pb::GcDeletedDatabasesRequest>) -> Result<Response<pb::GcDeletedDatabasesResponse>, Status> {
+    async fn gc_deleted_databases(
+        &self,
+        request: Request<pb::GcDeletedDatabasesRequest>,
+    ) -> Result<Response<pb::GcDeletedDatabasesResponse>, Status> {
         // A node over a view that hosts nothing: its GC marks every `db:`
         // root (the listing passes through) and deletes unreachable blobs.
         let host = &self.0;
@@ -120,17 +139,32 @@ impl Catalog for FleetCatalog {
         svc(node).gc_deleted_databases(request).await
     }
 
-    async fn request_index(&self, request: Request<pb::RequestIndexRequest>) -> Result<Response<pb::RequestIndexResponse>, Status> {
+    async fn request_index(
+        &self,
+        request: Request<pb::RequestIndexRequest>,
+    ) -> Result<Response<pb::RequestIndexResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).request_index(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).request_index(request).await
+        })
+        .await
     }
 
-    async fn set_index_policy(&self, request: Request<pb::SetIndexPolicyRequest>) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
+    async fn set_index_policy(
+        &self,
+        request: Request<pb::SetIndexPolicyRequest>,
+    ) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).set_index_policy(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).set_index_policy(request).await
+        })
+        .await
     }
 
-    async fn get_storage_info(&self, request: Request<pb::GetStorageInfoRequest>) -> Result<Response<pb::GetStorageInfoResponse>, Status> {
+    async fn get_storage_info(
+        &self,
+        request: Request<pb::GetStorageInfoRequest>,
+    ) -> Result<Response<pb::GetStorageInfoResponse>, Status> {
         // Through a cell Corium would describe the view, which no other
         // process can open; describe the shared store instead, at a basis
         // fixed by the owner.
@@ -140,34 +174,64 @@ impl Catalog for FleetCatalog {
         let data_dir = host.template.data_dir.clone();
         let name = db.clone();
         dispatch(&self.0, request, &db, |node, _request| async move {
-            let basis_t = node.sync(&name, 0).await.map_err(|error| corium_transactor::server::to_status(&error))?;
+            let basis_t = node
+                .sync(&name, 0)
+                .await
+                .map_err(|error| corium_transactor::server::to_status(&error))?;
             let storage = spec
                 .connection_info(&data_dir, &corium_transactor::StorageInfoConfig::default())
                 .await
                 .map_err(Status::failed_precondition)?;
-            Ok(Response::new(pb::GetStorageInfoResponse { basis_t, storage: Some(storage) }))
+            Ok(Response::new(pb::GetStorageInfoResponse {
+                basis_t,
+                storage: Some(storage),
+            }))
         })
         .await
     }
 
-    async fn key_status(&self, request: Request<pb::KeyStatusRequest>) -> Result<Response<pb::KeyStatusResponse>, Status> {
+    async fn key_status(
+        &self,
+        request: Request<pb::KeyStatusRequest>,
+    ) -> Result<Response<pb::KeyStatusResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).key_status(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).key_status(request).await
+        })
+        .await
     }
 
-    async fn rotate_storage_key(&self, request: Request<pb::RotateStorageKeyRequest>) -> Result<Response<pb::RotateStorageKeyResponse>, Status> {
+    async fn rotate_storage_key(
+        &self,
+        request: Request<pb::RotateStorageKeyRequest>,
+    ) -> Result<Response<pb::RotateStorageKeyResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).rotate_storage_key(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).rotate_storage_key(request).await
+        })
+        .await
     }
 
-    async fn rewrap_keys(&self, request: Request<pb::RewrapKeysRequest>) -> Result<Response<pb::RewrapKeysResponse>, Status> {
+    async fn rewrap_keys(
+        &self,
+        request: Request<pb::RewrapKeysRequest>,
+    ) -> Result<Response<pb::RewrapKeysResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).rewrap_keys(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).rewrap_keys(request).await
+        })
+        .await
     }
 
-    async fn alter_schema(&self, request: Request<pb::AlterSchemaRequest>) -> Result<Response<pb::AlterSchemaResponse>, Status> {
+    async fn alter_schema(
+        &self,
+        request: Request<pb::AlterSchemaRequest>,
+    ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).alter_schema(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).alter_schema(request).await
+        })
+        .await
     }
 }
 

@@ -33,7 +33,11 @@ fn moved(db: &str) -> Status {
 ///
 /// # Errors
 /// When the cell no longer hosts the database.
-pub async fn stream(cell: &Arc<Cell>, from_basis_t: u64, heartbeat_interval_ms: u64) -> Result<ItemStream, Status> {
+pub async fn stream(
+    cell: &Arc<Cell>,
+    from_basis_t: u64,
+    heartbeat_interval_ms: u64,
+) -> Result<ItemStream, Status> {
     let state = cell
         .node
         .db_state(&cell.db)
@@ -80,8 +84,16 @@ pub async fn stream(cell: &Arc<Cell>, from_basis_t: u64, heartbeat_interval_ms: 
                         return;
                     }
                 };
-                let report = pb::TxReport { t: record.t, tx_instant: effective_instant(&record), datoms };
-                if tx.send(item(pb::subscribe_item::Item::Report(report))).await.is_err() {
+                let report = pb::TxReport {
+                    t: record.t,
+                    tx_instant: effective_instant(&record),
+                    datoms,
+                };
+                if tx
+                    .send(item(pb::subscribe_item::Item::Report(report)))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 last_sent = record.t;
@@ -108,7 +120,9 @@ pub async fn stream(cell: &Arc<Cell>, from_basis_t: u64, heartbeat_interval_ms: 
                 }
                 Ok(other) => other,
                 Err(RecvError::Lagged(_)) => {
-                    let _ = tx.send(Err(Status::data_loss("subscription lagged; resubscribe"))).await;
+                    let _ = tx
+                        .send(Err(Status::data_loss("subscription lagged; resubscribe")))
+                        .await;
                     return;
                 }
                 Err(RecvError::Closed) => {

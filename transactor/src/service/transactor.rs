@@ -22,24 +22,45 @@ fn svc(node: Arc<corium_transactor::node::TransactorNode>) -> TransactorSvc {
 
 #[tonic::async_trait]
 impl Transactor for FleetTransactor {
-    async fn transact(&self, request: Request<pb::TransactRequest>) -> Result<Response<pb::TransactResponse>, Status> {
+    async fn transact(
+        &self,
+        request: Request<pb::TransactRequest>,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).transact(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).transact(request).await
+        })
+        .await
     }
 
-    async fn saga_commit(&self, request: Request<pb::SagaCommitRequest>) -> Result<Response<pb::SagaCommitResponse>, Status> {
+    async fn saga_commit(
+        &self,
+        request: Request<pb::SagaCommitRequest>,
+    ) -> Result<Response<pb::SagaCommitResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).saga_commit(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).saga_commit(request).await
+        })
+        .await
     }
 
-    async fn saga_finish(&self, request: Request<pb::SagaFinishRequest>) -> Result<Response<pb::SagaFinishResponse>, Status> {
+    async fn saga_finish(
+        &self,
+        request: Request<pb::SagaFinishRequest>,
+    ) -> Result<Response<pb::SagaFinishResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).saga_finish(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).saga_finish(request).await
+        })
+        .await
     }
 
     type SubscribeStream = super::subscribe::ItemStream;
 
-    async fn subscribe(&self, request: Request<pb::SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
+    async fn subscribe(
+        &self,
+        request: Request<pb::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
         let db = request.get_ref().db.clone();
         let cell = self.0.owner(request.metadata(), &db).await?;
         let request = request.into_inner();
@@ -60,11 +81,20 @@ impl Transactor for FleetTransactor {
 
     async fn sync(&self, request: Request<pb::SyncRequest>) -> Result<Response<pb::SyncResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).sync(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).sync(request).await
+        })
+        .await
     }
 
-    async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+    async fn status(
+        &self,
+        request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move { svc(node).status(request).await }).await
+        dispatch(&self.0, request, &db, |node, request| async move {
+            svc(node).status(request).await
+        })
+        .await
     }
 }

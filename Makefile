@@ -1,0 +1,39 @@
+# Corium Fleet — the two commands a fresh machine needs:
+#   make run    builds and runs a local fleet on loopback
+#   make test   installs what the tests need, starts PostgreSQL, runs every test
+# Others: make lint, make fmt, make clean-run.
+
+SHELL := /bin/bash
+CARGO ?= cargo
+WORK ?= $(CURDIR)/target/ci-services
+PG_PORT ?= 54329
+export PG_PORT
+
+.PHONY: run test lint fmt tools unit clean-run
+
+run:
+	$(CARGO) build --bins
+	$(CARGO) run --quiet --bin corium-fleet -- dev
+
+## Tools the test run needs that a fresh machine may lack.
+tools:
+	@command -v cargo-nextest >/dev/null || $(CARGO) install --locked cargo-nextest
+	@command -v psql >/dev/null && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
+	  echo "installing PostgreSQL (Debian)"; apt-get update -q >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+
+test: tools lint
+	$(CARGO) build --workspace --all-targets
+	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
+	  trap 'scripts/postgres.sh stop $(WORK)/pg' EXIT && \
+	  CORIUM_FLEET_TEST_PG_URL=$$url $(CARGO) nextest run --workspace --no-fail-fast
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean-run:
+	rm -rf .corium-fleet
