@@ -2,12 +2,18 @@
 //! the CLI and the tests.
 //!
 //! Layout:
+//! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
 //! - [`metadata`] — the fleet's gRPC metadata keys and their parsing;
 //! - [`not_owner`] — the one encoder/decoder of the typed `NotOwner` detail;
 //! - [`placement`] — members and the deterministic candidate function;
+//! - [`prometheus`] — counters, gauges, histograms in Prometheus text;
+//! - [`signal`] — SIGTERM/SIGINT as a future;
 //! - [`kind`] — the coarse error kind that tells a caller what to do.
 
+pub mod admin_http;
 pub mod kind;
 pub mod metadata;
 pub mod not_owner;
 pub mod placement;
+pub mod prometheus;
+pub mod signal;

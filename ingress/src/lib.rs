@@ -1,3 +1,137 @@
-//! Corium Fleet ingress: the stateless tier that will be the one client
-//! address (reads the route, keeps an owner cache, forwards one hop over
-//! mTLS). Not built yet; see the ingress issue.
+//! Corium Fleet ingress: the stateless tier that is the one client address.
+//! It reads the routing key (the `corium-database-route` header, else field
+//! 1 of the first request message), finds the lease holder through a short
+//! `moka` owner cache filled from the database root in storage, and forwards
+//! the call's bytes one hop to it, retrying once after a typed `NotOwner`.
+//! It never hosts a database.
+//!
+//! Layout:
+//! - [`config`] — flags, config file, validation;
+//! - [`route`] — method classes and the minimal protobuf scan for `db`;
+//! - [`owner_cache`] — database → lease holder, coalesced storage reads;
+//! - [`proxy`] — the forwarding path and its retry rules;
+//! - [`metrics`] — cache, forwarding and rejection counters;
+//! - [`server`] — HTTP/2 (h2c) client listener and graceful shutdown.
+//!
+//! [`run`] starts an ingress on given listeners until a shutdown future
+//! resolves; the binary and the tests start it the same way.
+
+pub mod config;
+pub mod metrics;
+pub mod owner_cache;
+pub mod proxy;
+pub mod route;
+pub mod server;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::{Args, Config};
+use corium_fleet_transactor::config::Storage;
+use tokio::net::TcpListener;
+
+/// The two sockets an ingress serves.
+pub struct Listeners {
+    /// Clients (gRPC over HTTP/2).
+    pub grpc: TcpListener,
+    /// Admin HTTP (`/metrics`, `/healthz`, `/readyz`).
+    pub admin: TcpListener,
+}
+
+/// Why an ingress could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("cannot open storage {storage}: {detail}")]
+    Storage { storage: String, detail: String },
+}
+
+impl Error {
+    /// What an operator or supervisor should do.
+    #[must_use]
+    pub const fn kind(&self) -> corium_fleet_common::kind::ErrorKind {
+        match self {
+            Self::Config(_) => corium_fleet_common::kind::ErrorKind::GiveUp,
+            Self::Storage { .. } => corium_fleet_common::kind::ErrorKind::RetryLater,
+        }
+    }
+}
+
+/// Runs the ingress until `shutdown` resolves, then stops accepting and lets
+/// in-flight calls finish (bounded).
+///
+/// # Errors
+/// When storage cannot be opened.
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
+    let storage = Storage::parse(
+        &config.storage,
+        config.s3_endpoint.clone(),
+        config.s3_region.clone(),
+    )
+    .map_err(|error| Error::Config(format!("--storage: {error}")))?;
+    let describe = storage.describe();
+    let spec = storage.spec();
+    let open = corium_transactor::backend::open_node_store(&spec, &config.data_dir);
+    let store = tokio::time::timeout(config.storage_timeout * 2, open)
+        .await
+        .map_err(|_| Error::Storage {
+            storage: describe.clone(),
+            detail: "timed out".to_owned(),
+        })?
+        .map_err(|error| Error::Storage {
+            storage: describe.clone(),
+            detail: error.to_string(),
+        })?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let cache = owner_cache::Cache::new(
+        Arc::clone(&store),
+        config.owner_cache_ttl,
+        config.owner_cache_capacity,
+        config.storage_timeout,
+        Arc::clone(&metrics),
+    );
+    tracing::info!(
+        listen = ?listeners.grpc.local_addr().ok(),
+        admin = ?listeners.admin.local_addr().ok(),
+        storage = %describe,
+        members = config.members.len(),
+        "ingress serving"
+    );
+    let storage_timeout = config.storage_timeout;
+    let proxy = Arc::new(proxy::Proxy::new(config, cache, Arc::clone(&metrics)));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let handler: corium_fleet_common::admin_http::Handler = {
+        let metrics = Arc::clone(&metrics);
+        let store = Arc::clone(&store);
+        Arc::new(move |path: String| {
+            let metrics = Arc::clone(&metrics);
+            let store = Arc::clone(&store);
+            Box::pin(async move {
+                match path.as_str() {
+                    "/metrics" => (200, metrics.render()),
+                    "/healthz" => (200, "ok\n".to_owned()),
+                    "/readyz" => match tokio::time::timeout(storage_timeout, store.get_root("meta:")).await {
+                        Ok(Ok(_)) => (200, "ready\n".to_owned()),
+                        Ok(Err(error)) => (503, format!("storage unavailable: {error}\n")),
+                        Err(_) => (503, "storage timed out\n".to_owned()),
+                    },
+                    _ => (404, "not found: try /metrics, /healthz or /readyz\n".to_owned()),
+                }
+            })
+        })
+    };
+    tokio::spawn(corium_fleet_common::admin_http::serve(
+        listeners.admin,
+        handler,
+        stop_rx,
+    ));
+    server::serve(listeners.grpc, proxy, shutdown).await;
+    let _ = stop_tx.send(true);
+    tracing::info!("ingress stopped");
+    Ok(())
+}

@@ -142,3 +142,52 @@ pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, to
     }
     Ok(records)
 }
+
+/// Sends raw bytes as a gRPC request body over HTTP/2 to `endpoint` + `path`
+/// and returns the call's status (trailers-only or trailing), so tests can
+/// send what no typed client would.
+///
+/// # Panics
+/// When the endpoint cannot be reached at all.
+pub async fn raw_call(
+    endpoint: &str,
+    path: &str,
+    headers: &[(&'static str, &str)],
+    body: Vec<u8>,
+) -> tonic::Status {
+    use http_body_util::BodyExt as _;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let mut request = hyper::Request::post(format!("{endpoint}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (key, value) in headers {
+        request = request.header(*key, *value);
+    }
+    let request = request
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(30), client.request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+        return status;
+    }
+    let collected = tokio::time::timeout(Duration::from_secs(30), response.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap();
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    tonic::Status::from_header_map(&trailers).unwrap_or_else(|| tonic::Status::ok(""))
+}
+
+/// A body framed as one uncompressed gRPC message.
+#[must_use]
+pub fn frame(message: &[u8]) -> Vec<u8> {
+    let mut body = vec![0];
+    body.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(message);
+    body
+}

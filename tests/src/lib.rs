@@ -97,6 +97,8 @@ fn bin_dir() -> PathBuf {
 
 /// One transactor process.
 pub struct Node {
+    /// The binary this process runs.
+    binary: &'static str,
     pub id: String,
     pub zone: String,
     pub grpc: u16,
@@ -113,7 +115,7 @@ impl Node {
     }
 
     fn spawn(&mut self) {
-        let binary = bin_dir().join("corium-fleet-transactor");
+        let binary = bin_dir().join(self.binary);
         assert!(
             binary.exists(),
             "{} missing: build with `cargo build --bins` (make test does)",
@@ -175,6 +177,14 @@ impl Node {
         }
     }
 
+    /// Starts the process again with the same flags (a new incarnation) and
+    /// waits until it is ready.
+    pub async fn restart(&mut self) {
+        assert!(self.child.is_none(), "{} is still running", self.id);
+        self.spawn();
+        wait_ready(self).await;
+    }
+
     /// The node's log so far (for failure messages).
     #[must_use]
     pub fn log(&self) -> String {
@@ -191,13 +201,15 @@ impl Drop for Node {
 /// A fleet of transactor processes sharing one store.
 pub struct Fleet {
     pub nodes: Vec<Node>,
+    /// Ingress processes, started with [`Fleet::start_ingresses`].
+    pub ingresses: Vec<Node>,
     /// Per node, the cuttable path to PostgreSQL (PostgreSQL fleets only).
     pub partitions: Vec<Option<proxy::Partition>>,
     pub members: Vec<Member>,
     pub replicas: usize,
     pub backend: Backend,
     pub lease_ttl: Duration,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Fleet {
@@ -257,6 +269,7 @@ impl Fleet {
             ];
             args.extend(member_flags.iter().cloned());
             let mut node = Node {
+                binary: "corium-fleet-transactor",
                 id: member.node_id.clone(),
                 zone: member.zone.clone(),
                 grpc: *grpc,
@@ -270,12 +283,13 @@ impl Fleet {
         }
         let mut fleet = Self {
             nodes,
+            ingresses: Vec::new(),
             partitions,
             members,
             replicas: placement::DEFAULT_REPLICAS,
             backend,
             lease_ttl,
-            _dir: dir,
+            dir,
         };
         for index in 0..fleet.nodes.len() {
             fleet.wait_ready(index).await;
@@ -288,26 +302,51 @@ impl Fleet {
     /// # Panics
     /// When the node exits or is not ready within 60 s.
     pub async fn wait_ready(&mut self, index: usize) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            let node = &mut self.nodes[index];
-            if let Some(status) = node.child.as_mut().and_then(|child| child.try_wait().unwrap()) {
-                panic!(
-                    "{} exited with {status} before it was ready; log:\n{}",
-                    node.id,
-                    node.log()
-                );
+        wait_ready(&mut self.nodes[index]).await;
+    }
+
+    /// Starts `count` ingresses over this fleet with `extra` flags and waits
+    /// until each is ready.
+    ///
+    /// # Panics
+    /// When an ingress does not become ready within 60 s.
+    pub async fn start_ingresses(&mut self, count: usize, extra: &[&str]) {
+        for _ in 0..count {
+            let (grpc, admin) = (free_port(), free_port());
+            let id = format!("ingress-{}", self.ingresses.len() + 1);
+            let mut args = vec![
+                "--listen".to_owned(),
+                format!("127.0.0.1:{grpc}"),
+                "--admin-listen".to_owned(),
+                format!("127.0.0.1:{admin}"),
+                "--storage".to_owned(),
+                self.backend.flag(),
+                "--data-dir".to_owned(),
+                self.dir.path().join("data").display().to_string(),
+            ];
+            for member in &self.members {
+                args.push("--member".to_owned());
+                args.push(format!(
+                    "{}={},zone={}",
+                    member.node_id, member.endpoint, member.zone
+                ));
             }
-            if http_get(node.admin, "/readyz")
-                .await
-                .is_some_and(|(status, _)| status == 200)
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            args.extend(extra.iter().map(|flag| (*flag).to_owned()));
+            let mut ingress = Node {
+                binary: "corium-fleet-ingress",
+                log: self.dir.path().join(format!("{id}.log")),
+                id,
+                zone: String::new(),
+                grpc,
+                admin,
+                args,
+                child: None,
+            };
+            ingress.spawn();
+            self.ingresses.push(ingress);
+            let index = self.ingresses.len() - 1;
+            wait_ready(&mut self.ingresses[index]).await;
         }
-        let node = &self.nodes[index];
-        panic!("{} not ready within 60 s; log:\n{}", node.id, node.log());
     }
 
     /// Index of node `id`.
@@ -337,9 +376,35 @@ impl Fleet {
     pub fn logs(&self) -> String {
         self.nodes
             .iter()
+            .chain(&self.ingresses)
             .map(|n| format!("==== {} ====\n{}", n.id, n.log()))
             .collect()
     }
+}
+
+/// Waits until `node` answers `/readyz`, failing fast if it exits.
+///
+/// # Panics
+/// When the process exits or is not ready within 60 s.
+pub async fn wait_ready(node: &mut Node) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Some(status) = node.child.as_mut().and_then(|child| child.try_wait().unwrap()) {
+            panic!(
+                "{} exited with {status} before it was ready; log:\n{}",
+                node.id,
+                node.log()
+            );
+        }
+        if http_get(node.admin, "/readyz")
+            .await
+            .is_some_and(|(status, _)| status == 200)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{} not ready within 60 s; log:\n{}", node.id, node.log());
 }
 
 /// A plain HTTP/1.1 GET on loopback: `(status, body)`.

@@ -134,7 +134,11 @@ pub async fn run(
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(standby::watch(Arc::clone(&host), stop_rx.clone()));
-    tokio::spawn(admin_http::serve(Arc::clone(&host), listeners.admin, stop_rx));
+    tokio::spawn(corium_fleet_common::admin_http::serve(
+        listeners.admin,
+        admin_http::handler(Arc::clone(&host)),
+        stop_rx,
+    ));
 
     let releasing = Arc::clone(&host);
     let graceful = async move {

@@ -38,7 +38,7 @@ fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::from(2);
             }
         };
-        match corium_fleet_transactor::run(config, listeners, shutdown_signal()).await {
+        match corium_fleet_transactor::run(config, listeners, corium_fleet_common::signal::shutdown()).await {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("corium-fleet-transactor: {error} ({:?})", error.kind());
@@ -46,19 +46,4 @@ fn main() -> std::process::ExitCode {
             }
         }
     })
-}
-
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-    else {
-        // Without signal handlers the process still stops on SIGKILL.
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
 }

@@ -1,0 +1,265 @@
+{{/* Names ------------------------------------------------------------------ */}}
+
+{{- define "corium-fleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name prefix (RELEASE-corium-fleet). Kept to 40 characters so that
+"<prefix>-transactor-NN" and the StatefulSet's controller-revision-hash label
+stay within Kubernetes' 63-character limits.
+*/}}
+{{- define "corium-fleet.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.transactor.fullname" -}}
+{{- printf "%s-transactor" (include "corium-fleet.fullname" .) }}
+{{- end }}
+
+{{/* The headless Service of the transactors (the StatefulSet's serviceName). */}}
+{{- define "corium-fleet.transactor.headless" -}}
+{{- include "corium-fleet.transactor.fullname" . }}
+{{- end }}
+
+{{- define "corium-fleet.ingress.fullname" -}}
+{{- printf "%s-ingress" (include "corium-fleet.fullname" .) }}
+{{- end }}
+
+{{/* The client Service: the one address clients use. */}}
+{{- define "corium-fleet.client.service" -}}
+{{- include "corium-fleet.fullname" . }}
+{{- end }}
+
+{{- define "corium-fleet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "corium-fleet.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels ----------------------------------------------------------------- */}}
+
+{{- define "corium-fleet.labels" -}}
+helm.sh/chart: {{ include "corium-fleet.chart" . }}
+app.kubernetes.io/name: {{ include "corium-fleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: corium-fleet
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "corium-fleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "corium-fleet.transactor.selectorLabels" -}}
+{{ include "corium-fleet.selectorLabels" . }}
+app.kubernetes.io/component: transactor
+{{- end }}
+
+{{- define "corium-fleet.ingress.selectorLabels" -}}
+{{ include "corium-fleet.selectorLabels" . }}
+app.kubernetes.io/component: ingress
+{{- end }}
+
+{{- define "corium-fleet.transactor.labels" -}}
+{{ include "corium-fleet.labels" . }}
+app.kubernetes.io/component: transactor
+{{- end }}
+
+{{- define "corium-fleet.ingress.labels" -}}
+{{ include "corium-fleet.labels" . }}
+app.kubernetes.io/component: ingress
+{{- end }}
+
+{{/* Fleet addressing ------------------------------------------------------- */}}
+
+{{/* DNS suffix of transactor pods: "<headless>.<namespace>.svc". */}}
+{{- define "corium-fleet.transactor.dnsSuffix" -}}
+{{- printf "%s.%s.svc" (include "corium-fleet.transactor.headless" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The members list, one "NODE_ID=ENDPOINT" per transactor pod, as a JSON array. */}}
+{{- define "corium-fleet.members" -}}
+{{- $members := list }}
+{{- $name := include "corium-fleet.transactor.fullname" . }}
+{{- $suffix := include "corium-fleet.transactor.dnsSuffix" . }}
+{{- range $i := until (int .Values.transactor.replicas) }}
+{{- $members = append $members (printf "%s-%d=https://%s-%d.%s:7001" $name $i $name $i $suffix) }}
+{{- end }}
+{{- toJson $members }}
+{{- end }}
+
+{{/* Images ------------------------------------------------------------------ */}}
+
+{{- define "corium-fleet.transactor.image" -}}
+{{- printf "%s:%s" .Values.transactor.image.repository (default .Chart.AppVersion .Values.transactor.image.tag) }}
+{{- end }}
+
+{{- define "corium-fleet.ingress.image" -}}
+{{- printf "%s:%s" .Values.ingress.image.repository (default .Chart.AppVersion .Values.ingress.image.tag) }}
+{{- end }}
+
+{{/* Secrets ----------------------------------------------------------------- */}}
+
+{{- define "corium-fleet.storage.secretName" -}}
+{{- if eq .Values.storage.type "postgres" }}
+{{- default (printf "%s-storage" (include "corium-fleet.fullname" .)) .Values.storage.postgres.existingSecret }}
+{{- else }}
+{{- default (printf "%s-storage" (include "corium-fleet.fullname" .)) .Values.storage.s3.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.tls.transactorSecret" -}}
+{{- if eq .Values.tls.mode "existingSecret" }}
+{{- .Values.tls.existingSecret.transactor }}
+{{- else }}
+{{- printf "%s-transactor-tls" (include "corium-fleet.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.tls.ingressSecret" -}}
+{{- if eq .Values.tls.mode "existingSecret" }}
+{{- .Values.tls.existingSecret.ingress }}
+{{- else }}
+{{- printf "%s-ingress-tls" (include "corium-fleet.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.tls.publicSecret" -}}
+{{- default (printf "%s-public-tls" (include "corium-fleet.fullname" .)) .Values.ingress.publicTls.secretName }}
+{{- end }}
+
+{{/* Whether the chart issues the client-facing certificate itself. */}}
+{{- define "corium-fleet.tls.issuePublic" -}}
+{{- if and .Values.ingress.publicTls.enabled (not .Values.ingress.publicTls.secretName) }}true{{ end }}
+{{- end }}
+
+{{/* DNS names of the transactor server certificate. */}}
+{{- define "corium-fleet.tls.transactorDnsNames" -}}
+{{- $suffix := include "corium-fleet.transactor.dnsSuffix" . }}
+{{- toJson (list (printf "*.%s" $suffix) (printf "*.%s.%s" $suffix .Values.clusterDomain) $suffix (printf "%s.%s" $suffix .Values.clusterDomain) "localhost") }}
+{{- end }}
+
+{{/* DNS names of the ingress client certificate. */}}
+{{- define "corium-fleet.tls.ingressDnsNames" -}}
+{{- $svc := printf "%s.%s.svc" (include "corium-fleet.ingress.fullname" .) .Release.Namespace }}
+{{- toJson (list $svc (printf "%s.%s" $svc .Values.clusterDomain)) }}
+{{- end }}
+
+{{/* DNS names of the client-facing certificate. */}}
+{{- define "corium-fleet.tls.publicDnsNames" -}}
+{{- $name := include "corium-fleet.client.service" . }}
+{{- $svc := printf "%s.%s.svc" $name .Release.Namespace }}
+{{- $names := list $name (printf "%s.%s" $name .Release.Namespace) $svc (printf "%s.%s" $svc .Values.clusterDomain) }}
+{{- toJson (concat $names .Values.ingress.publicTls.extraDnsNames) }}
+{{- end }}
+
+{{/* Pod pieces -------------------------------------------------------------- */}}
+
+{{/* Environment for the shared store (same for both pools). */}}
+{{- define "corium-fleet.storage.env" -}}
+{{- $secret := include "corium-fleet.storage.secretName" . }}
+{{- if eq .Values.storage.type "postgres" }}
+{{- $pg := .Values.storage.postgres -}}
+- name: PG_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ if $pg.existingSecret }}{{ $pg.existingSecretKey }}{{ else }}password{{ end }}
+- name: CORIUM_FLEET_STORAGE
+  value: {{ printf "postgres://%s:$(PG_PASSWORD)@%s:%d/%s%s" $pg.user $pg.host (int $pg.port) $pg.database (ternary (printf "?%s" $pg.options) "" (ne (toString $pg.options) "")) | quote }}
+{{- else if eq .Values.storage.type "s3" }}
+{{- $s3 := .Values.storage.s3 -}}
+- name: CORIUM_FLEET_STORAGE
+  value: {{ printf "s3://%s/%s" $s3.bucket $s3.prefix | quote }}
+- name: AWS_REGION
+  value: {{ $s3.region | quote }}
+{{- if $s3.endpoint }}
+- name: CORIUM_FLEET_S3_ENDPOINT
+  value: {{ $s3.endpoint | quote }}
+{{- end }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ if $s3.existingSecret }}{{ $s3.accessKeyIdKey }}{{ else }}AWS_ACCESS_KEY_ID{{ end }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ if $s3.existingSecret }}{{ $s3.secretAccessKeyKey }}{{ else }}AWS_SECRET_ACCESS_KEY{{ end }}
+{{- else }}
+{{- fail "storage.type must be postgres or s3" }}
+{{- end }}
+{{- end }}
+
+{{/*
+preStop hook: sleep so the pod's endpoints are removed before SIGTERM starts the drain.
+The image ships /usr/bin/sleep (distroless has no shell); nothing when the value is 0.
+*/}}
+{{- define "corium-fleet.preStop" -}}
+{{- if gt (int .) 0 -}}
+lifecycle:
+  preStop:
+    exec:
+      command: ["/usr/bin/sleep", {{ . | int | toString | quote }}]
+{{- end }}
+{{- end }}
+
+{{/*
+Topology spread across zones for one pool.
+Args: (list $ctx $component $spread $matchLabelKeys).
+*/}}
+{{- define "corium-fleet.zoneSpread" -}}
+{{- $ctx := index . 0 }}
+{{- $component := index . 1 }}
+{{- $spread := index . 2 -}}
+topologySpreadConstraints:
+  - maxSkew: {{ $spread.maxSkew }}
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: {{ $spread.whenUnsatisfiable }}
+    labelSelector:
+      matchLabels:
+        {{- include (printf "corium-fleet.%s.selectorLabels" $component) $ctx | nindent 8 }}
+    {{- with index . 3 }}
+    matchLabelKeys:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+{{- end }}
+
+{{/* Checks the schema cannot express. */}}
+{{- define "corium-fleet.validate" -}}
+{{- if gt (int .Values.fleet.replicas) (int .Values.transactor.replicas) }}
+{{- fail (printf "fleet.replicas (%d candidates per database) cannot exceed transactor.replicas (%d pods)" (int .Values.fleet.replicas) (int .Values.transactor.replicas)) }}
+{{- end }}
+{{- $t := .Values.transactor }}
+{{- if lt (int $t.terminationGracePeriodSeconds) (add (int $t.preStopSleepSeconds) 10 | int) }}
+{{- fail (printf "transactor.terminationGracePeriodSeconds (%d) must be at least transactor.preStopSleepSeconds (%d) + 10 so the SIGTERM drain has time to release the leases" (int $t.terminationGracePeriodSeconds) (int $t.preStopSleepSeconds)) }}
+{{- end }}
+{{- if and .Values.ingress.autoscaling.enabled (gt (int .Values.ingress.autoscaling.minReplicas) (int .Values.ingress.autoscaling.maxReplicas)) }}
+{{- fail "ingress.autoscaling.minReplicas cannot exceed ingress.autoscaling.maxReplicas" }}
+{{- end }}
+{{- if and .Values.ingress.publicTls.enabled (eq .Values.tls.mode "existingSecret") (not .Values.ingress.publicTls.secretName) }}
+{{- fail "ingress.publicTls.secretName is required when ingress.publicTls.enabled and tls.mode is existingSecret" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,649 @@
+"""Assertions on the manifests the corium-fleet chart renders.
+
+Run by scripts/chart-test.sh (which installs helm and this venv); by hand:
+    HELM=target/chart-tools/bin/helm target/chart-tools/venv/bin/pytest charts/tests
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from fake_kube_api import FakeKubeAPI
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "corium-fleet"
+BAD = Path(__file__).resolve().parent / "bad"
+HELM = os.environ.get("HELM", "helm")
+RELEASE = "ci-release"
+NS = "ci"
+FULL = f"{RELEASE}-corium-fleet"
+CI_FILES = sorted(CHART.glob("ci/*-values.yaml"))
+BAD_FILES = sorted(BAD.glob("*.yaml"))
+POSTGRES = ["--set", "storage.type=postgres", "--set", "storage.postgres.host=db",
+            "--set", "storage.postgres.password=pw"]
+SCHEMA_ERROR = "values don't meet the specifications of the schema(s)"
+ZONE = "topology.kubernetes.io/zone"
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+def helm(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def template(*args: str, chart: Path = CHART) -> list[dict]:
+    result = helm("template", RELEASE, str(chart), "--namespace", NS,
+                  "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor", *args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@functools.lru_cache(maxsize=None)
+def _render_file(path: str) -> tuple:
+    return tuple(template("-f", path))
+
+
+def render(values_file: Path) -> list[dict]:
+    return list(_render_file(str(values_file)))
+
+
+def values_of(values_file: Path) -> dict:
+    """values.yaml merged with the file (enough for the keys these tests read)."""
+    def merge(base, over):
+        for key, value in over.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                merge(base[key], value)
+            elif value is None:
+                base.pop(key, None)
+            else:
+                base[key] = value
+        return base
+    return merge(yaml.safe_load((CHART / "values.yaml").read_text()),
+                 yaml.safe_load(values_file.read_text()) or {})
+
+
+def kind(docs: list[dict], name: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == name]
+
+
+def one(docs: list[dict], kind_name: str, name: str | None = None) -> dict:
+    found = [d for d in kind(docs, kind_name) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind_name} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def workloads(docs: list[dict]) -> list[dict]:
+    return kind(docs, "Deployment") + kind(docs, "StatefulSet")
+
+
+def pod_labels(workload: dict) -> dict:
+    return workload["spec"]["template"]["metadata"]["labels"]
+
+
+def selects(match_labels: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in match_labels.items())
+
+
+def pool(docs: list[dict], component: str) -> dict:
+    found = [w for w in workloads(docs)
+             if pod_labels(w).get("app.kubernetes.io/component") == component]
+    assert len(found) == 1, f"expected one {component} workload"
+    return found[0]
+
+
+def container(workload: dict, name: str) -> dict:
+    return next(c for c in workload["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+
+
+def env_of(c: dict) -> dict:
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+def arg_value(c: dict, flag: str) -> str | None:
+    args = c.get("args", [])
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def toml_of(docs: list[dict], name: str) -> dict:
+    return tomllib.loads(one(docs, "ConfigMap", name)["data"]["node.toml"])
+
+
+def ids(paths):
+    return [p.stem for p in paths]
+
+
+# --- every CI values set ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_workload_selectors_match_their_pod_labels(values_file):
+    docs = render(values_file)
+    assert {pod_labels(w)["app.kubernetes.io/component"] for w in workloads(docs)} == {
+        "transactor", "ingress"}
+    for w in workloads(docs):
+        assert selects(w["spec"]["selector"]["matchLabels"], pod_labels(w)), w["metadata"]["name"]
+        others = [o for o in workloads(docs) if o is not w]
+        assert not any(selects(w["spec"]["selector"]["matchLabels"], pod_labels(o)) for o in others)
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_services_select_one_pool_and_their_ports_exist(values_file):
+    docs = render(values_file)
+    for svc in kind(docs, "Service"):
+        matched = [w for w in workloads(docs) if selects(svc["spec"]["selector"], pod_labels(w))]
+        assert len(matched) == 1, svc["metadata"]["name"]
+        ports = {p["name"] for c in matched[0]["spec"]["template"]["spec"]["containers"]
+                 for p in c.get("ports", [])}
+        for port in svc["spec"]["ports"]:
+            assert port["targetPort"] in ports, (svc["metadata"]["name"], port)
+    client = one(docs, "Service", values_of(values_file)["fullnameOverride"] or FULL)
+    assert client["spec"]["ports"][0]["port"] == 4334
+    headless = one(docs, "StatefulSet")["spec"]["serviceName"]
+    svc = one(docs, "Service", headless)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert {p["port"] for p in svc["spec"]["ports"]} == {7001, 9101}
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_each_pdb_matches_exactly_one_workload(values_file):
+    docs = render(values_file)
+    for pdb in kind(docs, "PodDisruptionBudget"):
+        assert pdb["apiVersion"] == "policy/v1"
+        matched = [w for w in workloads(docs)
+                   if selects(pdb["spec"]["selector"]["matchLabels"], pod_labels(w))]
+        assert len(matched) == 1, pdb["metadata"]["name"]
+        assert ("minAvailable" in pdb["spec"]) != ("maxUnavailable" in pdb["spec"])
+    values = values_of(values_file)
+    expected = int(values["transactor"]["pdb"]["enabled"]) + int(values["ingress"]["pdb"]["enabled"])
+    assert len(kind(docs, "PodDisruptionBudget")) == expected
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_hpa_on_means_the_deployment_has_no_replicas(values_file):
+    docs = render(values_file)
+    deployment = one(docs, "Deployment")
+    hpas = kind(docs, "HorizontalPodAutoscaler")
+    autoscaled = values_of(values_file)["ingress"]["autoscaling"]["enabled"]
+    assert len(hpas) == int(autoscaled)
+    if autoscaled:
+        assert "replicas" not in deployment["spec"]
+        target = hpas[0]["spec"]["scaleTargetRef"]
+        assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+        assert hpas[0]["spec"]["metrics"], "an HPA needs a metric"
+    else:
+        assert deployment["spec"]["replicas"] == values_of(values_file)["ingress"]["replicas"]
+
+
+def test_hpa_toggle():
+    on = template(*POSTGRES, "--set", "ingress.autoscaling.enabled=true")
+    off = template(*POSTGRES, "--set", "ingress.autoscaling.enabled=false", "--set",
+                   "ingress.replicas=4")
+    assert "replicas" not in one(on, "Deployment")["spec"]
+    assert one(on, "HorizontalPodAutoscaler")["spec"]["minReplicas"] == 2
+    assert one(off, "Deployment")["spec"]["replicas"] == 4
+    assert not kind(off, "HorizontalPodAutoscaler")
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_zone_spread_on_both_pools(values_file):
+    docs = render(values_file)
+    for component in ("transactor", "ingress"):
+        w = pool(docs, component)
+        spec = w["spec"]["template"]["spec"]
+        zone = [c for c in spec.get("topologySpreadConstraints", []) if c["topologyKey"] == ZONE]
+        assert zone, f"{component}: no topology spread across zones"
+        assert selects(zone[0]["labelSelector"]["matchLabels"], pod_labels(w))
+    transactor = pool(docs, "transactor")
+    anti = values_of(values_file)["transactor"]["podAntiAffinity"]
+    affinity = transactor["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity")
+    if anti == "none":
+        assert affinity is None
+    else:
+        terms = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution", [])
+                 + [t["podAffinityTerm"] for t in
+                    affinity.get("preferredDuringSchedulingIgnoredDuringExecution", [])])
+        zone_terms = [t for t in terms if t["topologyKey"] == ZONE]
+        assert zone_terms and selects(zone_terms[0]["labelSelector"]["matchLabels"],
+                                      pod_labels(transactor))
+
+
+def _covers(rule: dict, port: int, name: str) -> bool:
+    ports = rule.get("ports")
+    return not ports or any(p.get("port") in (port, name) for p in ports)
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_network_policy_admits_7001_only_from_ingress_and_transactor_pods(values_file):
+    docs = render(values_file)
+    policies = kind(docs, "NetworkPolicy")
+    if not values_of(values_file)["networkPolicy"]["enabled"]:
+        assert not policies
+        return
+    transactor, ingress = pool(docs, "transactor"), pool(docs, "ingress")
+    mine = [p for p in policies
+            if selects(p["spec"]["podSelector"]["matchLabels"], pod_labels(transactor))]
+    assert len(mine) == 1
+    policy = mine[0]["spec"]
+    assert "Ingress" in policy["policyTypes"]
+    rules = [r for r in policy["ingress"] if _covers(r, 7001, "grpc")]
+    assert rules, "port 7001 must be admitted from the ingress pods"
+    admitted = set()
+    for rule in rules:
+        assert rule.get("from"), "a rule with no `from` admits everyone on 7001"
+        for peer in rule["from"]:
+            assert set(peer) == {"podSelector"}, f"7001 open to {peer}"
+            labels = peer["podSelector"].get("matchLabels", {})
+            assert peer["podSelector"].get("matchExpressions") is None
+            matched = [w for w in workloads(docs) if selects(labels, pod_labels(w))]
+            assert len(matched) == 1, f"peer {labels} must pick exactly one pool of this release"
+            admitted.add(matched[0]["metadata"]["name"])
+    assert ingress["metadata"]["name"] in admitted
+    assert admitted <= {ingress["metadata"]["name"], transactor["metadata"]["name"]}
+    # and the admin port is reachable for probes and scraping
+    assert any(_covers(r, 9101, "admin") for r in policy["ingress"])
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_transactor_config_and_identity(values_file):
+    docs = render(values_file)
+    values = values_of(values_file)
+    sts = one(docs, "StatefulSet")
+    name = sts["metadata"]["name"]
+    c = container(sts, "transactor")
+    env = env_of(c)
+    assert env["CORIUM_FLEET_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert arg_value(c, "--config") == "/etc/corium-fleet/config/node.toml"
+    cm_name = next(v["configMap"]["name"] for v in sts["spec"]["template"]["spec"]["volumes"]
+                   if v["name"] == "config")
+    config = toml_of(docs, cm_name)
+    allowed = {"zone", "weight", "listen", "admin_listen", "advertise", "storage", "data_dir",
+               "s3_endpoint", "s3_region", "lease_ttl_ms", "members", "replicas", "log"}
+    assert set(config) <= allowed, set(config) - allowed
+    assert "node_id" not in config and "storage" not in config
+    assert config["listen"] == "0.0.0.0:7001" and config["admin_listen"] == "0.0.0.0:9101"
+    assert config["lease_ttl_ms"] == values["fleet"]["leaseTtlMs"]
+    assert config["replicas"] == values["fleet"]["replicas"] <= sts["spec"]["replicas"]
+    # one member per pod; each pod's --advertise is exactly its own member endpoint
+    advertise = arg_value(c, "--advertise")
+    assert advertise.startswith("https://$(CORIUM_FLEET_NODE_ID).")
+    assert len(config["members"]) == sts["spec"]["replicas"] == values["transactor"]["replicas"]
+    for i, member in enumerate(config["members"]):
+        node_id, endpoint = member.split("=", 1)
+        assert node_id == f"{name}-{i}"
+        assert endpoint == advertise.replace("$(CORIUM_FLEET_NODE_ID)", node_id)
+        assert endpoint == f"https://{name}-{i}.{sts['spec']['serviceName']}.{NS}.svc:7001"
+    # the ingress pool has the same members and candidates
+    deployment = one(docs, "Deployment")
+    ingress_cm = next(v["configMap"]["name"] for v in
+                      deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
+    ingress_config = toml_of(docs, ingress_cm)
+    assert ingress_config["members"] == config["members"]
+    assert ingress_config["replicas"] == config["replicas"]
+    assert ingress_config["listen"] == "0.0.0.0:4334"
+    assert ingress_config["admin_listen"] == "0.0.0.0:9102"
+    ingress_keys = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
+                    "members", "replicas", "owner_cache_ttl_ms", "owner_cache_capacity",
+                    "max_request_bytes", "max_deadline_ms", "log"}
+    assert set(ingress_config) <= ingress_keys, set(ingress_config) - ingress_keys
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_zone_from_the_node_label(values_file):
+    docs = render(values_file)
+    values = values_of(values_file)
+    sts = one(docs, "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    c = container(sts, "transactor")
+    if not values["zoneLookup"]["enabled"]:
+        assert not pod.get("initContainers") and arg_value(c, "--zone-file") is None
+        assert not kind(docs, "ClusterRole")
+        return
+    assert arg_value(c, "--zone-file") == "/etc/corium-fleet/zone/zone"
+    init = next(i for i in pod["initContainers"] if i["name"] == "zone-lookup")
+    assert env_of(init)["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    script = init["command"][-1]
+    assert "/api/v1/nodes/${NODE_NAME}" in script and ZONE.replace(".", "\\.") in script
+    assert "> /etc/corium-fleet/zone/zone" in script
+    zone_volume = next(v for v in pod["volumes"] if v["name"] == "zone")
+    assert "emptyDir" in zone_volume
+    # RBAC: get on nodes for the pod's ServiceAccount
+    role = one(docs, "ClusterRole")
+    assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]} in role["rules"]
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert {"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+            "namespace": NS} in binding["subjects"]
+    # only the initContainer gets an API token
+    assert pod["automountServiceAccountToken"] is False
+    assert "kube-api-access" in {m["name"] for m in init["volumeMounts"]}
+    assert "kube-api-access" not in {m["name"] for m in c["volumeMounts"]}
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_storage_from_values_and_secrets(values_file):
+    docs = render(values_file)
+    values = values_of(values_file)
+    storage = values["storage"]
+    rendered_secrets = {s["metadata"]["name"]: s for s in kind(docs, "Secret")}
+    for w in workloads(docs):
+        c = w["spec"]["template"]["spec"]["containers"][0]
+        names = [e["name"] for e in c["env"]]
+        env = env_of(c)
+        url = env["CORIUM_FLEET_STORAGE"]["value"]
+        refs = [e["valueFrom"]["secretKeyRef"] for e in c["env"]
+                if "secretKeyRef" in e.get("valueFrom", {})]
+        if storage["type"] == "postgres":
+            pg = storage["postgres"]
+            # $(PG_PASSWORD) expands only if PG_PASSWORD comes first
+            assert names.index("PG_PASSWORD") < names.index("CORIUM_FLEET_STORAGE")
+            expected = f"postgres://{pg['user']}:$(PG_PASSWORD)@{pg['host']}:{pg['port']}/{pg['database']}"
+            assert url == expected + (f"?{pg['options']}" if pg["options"] else "")
+            secret = env["PG_PASSWORD"]["valueFrom"]["secretKeyRef"]
+            if pg["existingSecret"]:
+                assert secret == {"name": pg["existingSecret"], "key": pg["existingSecretKey"]}
+            else:
+                data = rendered_secrets[secret["name"]]["data"]
+                assert base64.b64decode(data[secret["key"]]).decode() == pg["password"]
+        else:
+            s3 = storage["s3"]
+            assert url == f"s3://{s3['bucket']}/{s3['prefix']}"
+            assert env["AWS_REGION"]["value"] == s3["region"]
+            assert env.get("CORIUM_FLEET_S3_ENDPOINT", {}).get("value", "") == s3["endpoint"]
+            for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                ref = env[var]["valueFrom"]["secretKeyRef"]
+                if s3["existingSecret"]:
+                    assert ref["name"] == s3["existingSecret"]
+                else:
+                    assert ref["key"] in rendered_secrets[ref["name"]]["data"]
+        assert url and not url.startswith("file") and "filesystem" not in url
+        for ref in refs:
+            assert ref["name"] in rendered_secrets or ref["name"] in (
+                storage["postgres"]["existingSecret"], storage["s3"]["existingSecret"])
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_security_probes_and_shutdown(values_file):
+    docs = render(values_file)
+    values = values_of(values_file)
+    for w in workloads(docs):
+        pod = w["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["runAsUser"] == 65532
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        for c in pod["containers"] + pod.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] and sc["runAsUser"] == 65532, c["name"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+            assert c["resources"].get("requests"), c["name"]
+    for component, admin in (("transactor", 9101), ("ingress", 9102)):
+        w = pool(docs, component)
+        c = w["spec"]["template"]["spec"]["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert ports["admin"] == admin
+        assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "admin"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
+        assert "/etc/corium-fleet/tls" in {m["mountPath"] for m in c["volumeMounts"]}
+        sleep = values[component]["preStopSleepSeconds"]
+        grace = w["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert grace == values[component]["terminationGracePeriodSeconds"]
+        if sleep:
+            assert c["lifecycle"]["preStop"]["exec"]["command"] == ["/usr/bin/sleep", str(sleep)]
+            assert grace > sleep
+        else:
+            assert "lifecycle" not in c
+    transactor = container(pool(docs, "transactor"), "transactor")
+    for flag, path in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key"),
+                       ("--tls-client-ca", "ca.crt")):
+        assert arg_value(transactor, flag) == f"/etc/corium-fleet/tls/{path}"
+    ingress = container(pool(docs, "ingress"), "ingress")
+    for flag, path in (("--upstream-cert", "tls.crt"), ("--upstream-key", "tls.key"),
+                       ("--upstream-ca", "ca.crt")):
+        assert arg_value(ingress, flag) == f"/etc/corium-fleet/tls/{path}"
+    assert (arg_value(ingress, "--tls-listen") == "0.0.0.0:4443") == values["ingress"]["publicTls"]["enabled"]
+
+
+def test_long_release_names_still_give_valid_node_ids_and_names():
+    release = "a-very-long-release-name-for-a-fleet-in-production-eu"  # 53 characters
+    result = helm("template", release, str(CHART), "--namespace", NS, *POSTGRES,
+                  "--set", "transactor.replicas=12")
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    sts = one(docs, "StatefulSet")
+    # the StatefulSet's pods are NAME-N and carry controller-revision-hash=NAME-HASH (63 max)
+    assert len(sts["metadata"]["name"]) <= 52
+    config = toml_of(docs, sts["metadata"]["name"])
+    for member in config["members"]:
+        node_id = member.split("=", 1)[0]
+        assert re.fullmatch(r"[A-Za-z0-9._-]{1,63}", node_id), node_id  # the transactor's rule
+    for doc in docs:
+        assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
+
+
+def test_transactor_defaults():
+    docs = template(*POSTGRES)
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+    assert container(sts, "transactor")["lifecycle"]["preStop"]["exec"]["command"] == [
+        "/usr/bin/sleep", "5"]
+    assert sts["spec"]["replicas"] == 3
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_tls_secrets_are_mounted_and_provided(values_file):
+    docs = render(values_file)
+    values = values_of(values_file)
+    mode = values["tls"]["mode"]
+    provided = {s["metadata"]["name"] for s in kind(docs, "Secret")}
+    provided |= {c["spec"]["secretName"] for c in kind(docs, "Certificate")}
+    existing = set(values["tls"]["existingSecret"].values()) | {values["ingress"]["publicTls"]["secretName"]}
+    for w in workloads(docs):
+        for volume in w["spec"]["template"]["spec"]["volumes"]:
+            if "secret" in volume:
+                name = volume["secret"]["secretName"]
+                if mode == "existingSecret" or values["ingress"]["publicTls"]["secretName"] == name:
+                    assert name in existing, name
+                else:
+                    assert name in provided, name
+    if mode != "certManager":
+        assert not kind(docs, "Certificate") and not kind(docs, "Issuer")
+    if mode != "selfSigned":
+        assert not [s for s in kind(docs, "Secret") if s["type"] == "kubernetes.io/tls"]
+
+
+def test_cert_manager_certificates():
+    values_file = CHART / "ci" / "s3-certmanager-values.yaml"
+    docs = render(values_file)
+    sts = one(docs, "StatefulSet")
+    suffix = f"{sts['spec']['serviceName']}.{NS}.svc"
+    certs = {c["spec"]["secretName"]: c for c in kind(docs, "Certificate")}
+    server = certs[f"{FULL}-transactor-tls"]["spec"]
+    assert f"*.{suffix}" in server["dnsNames"] and "server auth" in server["usages"]
+    client = certs[f"{FULL}-ingress-tls"]["spec"]
+    assert "client auth" in client["usages"]
+    public = certs[f"{FULL}-public-tls"]["spec"]
+    assert f"{FULL}.{NS}.svc" in public["dnsNames"] and "corium.example.com" in public["dnsNames"]
+    # no issuerRef in values: the chart's self-signed Issuer -> CA Certificate -> CA Issuer chain
+    issuers = {i["metadata"]["name"]: i["spec"] for i in kind(docs, "Issuer")}
+    assert issuers[f"{FULL}-selfsigned"] == {"selfSigned": {}}
+    ca = certs[f"{FULL}-ca"]["spec"]
+    assert ca["isCA"] is True and ca["issuerRef"]["name"] == f"{FULL}-selfsigned"
+    assert issuers[f"{FULL}-ca"]["ca"]["secretName"] == f"{FULL}-ca"
+    for spec in (server, client, public):
+        assert spec["issuerRef"] == {"name": f"{FULL}-ca", "kind": "Issuer", "group": "cert-manager.io"}
+    # a given ClusterIssuer is used as is, and no chain is created
+    docs = render(CHART / "ci" / "s3-clusterissuer-values.yaml")
+    assert not kind(docs, "Issuer")
+    for cert in kind(docs, "Certificate"):
+        assert cert["spec"]["issuerRef"] == {"name": "internal-ca", "kind": "ClusterIssuer",
+                                             "group": "cert-manager.io"}
+
+
+# --- selfSigned: generated certificates and keeping them across upgrades -------------------------
+
+def _tls_secrets(docs: list[dict]) -> dict[str, dict]:
+    return {s["metadata"]["name"]: s["data"] for s in kind(docs, "Secret")
+            if s["type"] == "kubernetes.io/tls"}
+
+
+def _cert(b64: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(b64))
+
+
+def test_self_signed_certificates_chain_and_names():
+    docs = template(*POSTGRES, "--set", "ingress.publicTls.enabled=true")
+    secrets = _tls_secrets(docs)
+    assert set(secrets) == {f"{FULL}-ca", f"{FULL}-transactor-tls", f"{FULL}-ingress-tls",
+                            f"{FULL}-public-tls"}
+    ca = _cert(secrets[f"{FULL}-ca"]["tls.crt"])
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    for name, data in secrets.items():
+        assert data["ca.crt"] == secrets[f"{FULL}-ca"]["tls.crt"]
+        leaf = _cert(data["tls.crt"])
+        leaf.verify_directly_issued_by(ca)
+    server = _cert(secrets[f"{FULL}-transactor-tls"]["tls.crt"])
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    dns = sans.get_values_for_type(x509.DNSName)
+    assert f"*.{FULL}-transactor.{NS}.svc" in dns
+    client = _cert(secrets[f"{FULL}-ingress-tls"]["tls.crt"])
+    eku = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in eku
+
+
+def _render_against(api: FakeKubeAPI, tmp_path: Path, *args: str) -> list[dict]:
+    kubeconfig = api.kubeconfig(tmp_path, NS)
+    return template(*POSTGRES, "--dry-run=server", "--kubeconfig", str(kubeconfig), *args)
+
+
+def test_self_signed_ca_and_certificates_are_kept_when_their_secrets_exist(tmp_path):
+    """Exercises the chart's real `lookup` against a fake API server (fake_kube_api.py):
+    `helm template --dry-run=server` performs lookups, plain `helm template` cannot."""
+    first = _tls_secrets(template(*POSTGRES))
+    second = _tls_secrets(template(*POSTGRES))
+    # offline, nothing can be looked up, so every render makes a new CA ...
+    assert first[f"{FULL}-ca"]["tls.crt"] != second[f"{FULL}-ca"]["tls.crt"]
+    with FakeKubeAPI() as api:
+        # ... but an upgrade, where the Secrets of the first install exist, keeps them all
+        for name, data in first.items():
+            api.secrets[(NS, name)] = {"type": "kubernetes.io/tls", "data": data}
+        upgraded_docs = _render_against(api, tmp_path)
+        again_docs = _render_against(api, tmp_path)
+        assert f"/api/v1/namespaces/{NS}/secrets/{FULL}-ca" in api.requests
+    assert _tls_secrets(upgraded_docs) == first
+    # ... and the pods are not restarted by it: their templates are the same on every upgrade
+    for kind_name in ("StatefulSet", "Deployment"):
+        assert one(upgraded_docs, kind_name) == one(again_docs, kind_name)
+        assert "checksum/tls" in one(upgraded_docs, kind_name)["spec"]["template"]["metadata"][
+            "annotations"]
+
+
+def test_self_signed_new_certificates_are_signed_by_the_kept_ca(tmp_path):
+    first = _tls_secrets(template(*POSTGRES))
+    other = _tls_secrets(template(*POSTGRES))
+    with FakeKubeAPI() as api:
+        # the CA exists; the transactor certificate is from another CA (stale); no ingress cert
+        api.secrets[(NS, f"{FULL}-ca")] = {"data": first[f"{FULL}-ca"]}
+        api.secrets[(NS, f"{FULL}-transactor-tls")] = {"data": other[f"{FULL}-transactor-tls"]}
+        upgraded = _tls_secrets(_render_against(api, tmp_path))
+    assert upgraded[f"{FULL}-ca"] == first[f"{FULL}-ca"]
+    ca = _cert(first[f"{FULL}-ca"]["tls.crt"])
+    for name in (f"{FULL}-transactor-tls", f"{FULL}-ingress-tls"):
+        assert upgraded[name]["ca.crt"] == first[f"{FULL}-ca"]["tls.crt"]
+        _cert(upgraded[name]["tls.crt"]).verify_directly_issued_by(ca)
+    assert upgraded[f"{FULL}-transactor-tls"] != other[f"{FULL}-transactor-tls"]
+
+
+# --- bad values ----------------------------------------------------------------------------------
+
+def _expected(path: Path) -> list[str]:
+    messages = [line.removeprefix("# expect:").strip()
+                for line in path.read_text().splitlines() if line.startswith("# expect:")]
+    assert messages, f"{path.name} has no '# expect:' line"
+    return messages
+
+
+@pytest.mark.parametrize("bad_file", BAD_FILES, ids=ids(BAD_FILES))
+def test_bad_values_fail_with_the_promised_message(bad_file):
+    result = helm("template", RELEASE, str(CHART), "--namespace", NS, "-f", str(bad_file))
+    assert result.returncode != 0, f"{bad_file.name} rendered"
+    for message in _expected(bad_file):
+        assert message in result.stderr, result.stderr
+    if SCHEMA_ERROR in result.stderr:
+        # schema failures fail `helm lint --strict` too (template `fail`s only fail rendering)
+        lint = helm("lint", "--strict", str(CHART), "-f", str(bad_file))
+        assert lint.returncode != 0
+        for message in _expected(bad_file):
+            assert message in lint.stdout + lint.stderr
+
+
+def test_no_values_means_no_store_rather_than_a_filesystem_default():
+    result = helm("template", RELEASE, str(CHART))
+    assert result.returncode != 0
+    assert 'storage.type must be one of the following: "postgres", "s3"' in result.stderr
+
+
+# --- NOTES and README ----------------------------------------------------------------------------
+
+def test_notes_give_the_client_address_and_the_status_command(tmp_path):
+    # helm template does not render NOTES.txt, and helm install needs a cluster: render it via
+    # `tpl` in a scratch copy of the chart.
+    chart = tmp_path / "corium-fleet"
+    shutil.copytree(CHART, chart)
+    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n'
+        '{{ tpl (.Files.Get "notes.txt") . | indent 4 }}\n')
+    docs = template(*POSTGRES, chart=chart)
+    notes = one(docs, "ConfigMap", "notes")["data"]["notes"]
+    assert f"http://{FULL}.{NS}.svc:4334" in notes
+    assert "corium-fleet status --endpoint http://127.0.0.1:7001" in notes
+    assert (f"kubectl exec --namespace {NS} {FULL}-transactor-0 -- corium-fleet status --endpoint "
+            f"http://{FULL}-transactor-0.{FULL}-transactor.{NS}.svc:7001") in notes
+    assert f"kubectl port-forward --namespace {NS} pod/{FULL}-transactor-0 7001:7001" in notes
+
+
+# Objects documented as one row (their fields are Kubernetes' own or listed in the description).
+OBJECT_KEYS = {"resources", "podSecurityContext", "securityContext", "livenessProbe",
+               "readinessProbe", "startupProbe"}
+
+
+def _leaves(node, prefix=""):
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in OBJECT_KEYS:
+            yield from _leaves(value, path + ".")
+        else:
+            yield path
+
+
+def test_readme_documents_every_value():
+    readme = (CHART / "README.md").read_text()
+    rows = set(re.findall(r"^\| `([^`]+)` \|", readme, flags=re.M))
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = [p for p in _leaves(values) if p not in rows]
+    assert not missing, f"README.md has no row for: {missing}"
+    schema_keys = set()
+
+    def walk(schema, prefix=""):
+        for key, sub in schema.get("properties", {}).items():
+            path = f"{prefix}{key}"
+            schema_keys.add(path)
+            if key not in OBJECT_KEYS:
+                walk(sub, path + ".")
+    walk(yaml.safe_load((CHART / "values.schema.json").read_text()))
+    undocumented = sorted(k for k in schema_keys if k not in rows and k != "global"
+                          and not any(r.startswith(k + ".") for r in rows))
+    assert not undocumented, f"in the schema but not in README.md: {undocumented}"

@@ -1,0 +1,180 @@
+//! Ingress configuration: flags, an optional TOML file, validation.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use corium_fleet_common::placement::{self, Member};
+use serde::Deserialize;
+
+/// `corium-fleet-ingress` flags. Every flag can also be set in the file given
+/// to `--config` (same names, snake_case); a flag on the command line wins.
+#[derive(Debug, Default, clap::Parser, Deserialize)]
+#[command(
+    name = "corium-fleet-ingress",
+    version,
+    about = "The Corium Fleet ingress: one client address"
+)]
+#[serde(deny_unknown_fields, default)]
+pub struct Args {
+    /// TOML file with any of the settings below.
+    #[arg(long, env = "CORIUM_FLEET_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Client listen address (gRPC over HTTP/2 cleartext) [default: 127.0.0.1:4334].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin HTTP listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Storage the transactors share, read here to find lease holders:
+    /// `filesystem` (under --data-dir), `postgres://…` or `s3://BUCKET[/PREFIX]`.
+    #[arg(long, env = "CORIUM_FLEET_STORAGE")]
+    pub storage: Option<String>,
+    /// Data directory of a filesystem fleet [default: ./.corium-fleet/data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// S3 endpoint URL (S3-compatible servers).
+    #[arg(long, env = "CORIUM_FLEET_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region [default: us-east-1].
+    #[arg(long, env = "AWS_REGION")]
+    pub s3_region: Option<String>,
+    /// Transactor member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`
+    /// (the same list the transactors get).
+    #[arg(long = "member")]
+    pub members: Option<Vec<String>>,
+    /// Candidates per database (as configured on the transactors) [default: 2].
+    #[arg(long)]
+    pub replicas: Option<usize>,
+    /// How long an owner-cache entry is trusted, in milliseconds [default: 2000].
+    #[arg(long)]
+    pub owner_cache_ttl_ms: Option<u64>,
+    /// Owner-cache capacity in databases [default: 100000].
+    #[arg(long)]
+    pub owner_cache_capacity: Option<u64>,
+    /// Largest request body buffered (and so replayable) [default: 4194304].
+    #[arg(long)]
+    pub max_request_bytes: Option<usize>,
+    /// Longest deadline given to a forwarded unary call, in milliseconds;
+    /// shorter client deadlines are kept [default: 60000].
+    #[arg(long)]
+    pub max_deadline_ms: Option<u64>,
+    /// Log filter (tracing `EnvFilter` syntax) [default: info].
+    #[arg(long, env = "CORIUM_FLEET_LOG")]
+    pub log: Option<String>,
+}
+
+/// A validated ingress configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub storage: String,
+    pub data_dir: PathBuf,
+    pub s3_endpoint: Option<String>,
+    pub s3_region: Option<String>,
+    pub members: Vec<Member>,
+    pub replicas: usize,
+    pub owner_cache_ttl: Duration,
+    pub owner_cache_capacity: u64,
+    pub max_request_bytes: usize,
+    pub max_deadline: Duration,
+    /// Bound on one storage read made to resolve an owner.
+    pub storage_timeout: Duration,
+    /// Bound on connecting to a transactor.
+    pub connect_timeout: Duration,
+}
+
+impl Args {
+    /// Merges the `--config` file under the flags.
+    ///
+    /// # Errors
+    /// The file cannot be read or has unknown or mistyped settings.
+    pub fn merged(self) -> Result<Self, String> {
+        let Some(path) = &self.config else { return Ok(self) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read config file {}: {error}", path.display()))?;
+        let file: Args =
+            toml::from_str(&text).map_err(|error| format!("config file {}: {error}", path.display()))?;
+        Ok(Self {
+            config: self.config,
+            listen: self.listen.or(file.listen),
+            admin_listen: self.admin_listen.or(file.admin_listen),
+            storage: self.storage.or(file.storage),
+            data_dir: self.data_dir.or(file.data_dir),
+            s3_endpoint: self.s3_endpoint.or(file.s3_endpoint),
+            s3_region: self.s3_region.or(file.s3_region),
+            members: self.members.or(file.members),
+            replicas: self.replicas.or(file.replicas),
+            owner_cache_ttl_ms: self.owner_cache_ttl_ms.or(file.owner_cache_ttl_ms),
+            owner_cache_capacity: self.owner_cache_capacity.or(file.owner_cache_capacity),
+            max_request_bytes: self.max_request_bytes.or(file.max_request_bytes),
+            max_deadline_ms: self.max_deadline_ms.or(file.max_deadline_ms),
+            log: self.log.or(file.log),
+        })
+    }
+
+    /// Validates into a [`Config`].
+    ///
+    /// # Errors
+    /// A message naming the flag at fault.
+    pub fn validate(self) -> Result<Config, String> {
+        let members = self
+            .members
+            .unwrap_or_default()
+            .iter()
+            .map(|text| {
+                text.parse::<Member>()
+                    .map_err(|error| format!("--member: {error}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if members.is_empty() {
+            return Err("--member is required: list every transactor (NODE_ID=ENDPOINT[,zone=Z])".to_owned());
+        }
+        placement::check_unique(&members).map_err(|error| format!("--member: {error}"))?;
+        let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
+        if replicas == 0 {
+            return Err("--replicas must be at least 1".to_owned());
+        }
+        let max_request_bytes = self.max_request_bytes.unwrap_or(4 * 1024 * 1024);
+        if !(1024..=256 * 1024 * 1024).contains(&max_request_bytes) {
+            return Err(format!(
+                "--max-request-bytes {max_request_bytes}: must be between 1024 and 268435456"
+            ));
+        }
+        let owner_cache_ttl_ms = self.owner_cache_ttl_ms.unwrap_or(2_000);
+        if !(1..=600_000).contains(&owner_cache_ttl_ms) {
+            return Err(format!(
+                "--owner-cache-ttl-ms {owner_cache_ttl_ms}: must be between 1 and 600000"
+            ));
+        }
+        let max_deadline_ms = self.max_deadline_ms.unwrap_or(60_000);
+        if max_deadline_ms == 0 {
+            return Err("--max-deadline-ms must be positive".to_owned());
+        }
+        let storage = self.storage.unwrap_or_else(|| "filesystem".to_owned());
+        Ok(Config {
+            listen: self
+                .listen
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 4334))),
+            admin_listen: self
+                .admin_listen
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9102))),
+            storage,
+            data_dir: self
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from(".corium-fleet/data")),
+            s3_endpoint: self.s3_endpoint,
+            s3_region: self.s3_region,
+            members,
+            replicas,
+            owner_cache_ttl: Duration::from_millis(owner_cache_ttl_ms),
+            owner_cache_capacity: self.owner_cache_capacity.unwrap_or(100_000),
+            max_request_bytes,
+            max_deadline: Duration::from_millis(max_deadline_ms),
+            storage_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+        })
+    }
+}

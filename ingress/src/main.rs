@@ -1,0 +1,49 @@
+//! `corium-fleet-ingress`: parse flags, bind, run until SIGTERM/SIGINT.
+
+use clap::Parser;
+use corium_fleet_ingress::{Args, Listeners};
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let filter = args.log.clone().unwrap_or_else(|| "info".to_owned());
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let config = match args.merged().and_then(Args::validate) {
+        Ok(config) => config,
+        Err(message) => {
+            eprintln!("corium-fleet-ingress: {message}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("corium-fleet-ingress: cannot start the runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let bind = |addr| async move {
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|error| format!("cannot listen on {addr}: {error}"))
+        };
+        let listeners = match (bind(config.listen).await, bind(config.admin_listen).await) {
+            (Ok(grpc), Ok(admin)) => Listeners { grpc, admin },
+            (Err(message), _) | (_, Err(message)) => {
+                eprintln!("corium-fleet-ingress: {message}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+        match corium_fleet_ingress::run(config, listeners, corium_fleet_common::signal::shutdown()).await {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("corium-fleet-ingress: {error} ({:?})", error.kind());
+                std::process::ExitCode::FAILURE
+            }
+        }
+    })
+}

@@ -1,0 +1,111 @@
+//! The ingress's Prometheus metrics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use corium_fleet_common::prometheus::{Histogram, counter};
+
+/// Counters and histograms of one ingress.
+#[derive(Default)]
+pub struct Metrics {
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    /// A cached owner answered `NotOwner`: the cache was stale.
+    pub cache_stale: AtomicU64,
+    pub forwarded: AtomicU64,
+    pub not_owner_retries: AtomicU64,
+    /// Requests refused because a client sent fleet-internal metadata
+    /// (`corium-hop`, `corium-principal`, `corium-lease-version`).
+    pub loop_preventions: AtomicU64,
+    pub resolution_failures: AtomicU64,
+    pub connect_retries: AtomicU64,
+    pub ambiguous_failures: AtomicU64,
+    pub rejected_route_mismatch: AtomicU64,
+    pub rejected_unroutable: AtomicU64,
+    pub rejected_too_large: AtomicU64,
+    pub rejected_unknown_method: AtomicU64,
+    pub forward_seconds: Histogram,
+}
+
+impl Metrics {
+    /// The Prometheus text exposition.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        for (name, help, value) in [
+            (
+                "corium_fleet_ingress_owner_cache_hits_total",
+                "Owner-cache hits.",
+                &self.cache_hits,
+            ),
+            (
+                "corium_fleet_ingress_owner_cache_misses_total",
+                "Owner-cache misses (storage reads, coalesced per database).",
+                &self.cache_misses,
+            ),
+            (
+                "corium_fleet_ingress_owner_cache_stale_total",
+                "Cached owners that answered NotOwner.",
+                &self.cache_stale,
+            ),
+            (
+                "corium_fleet_ingress_forwarded_total",
+                "Requests forwarded to a transactor (one hop).",
+                &self.forwarded,
+            ),
+            (
+                "corium_fleet_ingress_not_owner_retries_total",
+                "Requests retried once after a NotOwner.",
+                &self.not_owner_retries,
+            ),
+            (
+                "corium_fleet_ingress_loop_preventions_total",
+                "Requests refused for carrying fleet-internal metadata from a client.",
+                &self.loop_preventions,
+            ),
+            (
+                "corium_fleet_ingress_resolution_failures_total",
+                "Owner resolutions that failed (storage unavailable).",
+                &self.resolution_failures,
+            ),
+            (
+                "corium_fleet_ingress_connect_retries_total",
+                "Requests retried on another node after a connect failure.",
+                &self.connect_retries,
+            ),
+            (
+                "corium_fleet_ingress_ambiguous_failures_total",
+                "Forwarded requests whose outcome is unknown (connection lost after sending).",
+                &self.ambiguous_failures,
+            ),
+            (
+                "corium_fleet_ingress_rejected_route_mismatch_total",
+                "Requests whose route header disagreed with the body.",
+                &self.rejected_route_mismatch,
+            ),
+            (
+                "corium_fleet_ingress_rejected_unroutable_total",
+                "Requests whose body named no database.",
+                &self.rejected_unroutable,
+            ),
+            (
+                "corium_fleet_ingress_rejected_too_large_total",
+                "Requests over the body size limit.",
+                &self.rejected_too_large,
+            ),
+            (
+                "corium_fleet_ingress_rejected_unknown_method_total",
+                "Requests for methods the fleet does not serve.",
+                &self.rejected_unknown_method,
+            ),
+        ] {
+            counter(&mut out, name, help, load(value));
+        }
+        self.forward_seconds.render(
+            &mut out,
+            "corium_fleet_ingress_forward_seconds",
+            "Time from receiving a request to the owner's response headers.",
+        );
+        out
+    }
+}

@@ -1,0 +1,415 @@
+//! The forwarding path: one request in, at most one hop out (plus one retry
+//! after a typed `NotOwner` or a proven connect failure), bytes untouched.
+//!
+//! 1. Refuse what cannot be routed safely: unknown methods, client-supplied
+//!    fleet metadata (`corium-hop`, `corium-principal`,
+//!    `corium-lease-version`), bodies over the limit, bodies that name no
+//!    database, a route header that disagrees with the body.
+//! 2. Buffer the body (so it can be replayed), read `db` from field 1.
+//! 3. Resolve the target: the cached lease holder, else the database's
+//!    candidates in rank order (activation), else any node.
+//! 4. Forward with `corium-hop: 1`, the routed `corium-lease-version` and the
+//!    remaining `grpc-timeout`; the owner decides before sending anything,
+//!    so a `NotOwner` arrives as a trailers-only response and the request can
+//!    be retried once against the hinted owner. A connect failure is proven
+//!    pre-acceptance and moves to the next node; a failure after sending is
+//!    ambiguous and is returned as `UNAVAILABLE`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use corium_fleet_common::metadata;
+use corium_fleet_common::not_owner;
+use corium_fleet_common::placement::{self, Member};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::http::request::Parts;
+use hyper::http::{HeaderValue, Request, Response, Uri};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tonic::Status;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::owner_cache::{self, Resolution};
+use crate::route::{self, Target};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The response body: the owner's bytes, streamed through.
+pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Where one attempt goes.
+#[derive(Clone, Debug)]
+struct Hop {
+    endpoint: String,
+    /// The lease version routed on (owner hops only).
+    lease_version: Option<u64>,
+}
+
+/// How one attempt failed.
+enum SendError {
+    /// Never reached the node: safe to try another.
+    Connect(String),
+    /// Sent; the outcome is unknown.
+    Ambiguous(String),
+    /// The deadline passed before the response headers.
+    Deadline,
+}
+
+/// The ingress's request handler.
+pub struct Proxy {
+    config: Config,
+    cache: owner_cache::Cache,
+    client: Client<HttpConnector, Full<Bytes>>,
+    pub metrics: Arc<Metrics>,
+    next_any: AtomicUsize,
+}
+
+/// A gRPC error as a trailers-only HTTP response.
+#[must_use]
+pub fn status_response(status: &Status) -> Response<Body> {
+    status.clone().into_http::<Body>()
+}
+
+/// `grpc-timeout` → duration (`<digits><H|M|S|m|u|n>`).
+fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+impl Proxy {
+    #[must_use]
+    pub fn new(config: Config, cache: owner_cache::Cache, metrics: Arc<Metrics>) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_only(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .http2_keep_alive_interval(Duration::from_secs(20))
+            .http2_keep_alive_timeout(Duration::from_secs(10))
+            .build(connector);
+        Self {
+            config,
+            cache,
+            client,
+            metrics,
+            next_any: AtomicUsize::new(0),
+        }
+    }
+
+    /// Serves one client request; every failure is a gRPC status.
+    pub async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, std::convert::Infallible> {
+        Ok(self
+            .route(request)
+            .await
+            .unwrap_or_else(|status| status_response(&status)))
+    }
+
+    fn reject(&self, counter: &std::sync::atomic::AtomicU64, status: Status) -> Status {
+        counter.fetch_add(1, Ordering::Relaxed);
+        status
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, Status> {
+        let started = Instant::now();
+        let path = request.uri().path().to_owned();
+        let Some((target, names_db)) = route::classify(&path) else {
+            return Err(self.reject(
+                &self.metrics.rejected_unknown_method,
+                Status::unimplemented(format!("method {path} is not served by Corium Fleet")),
+            ));
+        };
+        for key in [metadata::HOP, metadata::PRINCIPAL, metadata::LEASE_VERSION] {
+            if request.headers().contains_key(key) {
+                return Err(self.reject(
+                    &self.metrics.loop_preventions,
+                    Status::invalid_argument(format!("{key} is set by the fleet, never by a client")),
+                ));
+            }
+        }
+        let (parts, body) = request.into_parts();
+        let deadline = started
+            + parts
+                .headers
+                .get("grpc-timeout")
+                .and_then(parse_timeout)
+                .map_or(self.config.max_deadline, |timeout| {
+                    timeout.min(self.config.max_deadline)
+                });
+        let body = match Limited::new(body, self.config.max_request_bytes).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                return Err(self.reject(
+                    &self.metrics.rejected_too_large,
+                    Status::resource_exhausted(format!(
+                        "request body is over the ingress limit of {} bytes",
+                        self.config.max_request_bytes
+                    )),
+                ));
+            }
+            Err(error) => return Err(Status::cancelled(format!("request body not received: {error}"))),
+        };
+        let db = if names_db {
+            let db = route::first_message(&body)
+                .and_then(route::scan_db)
+                .map_err(|error| {
+                    self.reject(
+                        &self.metrics.rejected_unroutable,
+                        Status::invalid_argument(error.to_string()),
+                    )
+                })?;
+            if let Some(route) = parts.headers.get(metadata::DATABASE_ROUTE)
+                && route.as_bytes() != db.as_bytes()
+            {
+                return Err(self.reject(
+                    &self.metrics.rejected_route_mismatch,
+                    Status::invalid_argument(format!(
+                        "{} {:?} does not match the request's database {db:?}; the body is authoritative",
+                        metadata::DATABASE_ROUTE,
+                        String::from_utf8_lossy(route.as_bytes())
+                    )),
+                ));
+            }
+            Some(db)
+        } else {
+            None
+        };
+        let response = match (target, db.as_deref()) {
+            (Target::Owner, Some(db)) => self.to_owner(&parts, &body, db, deadline).await,
+            (Target::Candidate, Some(db)) => {
+                self.to_any(&parts, &body, &self.candidate_hops(db), deadline)
+                    .await
+            }
+            _ => {
+                let hops = self.any_hops();
+                self.to_any(&parts, &body, &hops, deadline).await
+            }
+        };
+        self.metrics.forward_seconds.observe(started.elapsed());
+        response
+    }
+
+    fn candidate_hops(&self, db: &str) -> Vec<Hop> {
+        placement::candidates(db, &self.config.members, self.config.replicas)
+            .into_iter()
+            .map(|member: &Member| Hop {
+                endpoint: member.endpoint.clone(),
+                lease_version: None,
+            })
+            .collect()
+    }
+
+    /// Every member, starting at a rotating offset.
+    fn any_hops(&self) -> Vec<Hop> {
+        let members = &self.config.members;
+        let start = self.next_any.fetch_add(1, Ordering::Relaxed) % members.len();
+        members
+            .iter()
+            .cycle()
+            .skip(start)
+            .take(members.len())
+            .map(|member| Hop {
+                endpoint: member.endpoint.clone(),
+                lease_version: None,
+            })
+            .collect()
+    }
+
+    /// Tries `hops` in order, moving on only after a proven connect failure.
+    async fn to_any(
+        &self,
+        parts: &Parts,
+        body: &Bytes,
+        hops: &[Hop],
+        deadline: Instant,
+    ) -> Result<Response<Body>, Status> {
+        let mut last = String::from("no node configured");
+        for hop in hops {
+            match self.send(parts, body, hop, deadline).await {
+                Ok(response) => return Ok(response),
+                Err(SendError::Connect(error)) => {
+                    self.metrics.connect_retries.fetch_add(1, Ordering::Relaxed);
+                    last = error;
+                }
+                Err(error) => return Err(self.failure(error)),
+            }
+        }
+        Err(Status::unavailable(format!(
+            "cannot connect to any transactor: {last}"
+        )))
+    }
+
+    async fn hops_for(&self, db: &str) -> Result<Vec<Hop>, Status> {
+        match self.cache.resolve(db).await {
+            Ok(Resolution::Owned(owner)) => Ok(vec![Hop {
+                endpoint: owner.endpoint,
+                lease_version: Some(owner.lease_version),
+            }]),
+            Ok(Resolution::NoLiveOwner) => Ok(self.candidate_hops(db)),
+            Ok(Resolution::Unknown) => Err(Status::not_found(format!("unknown database {db:?}"))),
+            Err(error) => Err(Status::unavailable(format!("{error}; retry later"))),
+        }
+    }
+
+    /// To the lease holder. Retried once (the body is buffered, so the retry
+    /// replays exactly the same bytes) after a typed `NotOwner` — learning
+    /// the hinted owner — or after every target refused the connection —
+    /// re-reading the owner from storage. Nothing is retried once a node may
+    /// have accepted the request.
+    async fn to_owner(
+        &self,
+        parts: &Parts,
+        body: &Bytes,
+        db: &str,
+        deadline: Instant,
+    ) -> Result<Response<Body>, Status> {
+        let mut retried = false;
+        loop {
+            let hops = self.hops_for(db).await?;
+            let mut connect_error = String::new();
+            let mut answered = None;
+            for hop in &hops {
+                match self.send(parts, body, hop, deadline).await {
+                    Ok(response) => {
+                        answered = Some(response);
+                        break;
+                    }
+                    Err(SendError::Connect(error)) => connect_error = error,
+                    Err(error) => return Err(self.failure(error)),
+                }
+            }
+            match answered {
+                None => {
+                    // Every target refused the connection: the cached owner
+                    // may be gone. Forget it and look again, once.
+                    self.cache.invalidate(db).await;
+                    if retried {
+                        return Err(Status::unavailable(format!(
+                            "cannot connect to the owner of {db:?}: {connect_error}; retry"
+                        )));
+                    }
+                    self.metrics.connect_retries.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(response) => {
+                    let Some(hint) = Self::not_owner(&response) else {
+                        return Ok(response);
+                    };
+                    self.cache.learn(&hint).await;
+                    if retried || !hint.retryable {
+                        return Ok(response);
+                    }
+                    self.metrics.not_owner_retries.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            retried = true;
+        }
+    }
+
+    /// The typed `NotOwner` of a trailers-only response, if it is one.
+    fn not_owner(response: &Response<Body>) -> Option<not_owner::NotOwner> {
+        let status = Status::from_header_map(response.headers())?;
+        not_owner::from_status(&status)
+    }
+
+    fn failure(&self, error: SendError) -> Status {
+        match error {
+            SendError::Connect(error) => {
+                Status::unavailable(format!("cannot connect to a transactor: {error}"))
+            }
+            SendError::Ambiguous(error) => {
+                self.metrics.ambiguous_failures.fetch_add(1, Ordering::Relaxed);
+                Status::unavailable(format!(
+                    "connection to the transactor lost after the request was sent; the outcome is unknown: {error}"
+                ))
+            }
+            SendError::Deadline => {
+                Status::deadline_exceeded("deadline passed before the transactor answered")
+            }
+        }
+    }
+
+    async fn send(
+        &self,
+        parts: &Parts,
+        body: &Bytes,
+        hop: &Hop,
+        deadline: Instant,
+    ) -> Result<Response<Body>, SendError> {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(SendError::Deadline);
+        }
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri: Uri = format!("{}{path}", hop.endpoint.trim_end_matches('/'))
+            .parse()
+            .map_err(|error| SendError::Connect(format!("bad endpoint {:?}: {error}", hop.endpoint)))?;
+        let mut request = Request::builder()
+            .method(parts.method.clone())
+            .uri(uri)
+            .version(hyper::Version::HTTP_2);
+        let headers = request.headers_mut().expect("a fresh builder has headers");
+        for (name, value) in &parts.headers {
+            if name != hyper::header::HOST && name != "grpc-timeout" {
+                headers.append(name, value.clone());
+            }
+        }
+        headers.insert(metadata::HOP, HeaderValue::from_static("1"));
+        if let Some(version) = hop.lease_version {
+            headers.insert(metadata::LEASE_VERSION, HeaderValue::from(version));
+        }
+        let millis = remaining.as_millis().clamp(1, 99_999_999);
+        headers.insert(
+            "grpc-timeout",
+            HeaderValue::from_str(&format!("{millis}m")).expect("ascii digits"),
+        );
+        let request = request
+            .body(Full::new(body.clone()))
+            .map_err(|error| SendError::Connect(error.to_string()))?;
+        self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(remaining, self.client.request(request)).await {
+            Err(_) => Err(SendError::Deadline),
+            Ok(Err(error)) if error.is_connect() => {
+                Err(SendError::Connect(format!("{}: {error:?}", hop.endpoint)))
+            }
+            Ok(Err(error)) => Err(SendError::Ambiguous(format!("{}: {error:?}", hop.endpoint))),
+            Ok(Ok(response)) => Ok(response
+                .map(|body: Incoming| body.map_err(|error| Box::new(error) as BoxError).boxed_unsync())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_grpc_timeouts() {
+        let parse = |text: &'static str| parse_timeout(&HeaderValue::from_static(text));
+        assert_eq!(parse("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(parse("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse("5u"), Some(Duration::from_micros(5)));
+        assert_eq!(parse("x"), None);
+        assert_eq!(parse("10"), None);
+        assert_eq!(parse(""), None);
+    }
+}

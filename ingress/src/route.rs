@@ -1,0 +1,241 @@
+//! Which node a call must reach, decided from its path and its first
+//! message without decoding it.
+//!
+//! Every database-specific `corium.v1` request carries the database name as
+//! field 1 (`string db = 1`), as does the fleet's `DatabasePlacement`
+//! (`string database = 1`); [`scan_db`] reads that one field from the
+//! protobuf bytes with a minimal wire-format walk, so unknown fields and
+//! future message versions pass through untouched.
+
+/// Where a call goes.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Target {
+    /// The database's lease holder (activating it on a candidate if none).
+    Owner,
+    /// The database's top reachable candidate (catalog create).
+    Candidate,
+    /// Any node able to read storage.
+    AnyNode,
+}
+
+/// The routing class of a gRPC path, or `None` for a method the fleet does
+/// not serve.
+#[must_use]
+pub fn classify(path: &str) -> Option<(Target, bool)> {
+    // (target, whether the request names a database in field 1)
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    match service {
+        "corium.v1.Transactor" => match method {
+            "Transact" | "SagaCommit" | "SagaFinish" | "Subscribe" | "Sync" | "Status" => {
+                Some((Target::Owner, true))
+            }
+            _ => None,
+        },
+        "corium.v1.Catalog" => match method {
+            "CreateDatabase" => Some((Target::Candidate, true)),
+            "ListDatabases" | "GcDeletedDatabases" => Some((Target::AnyNode, false)),
+            "DeleteDatabase" | "ForkDatabase" | "RequestIndex" | "SetIndexPolicy" | "GetStorageInfo"
+            | "KeyStatus" | "RotateStorageKey" | "RewrapKeys" | "AlterSchema" => Some((Target::Owner, true)),
+            _ => None,
+        },
+        "corium.fleet.v1.FleetAdmin" => match method {
+            "DatabasePlacement" => Some((Target::AnyNode, true)),
+            "NodeStatus" => Some((Target::AnyNode, false)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Why a request body could not be routed.
+#[derive(Debug, thiserror::Error, Eq, PartialEq)]
+pub enum ScanError {
+    #[error("the request body is not one complete gRPC message")]
+    Framing,
+    #[error("compressed request messages are not supported by the fleet ingress")]
+    Compressed,
+    #[error("the request message is not valid protobuf")]
+    Protobuf,
+    #[error("the request names no database (field 1 is empty or missing)")]
+    NoDatabase,
+    #[error("the database name is not UTF-8")]
+    NotText,
+}
+
+/// The first gRPC message of a request body: `(compressed, message)`.
+///
+/// # Errors
+/// [`ScanError::Framing`] when the body does not start with a whole message.
+pub fn first_message(body: &[u8]) -> Result<&[u8], ScanError> {
+    let header = body.get(..5).ok_or(ScanError::Framing)?;
+    if header[0] != 0 {
+        return Err(ScanError::Compressed);
+    }
+    let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    body.get(5..5 + length).ok_or(ScanError::Framing)
+}
+
+fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, ScanError> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *bytes.get(*at).ok_or(ScanError::Protobuf)?;
+        *at += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Ok(value);
+        }
+    }
+    Err(ScanError::Protobuf)
+}
+
+/// Reads string field 1 of a protobuf message (the last occurrence wins, as
+/// protobuf merging does).
+///
+/// # Errors
+/// A malformed message, or no non-empty field 1.
+pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
+    let mut at = 0;
+    let mut found: Option<&[u8]> = None;
+    while at < message.len() {
+        let key = varint(message, &mut at)?;
+        let (field, wire) = (key >> 3, key & 7);
+        match wire {
+            0 => {
+                varint(message, &mut at)?;
+            }
+            1 => {
+                at = at
+                    .checked_add(8)
+                    .filter(|end| *end <= message.len())
+                    .ok_or(ScanError::Protobuf)?
+            }
+            2 => {
+                let length = usize::try_from(varint(message, &mut at)?).map_err(|_| ScanError::Protobuf)?;
+                let end = at
+                    .checked_add(length)
+                    .filter(|end| *end <= message.len())
+                    .ok_or(ScanError::Protobuf)?;
+                if field == 1 {
+                    found = Some(&message[at..end]);
+                }
+                at = end;
+            }
+            5 => {
+                at = at
+                    .checked_add(4)
+                    .filter(|end| *end <= message.len())
+                    .ok_or(ScanError::Protobuf)?
+            }
+            _ => return Err(ScanError::Protobuf),
+        }
+    }
+    let db = std::str::from_utf8(found.ok_or(ScanError::NoDatabase)?).map_err(|_| ScanError::NotText)?;
+    if db.is_empty() {
+        return Err(ScanError::NoDatabase);
+    }
+    Ok(db.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn frame(message: &[u8]) -> Vec<u8> {
+        let mut body = vec![0];
+        body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        body.extend_from_slice(message);
+        body
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Transact {
+        #[prost(string, tag = "1")]
+        db: String,
+        #[prost(uint32, tag = "2")]
+        protocol_version: u32,
+        #[prost(bytes = "vec", tag = "3")]
+        tx_data: Vec<u8>,
+        #[prost(uint64, optional, tag = "4")]
+        expected_basis_t: Option<u64>,
+        #[prost(fixed64, tag = "9")]
+        unknown_fixed: u64,
+        #[prost(fixed32, tag = "10")]
+        unknown_fixed32: u32,
+    }
+
+    #[test]
+    fn classifies_every_served_method() {
+        assert_eq!(
+            classify("/corium.v1.Transactor/Transact"),
+            Some((Target::Owner, true))
+        );
+        assert_eq!(
+            classify("/corium.v1.Transactor/Subscribe"),
+            Some((Target::Owner, true))
+        );
+        assert_eq!(
+            classify("/corium.v1.Catalog/CreateDatabase"),
+            Some((Target::Candidate, true))
+        );
+        assert_eq!(
+            classify("/corium.v1.Catalog/ListDatabases"),
+            Some((Target::AnyNode, false))
+        );
+        assert_eq!(
+            classify("/corium.fleet.v1.FleetAdmin/NodeStatus"),
+            Some((Target::AnyNode, false))
+        );
+        assert_eq!(classify("/corium.v1.PeerServer/Query"), None);
+        assert_eq!(classify("/corium.v1.Transactor/Nope"), None);
+        assert_eq!(classify("garbage"), None);
+    }
+
+    #[test]
+    fn scans_db_from_a_real_message() {
+        let message = Transact {
+            db: "orders".into(),
+            protocol_version: 3,
+            tx_data: vec![1; 300],
+            expected_basis_t: Some(9),
+            unknown_fixed: 7,
+            unknown_fixed32: 1,
+        };
+        let body = frame(&message.encode_to_vec());
+        assert_eq!(scan_db(first_message(&body).unwrap()), Ok("orders".to_owned()));
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_route() {
+        assert_eq!(first_message(&[0, 0, 0]), Err(ScanError::Framing));
+        assert_eq!(first_message(&[1, 0, 0, 0, 0]), Err(ScanError::Compressed));
+        assert_eq!(first_message(&frame(b"abc")[..6]), Err(ScanError::Framing));
+        assert_eq!(
+            scan_db(
+                &Transact {
+                    protocol_version: 3,
+                    ..Transact::default()
+                }
+                .encode_to_vec()
+            ),
+            Err(ScanError::NoDatabase)
+        );
+        assert_eq!(scan_db(&[0x0a, 0x05, b'a']), Err(ScanError::Protobuf));
+        assert_eq!(scan_db(&[0x0a, 0x02, 0xff, 0xfe]), Err(ScanError::NotText));
+        assert_eq!(scan_db(&[0x0b]), Err(ScanError::Protobuf));
+    }
+
+    proptest! {
+        #[test]
+        fn finds_db_in_any_valid_message(db in "[a-zA-Z0-9_-]{1,128}", tx in proptest::collection::vec(any::<u8>(), 0..512), v in any::<u32>(), basis in proptest::option::of(any::<u64>()), f in any::<u64>()) {
+            let message = Transact { db: db.clone(), protocol_version: v, tx_data: tx, expected_basis_t: basis, unknown_fixed: f, unknown_fixed32: 3 };
+            prop_assert_eq!(scan_db(first_message(&frame(&message.encode_to_vec())).unwrap()), Ok(db));
+        }
+
+        #[test]
+        fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = first_message(&bytes).and_then(scan_db);
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The ingress over real processes: one fleet address for stock Corium
+//! clients, one hop to the lease holder, a retry after `NotOwner`, clean
+//! refusals of bad input, and fencing intact under stale caches.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::metadata;
+use corium_fleet_tests::corium::{self, frame, raw_call};
+use corium_fleet_tests::{Backend, Fleet, http_get};
+use prost::Message as _;
+
+const TTL: Duration = Duration::from_millis(1500);
+
+/// (what, path, headers, body, expected code)
+type BadCase = (&'static str, &'static str, Vec<(&'static str, &'static str)>, Vec<u8>, tonic::Code);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_clients_work_through_one_address_across_owner_failover() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        // 30 databases created and written through the one address.
+        let dbs: Vec<String> = (0..30).map(|i| format!("db{i:02}")).collect();
+        let mut admin = corium_peer::Admin::connect(&address, None, None).await.unwrap();
+        let schema = match corium_query::edn::read_one(corium::SCHEMA).unwrap() {
+            corium_query::edn::Edn::Vector(forms) => forms,
+            _ => unreachable!(),
+        };
+        for db in &dbs {
+            assert!(
+                admin.create_database(db, &schema).await.unwrap(),
+                "{backend:?} create {db}"
+            );
+        }
+        let mut connections = Vec::new();
+        for db in &dbs {
+            let mut config = corium_peer::ConnectConfig::new(&address, db);
+            config.failover_timeout = Duration::from_secs(30);
+            config.reconnect_max = Duration::from_millis(500);
+            let connection =
+                tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|error| panic!("{backend:?} {db}: {error}\n{}", fleet.logs()));
+            connection.transact(corium::item_forms("first")).await.unwrap();
+            connections.push(connection);
+        }
+        // Every node owns some of them (placement spreads databases).
+        for node in &fleet.nodes {
+            let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
+            assert!(
+                !metrics.contains("corium_fleet_databases_owned 0\n"),
+                "{} owns nothing:\n{metrics}",
+                node.id
+            );
+        }
+        // Kill the owner of db00; every database keeps working through the
+        // same address (the peer rides out the takeover on its own).
+        let victim = fleet.candidates(&dbs[0])[0];
+        fleet.nodes[victim].kill();
+        let killed = Instant::now();
+        for (db, connection) in dbs.iter().zip(&connections) {
+            let mut reports = connection.tx_reports();
+            let result = connection
+                .transact(corium::item_forms("after-kill"))
+                .await
+                .unwrap_or_else(|error| panic!("{backend:?} {db}: {error}\n{}", fleet.logs()));
+            // The report stream follows the new owner with no gap.
+            let report = tokio::time::timeout(Duration::from_secs(20), async {
+                loop {
+                    let report = reports.recv().await.unwrap();
+                    if report.t >= result.basis_t {
+                        return report;
+                    }
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{backend:?} {db}: no report for t={}", result.basis_t));
+            assert_eq!(report.t, result.basis_t);
+            assert_eq!(
+                connection.basis_t(),
+                result.basis_t,
+                "{db}: local value gapless up to the commit"
+            );
+        }
+        eprintln!(
+            "{backend:?}: all 30 databases committed again {:?} after the SIGKILL",
+            killed.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_status_and_changes_nothing() {
+    let backend = Backend::Filesystem;
+    let mut fleet = Fleet::start(backend, 3, TTL).await;
+    fleet.start_ingresses(1, &["--max-request-bytes", "4096"]).await;
+    let ingress = fleet.ingresses[0].endpoint();
+    let db = "guarded";
+    assert!(corium::create(&ingress, db).await.unwrap());
+    let before = corium::transact(&ingress, db, "ok", &[]).await.unwrap();
+    let transact = "/corium.v1.Transactor/Transact";
+    let valid = frame(&corium::transact_request(db, "refused").encode_to_vec());
+    let cases: Vec<BadCase> = vec![
+        (
+            "unknown database",
+            transact,
+            vec![],
+            frame(&corium::transact_request("missing", "x").encode_to_vec()),
+            tonic::Code::NotFound,
+        ),
+        (
+            "unparsable body, no route",
+            transact,
+            vec![],
+            frame(&[0x0a, 0x40, 1, 2]),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "not even a gRPC frame",
+            transact,
+            vec![],
+            vec![0, 0, 1],
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "oversized body",
+            transact,
+            vec![],
+            frame(&corium::transact_request(db, &"x".repeat(8000)).encode_to_vec()),
+            tonic::Code::ResourceExhausted,
+        ),
+        (
+            "mismatched route header",
+            transact,
+            vec![(metadata::DATABASE_ROUTE, "other")],
+            valid.clone(),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "forged hop",
+            transact,
+            vec![(metadata::HOP, "1")],
+            valid.clone(),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "forged principal",
+            transact,
+            vec![(metadata::PRINCIPAL, "root")],
+            valid.clone(),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "forged lease version",
+            transact,
+            vec![(metadata::LEASE_VERSION, "1")],
+            valid.clone(),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "unknown method",
+            "/corium.v1.PeerServer/Query",
+            vec![],
+            valid.clone(),
+            tonic::Code::Unimplemented,
+        ),
+    ];
+    for (what, path, headers, body, code) in cases {
+        let status = raw_call(&ingress, path, &headers, body).await;
+        assert_eq!(status.code(), code, "{what}: {status:?}");
+        assert!(!status.message().is_empty(), "{what}: a message says why");
+    }
+    // A matching route header is accepted, and nothing refused committed.
+    let after = corium::transact(&ingress, db, "ok-2", &[(metadata::DATABASE_ROUTE, db)])
+        .await
+        .unwrap();
+    assert_eq!(after.basis_before, before.basis_t, "nothing committed in between");
+    let (_, metrics) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains("corium_fleet_ingress_loop_preventions_total 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("corium_fleet_ingress_rejected_too_large_total 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_caches_and_random_ingresses_never_break_fencing() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        // Caches that stay stale for the whole test.
+        fleet
+            .start_ingresses(2, &["--owner-cache-ttl-ms", "600000"])
+            .await;
+        let db = "contended";
+        assert!(corium::create(&fleet.ingresses[0].endpoint(), db).await.unwrap());
+        let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+        let mut failures = 0;
+        let mut step = 0u64;
+        let commit = |fleet: &Fleet, name: String, step: u64| {
+            let endpoint = fleet.ingresses[usize::try_from(step % 2).unwrap()].endpoint();
+            async move { (name.clone(), corium::transact(&endpoint, db, &name, &[]).await) }
+        };
+        // Warm both caches, then move ownership under them: a graceful
+        // release (SIGTERM, then the node comes back as a candidate that must
+        // not preempt), then a crash (SIGKILL) of the next holder.
+        for round in 0..3 {
+            let deadline = Instant::now() + TTL * 8;
+            let mut committed_this_round = 0;
+            while committed_this_round < 10 {
+                step += 1;
+                let (name, result) = commit(&fleet, format!("r{round}-{step}"), step).await;
+                match result {
+                    Ok(response) => {
+                        assert!(
+                            acked.insert(response.basis_t, name).is_none(),
+                            "two acknowledgements for one t"
+                        );
+                        committed_this_round += 1;
+                    }
+                    Err(status) => {
+                        // Clean failures only: retry later / not the owner.
+                        assert!(
+                            matches!(
+                                status.code(),
+                                tonic::Code::Unavailable | tonic::Code::FailedPrecondition
+                            ),
+                            "{backend:?}: {status:?}"
+                        );
+                        failures += 1;
+                        assert!(
+                            Instant::now() < deadline,
+                            "{backend:?} round {round} stuck: {status:?}\n{}",
+                            fleet.logs()
+                        );
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+            let owner = fleet.index(&placement_owner(&fleet, db).await);
+            match round {
+                0 => {
+                    fleet.nodes[owner].terminate();
+                    fleet.nodes[owner].restart().await;
+                }
+                1 => fleet.nodes[owner].kill(),
+                _ => {}
+            }
+        }
+        // Each t in the log has exactly one writer's record, every
+        // acknowledged transaction is there, and the log is gapless.
+        let endpoint = fleet.ingresses[1].endpoint();
+        let log: BTreeMap<u64, Vec<String>> = corium::log(&endpoint, db).await.unwrap().into_iter().collect();
+        for (t, name) in &acked {
+            assert!(
+                log.get(t).is_some_and(|names| names.contains(name)),
+                "{backend:?}: t={t} {name} lost: {log:?}"
+            );
+        }
+        let last = *log.keys().last().unwrap();
+        assert_eq!(
+            log.keys().copied().collect::<Vec<_>>(),
+            (1..=last).collect::<Vec<_>>()
+        );
+        eprintln!(
+            "{backend:?}: {} acknowledged, {failures} clean refusals during two ownership moves",
+            acked.len()
+        );
+    }
+}
+
+/// The lease holder of `db` according to any live node.
+async fn placement_owner(fleet: &Fleet, db: &str) -> String {
+    use corium_fleet_proto::fleet::DatabasePlacementRequest;
+    use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+    let endpoint = fleet.ingresses[0].endpoint();
+    FleetAdminClient::new(corium::channel(&endpoint).await)
+        .database_placement(DatabasePlacementRequest {
+            database: db.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .view
+        .unwrap()
+        .owner_id
+}
