@@ -1,7 +1,7 @@
 # Corium Fleet — the two commands a fresh machine needs:
 #   make run    builds and runs a local fleet on loopback
 #   make test   installs what the tests need, starts PostgreSQL, runs every test
-# Others: make lint, make fmt, make clean-run.
+# Others: make lint, make fmt, make chart-test, make clean-run.
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -9,7 +9,7 @@ WORK ?= $(CURDIR)/target/ci-services
 PG_PORT ?= 54329
 export PG_PORT
 
-.PHONY: run test lint fmt tools unit clean-run
+.PHONY: run test lint fmt tools chart-test clean-run
 
 run:
 	$(CARGO) build --bins
@@ -22,11 +22,15 @@ tools:
 	  echo "installing PostgreSQL (Debian)"; apt-get update -q >/dev/null; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
 
-test: tools lint
+test: tools lint chart-test
 	$(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg' EXIT && \
 	  CORIUM_FLEET_TEST_PG_URL=$$url $(CARGO) nextest run --workspace --no-fail-fast
+
+## Helm chart: lint, render, schema-validate (Kubernetes 1.29 and 1.33), rendered-manifest tests.
+chart-test:
+	bash scripts/chart-test.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,5 +1,6 @@
 //! `corium-fleet dev`: a local fleet on loopback — three transactor nodes in
-//! three zones sharing one store — until interrupted.
+//! three zones sharing one store, and one ingress, the client address —
+//! until interrupted.
 //!
 //! Ports are chosen free on 127.0.0.1; children are stopped with SIGTERM (so
 //! they release their leases) and killed only if they do not stop in time.
@@ -28,6 +29,9 @@ pub struct DevArgs {
     /// Candidates per database.
     #[arg(long, default_value_t = 2)]
     replicas: u16,
+    /// Run the internal hop in plaintext instead of mTLS.
+    #[arg(long)]
+    plaintext: bool,
     /// How long to wait for the nodes to become ready.
     #[arg(long, default_value_t = 60)]
     ready_timeout_secs: u64,
@@ -38,9 +42,8 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// The transactor binary: beside this one (one cargo target directory), else on PATH.
-fn transactor_binary() -> PathBuf {
-    let name = "corium-fleet-transactor";
+/// A fleet binary: beside this one (one cargo target directory), else on PATH.
+fn sibling_binary(name: &str) -> PathBuf {
     std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(|dir| dir.join(name)))
@@ -120,12 +123,18 @@ fn spawn(
         .arg(args.lease_ttl_ms.to_string())
         .arg("--replicas")
         .arg(args.replicas.to_string());
-    for (other, (other_grpc, _)) in ports.iter().enumerate() {
-        let other_zone = char::from(b'a' + u8::try_from(other).unwrap_or(0));
-        command.arg("--member").arg(format!(
-            "node-{}=http://127.0.0.1:{other_grpc},zone=zone-{other_zone}",
-            other + 1
-        ));
+    command.args(member_flags(args, ports));
+    if !args.plaintext {
+        let dir = args.data_dir.join("certs");
+        command
+            .arg("--advertise")
+            .arg(format!("https://127.0.0.1:{grpc}"))
+            .arg("--tls-cert")
+            .arg(dir.join(format!("{id}.pem")))
+            .arg("--tls-key")
+            .arg(dir.join(format!("{id}.key")))
+            .arg("--tls-client-ca")
+            .arg(dir.join("ca.pem"));
     }
     let log = std::fs::File::create(logs.join(format!("{id}.log")))?;
     command.stdout(Stdio::null()).stderr(log).kill_on_drop(true);
@@ -140,10 +149,86 @@ fn spawn(
     })
 }
 
+fn scheme(args: &DevArgs) -> &'static str {
+    if args.plaintext { "http" } else { "https" }
+}
+
+fn member_flags(args: &DevArgs, ports: &[(u16, u16)]) -> Vec<String> {
+    ports
+        .iter()
+        .enumerate()
+        .flat_map(|(index, (grpc, _))| {
+            let zone = char::from(b'a' + u8::try_from(index).unwrap_or(0));
+            let scheme = scheme(args);
+            [
+                "--member".to_owned(),
+                format!("node-{}={scheme}://127.0.0.1:{grpc},zone=zone-{zone}", index + 1),
+            ]
+        })
+        .collect()
+}
+
+/// The mTLS certificates of the local fleet, made once and kept.
+fn certs(args: &DevArgs) -> anyhow::Result<crate::certs::CertsArgs> {
+    let certs = crate::certs::CertsArgs {
+        out: args.data_dir.join("certs"),
+        nodes: (1..=args.nodes).map(|i| format!("node-{i}")).collect(),
+        ingresses: vec!["corium-fleet-ingress".to_owned()],
+        force: true,
+    };
+    if !crate::certs::complete(&certs) {
+        crate::certs::generate(&certs)?;
+    }
+    Ok(certs)
+}
+
+fn spawn_ingress(args: &DevArgs, ports: &[(u16, u16)], logs: &Path) -> anyhow::Result<Node> {
+    let (grpc, admin) = (free_port()?, free_port()?);
+    let binary = sibling_binary("corium-fleet-ingress");
+    let log = std::fs::File::create(logs.join("ingress-1.log"))?;
+    let mut command = Command::new(&binary);
+    if !args.plaintext {
+        let dir = args.data_dir.join("certs");
+        command
+            .arg("--upstream-ca")
+            .arg(dir.join("ca.pem"))
+            .arg("--upstream-cert")
+            .arg(dir.join("corium-fleet-ingress.pem"))
+            .arg("--upstream-key")
+            .arg(dir.join("corium-fleet-ingress.key"));
+    }
+    let child = command
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{grpc}"))
+        .arg("--admin-listen")
+        .arg(format!("127.0.0.1:{admin}"))
+        .arg("--storage")
+        .arg(&args.storage)
+        .arg("--data-dir")
+        .arg(args.data_dir.join("data"))
+        .arg("--replicas")
+        .arg(args.replicas.to_string())
+        .args(member_flags(args, ports))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {} (build it with `cargo build`)", binary.display()))?;
+    Ok(Node {
+        id: "ingress-1".to_owned(),
+        grpc,
+        admin,
+        child,
+    })
+}
+
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let logs = args.data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let binary = transactor_binary();
+    if !args.plaintext {
+        certs(&args)?;
+    }
+    let binary = sibling_binary("corium-fleet-transactor");
     let ports = (0..args.nodes)
         .map(|_| Ok((free_port()?, free_port()?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -155,6 +240,13 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
                 stop(&mut nodes).await;
                 return Err(error);
             }
+        }
+    }
+    match spawn_ingress(&args, &ports, &logs) {
+        Ok(ingress) => nodes.push(ingress),
+        Err(error) => {
+            stop(&mut nodes).await;
+            return Err(error);
         }
     }
     let deadline = Instant::now() + Duration::from_secs(args.ready_timeout_secs);
@@ -184,17 +276,29 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         }
     }
     for node in &nodes {
+        let scheme = if node.id.starts_with("node") {
+            scheme(&args)
+        } else {
+            "http"
+        };
         eprintln!(
-            "corium-fleet: {} grpc http://127.0.0.1:{} admin http://127.0.0.1:{}/metrics",
+            "corium-fleet: {} grpc {scheme}://127.0.0.1:{} admin http://127.0.0.1:{}/metrics",
             node.id, node.grpc, node.admin
+        );
+    }
+    if !args.plaintext {
+        eprintln!(
+            "corium-fleet: nodes accept mTLS only (certificates in {})",
+            args.data_dir.join("certs").display()
         );
     }
     eprintln!(
         "corium-fleet: node logs in {}; Ctrl-C stops the fleet",
         logs.display()
     );
-    // Until the ingress exists, the client address is the first node's.
-    println!("corium-fleet: ready at http://127.0.0.1:{}", nodes[0].grpc);
+    // The ingress is the one client address.
+    let ingress = nodes.last().map_or(0, |node| node.grpc);
+    println!("corium-fleet: ready at http://127.0.0.1:{ingress}");
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;

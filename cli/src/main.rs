@@ -1,8 +1,10 @@
 //! `corium-fleet`: the operator and developer command.
 //!
 //! - `corium-fleet dev` runs a local fleet on loopback (see `dev.rs`);
-//! - `corium-fleet status` prints a node's owned / standby / cold databases.
+//! - `corium-fleet status` prints a node's owned / standby / cold databases;
+//! - `corium-fleet certs` writes a development CA and mTLS certificates.
 
+mod certs;
 mod dev;
 mod status;
 
@@ -21,6 +23,8 @@ enum Command {
     Dev(dev::DevArgs),
     /// Show what a node owns, stands by for and holds cold.
     Status(status::StatusArgs),
+    /// Generate a development CA and mTLS certificates for a fleet.
+    Certs(certs::CertsArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +40,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Dev(args) => dev::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::Certs(args) => certs::run(&args),
         }
     });
     match result {

@@ -8,6 +8,7 @@
 //! - [`placement`] — members and the deterministic candidate function;
 //! - [`prometheus`] — counters, gauges, histograms in Prometheus text;
 //! - [`signal`] — SIGTERM/SIGINT as a future;
+//! - [`tls`] — PEM loading, rustls configs for the fleet's mTLS, peer identity;
 //! - [`kind`] — the coarse error kind that tells a caller what to do.
 
 pub mod admin_http;
@@ -17,3 +18,4 @@ pub mod not_owner;
 pub mod placement;
 pub mod prometheus;
 pub mod signal;
+pub mod tls;

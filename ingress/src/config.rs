@@ -60,9 +60,42 @@ pub struct Args {
     /// shorter client deadlines are kept [default: 60000].
     #[arg(long)]
     pub max_deadline_ms: Option<u64>,
+    /// Most requests in flight at once; more are refused RESOURCE_EXHAUSTED
+    /// [default: 4096].
+    #[arg(long)]
+    pub max_concurrent_requests: Option<usize>,
+    /// Requests a second allowed per client address (0: unlimited) [default: 0].
+    #[arg(long)]
+    pub rate_limit_per_client: Option<u32>,
+    /// Client listen address for gRPC over TLS (ALPN h2); needs --tls-cert and --tls-key.
+    #[arg(long)]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate served to clients on --tls-listen.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM fleet CA that transactor certificates must chain to (mTLS hop).
+    #[arg(long)]
+    pub upstream_ca: Option<PathBuf>,
+    /// PEM client certificate this ingress presents to transactors; its name
+    /// must be one the transactors list with --ingress-identity.
+    #[arg(long)]
+    pub upstream_cert: Option<PathBuf>,
+    /// PEM private key of --upstream-cert.
+    #[arg(long)]
+    pub upstream_key: Option<PathBuf>,
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+}
+
+/// Files of one TLS identity.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// A validated ingress configuration.
@@ -84,6 +117,12 @@ pub struct Config {
     pub storage_timeout: Duration,
     /// Bound on connecting to a transactor.
     pub connect_timeout: Duration,
+    pub max_concurrent_requests: usize,
+    pub rate_limit_per_client: u32,
+    /// Client-facing TLS listener and its identity.
+    pub tls_listen: Option<(SocketAddr, Identity)>,
+    /// The mTLS hop: fleet CA and this ingress's client identity.
+    pub upstream: Option<(PathBuf, Identity)>,
 }
 
 impl Args {
@@ -112,6 +151,14 @@ impl Args {
             max_request_bytes: self.max_request_bytes.or(file.max_request_bytes),
             max_deadline_ms: self.max_deadline_ms.or(file.max_deadline_ms),
             log: self.log.or(file.log),
+            tls_listen: self.tls_listen.or(file.tls_listen),
+            max_concurrent_requests: self.max_concurrent_requests.or(file.max_concurrent_requests),
+            rate_limit_per_client: self.rate_limit_per_client.or(file.rate_limit_per_client),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            upstream_ca: self.upstream_ca.or(file.upstream_ca),
+            upstream_cert: self.upstream_cert.or(file.upstream_cert),
+            upstream_key: self.upstream_key.or(file.upstream_key),
         })
     }
 
@@ -154,6 +201,28 @@ impl Args {
             return Err("--max-deadline-ms must be positive".to_owned());
         }
         let storage = self.storage.unwrap_or_else(|| "filesystem".to_owned());
+        let tls_listen = match (self.tls_listen, self.tls_cert, self.tls_key) {
+            (None, None, None) => None,
+            (Some(addr), Some(cert), Some(key)) => Some((addr, Identity { cert, key })),
+            _ => return Err("--tls-listen, --tls-cert and --tls-key go together".to_owned()),
+        };
+        let upstream =
+            match (self.upstream_ca, self.upstream_cert, self.upstream_key) {
+                (None, None, None) => None,
+                (Some(ca), Some(cert), Some(key)) => Some((ca, Identity { cert, key })),
+                _ => return Err(
+                    "--upstream-ca, --upstream-cert and --upstream-key go together (the hop is mutual TLS)"
+                        .to_owned(),
+                ),
+            };
+        if let Some(member) = members.iter().find(|m| m.endpoint.starts_with("https://"))
+            && upstream.is_none()
+        {
+            return Err(format!(
+                "--member {}={}: https members need --upstream-ca, --upstream-cert and --upstream-key",
+                member.node_id, member.endpoint
+            ));
+        }
         Ok(Config {
             listen: self
                 .listen
@@ -175,6 +244,13 @@ impl Args {
             max_deadline: Duration::from_millis(max_deadline_ms),
             storage_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
+            tls_listen,
+            upstream,
+            max_concurrent_requests: match self.max_concurrent_requests.unwrap_or(4096) {
+                0 => return Err("--max-concurrent-requests must be at least 1".to_owned()),
+                n => n,
+            },
+            rate_limit_per_client: self.rate_limit_per_client.unwrap_or(0),
         })
     }
 }

@@ -8,6 +8,7 @@
 //! Layout:
 //! - [`config`] — flags, config file, validation;
 //! - [`route`] — method classes and the minimal protobuf scan for `db`;
+//! - [`limits`] — concurrency limit and per-client rate limit;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
 //! - [`proxy`] — the forwarding path and its retry rules;
 //! - [`metrics`] — cache, forwarding and rejection counters;
@@ -17,6 +18,7 @@
 //! resolves; the binary and the tests start it the same way.
 
 pub mod config;
+pub mod limits;
 pub mod metrics;
 pub mod owner_cache;
 pub mod proxy;
@@ -36,6 +38,8 @@ pub struct Listeners {
     pub grpc: TcpListener,
     /// Admin HTTP (`/metrics`, `/healthz`, `/readyz`).
     pub admin: TcpListener,
+    /// Clients over TLS (when configured).
+    pub tls: Option<TcpListener>,
 }
 
 /// Why an ingress could not start.
@@ -68,6 +72,7 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
+    corium_fleet_common::tls::install_default_provider();
     let storage = Storage::parse(
         &config.storage,
         config.s3_endpoint.clone(),
@@ -103,7 +108,8 @@ pub async fn run(
         "ingress serving"
     );
     let storage_timeout = config.storage_timeout;
-    let proxy = Arc::new(proxy::Proxy::new(config, cache, Arc::clone(&metrics)));
+    let tls_listen = config.tls_listen.clone();
+    let proxy = Arc::new(proxy::Proxy::new(config, cache, Arc::clone(&metrics)).map_err(Error::Config)?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let handler: corium_fleet_common::admin_http::Handler = {
         let metrics = Arc::clone(&metrics);
@@ -130,7 +136,26 @@ pub async fn run(
         handler,
         stop_rx,
     ));
-    server::serve(listeners.grpc, proxy, shutdown).await;
+    let tls = match (tls_listen, listeners.tls) {
+        (Some((_, identity)), Some(listener)) => {
+            let config = corium_fleet_common::tls::server_config(&identity.cert, &identity.key, None)
+                .map_err(|error| Error::Config(format!("client TLS: {error}")))?;
+            Some((listener, tokio_rustls::TlsAcceptor::from(Arc::new(config))))
+        }
+        _ => None,
+    };
+    let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+    let cleartext = server::serve(listeners.grpc, None, Arc::clone(&proxy), shutdown_rx.clone());
+    let encrypted = async {
+        if let Some((listener, acceptor)) = tls {
+            server::serve(listener, Some(acceptor), Arc::clone(&proxy), shutdown_rx.clone()).await;
+        }
+    };
+    let signal = async {
+        shutdown.await;
+        let _ = shutdown_tx.send(true);
+    };
+    tokio::join!(cleartext, encrypted, signal);
     let _ = stop_tx.send(true);
     tracing::info!("ingress stopped");
     Ok(())

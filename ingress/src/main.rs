@@ -31,9 +31,13 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|error| format!("cannot listen on {addr}: {error}"))
         };
-        let listeners = match (bind(config.listen).await, bind(config.admin_listen).await) {
-            (Ok(grpc), Ok(admin)) => Listeners { grpc, admin },
-            (Err(message), _) | (_, Err(message)) => {
+        let tls = match config.tls_listen.as_ref().map(|(addr, _)| *addr) {
+            Some(addr) => bind(addr).await.map(Some),
+            None => Ok(None),
+        };
+        let listeners = match (bind(config.listen).await, bind(config.admin_listen).await, tls) {
+            (Ok(grpc), Ok(admin), Ok(tls)) => Listeners { grpc, admin, tls },
+            (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => {
                 eprintln!("corium-fleet-ingress: {message}");
                 return std::process::ExitCode::from(2);
             }

@@ -23,6 +23,7 @@ pub struct Metrics {
     pub rejected_unroutable: AtomicU64,
     pub rejected_too_large: AtomicU64,
     pub rejected_unknown_method: AtomicU64,
+    pub rejected_limit: AtomicU64,
     pub forward_seconds: Histogram,
 }
 
@@ -97,6 +98,11 @@ impl Metrics {
                 "corium_fleet_ingress_rejected_unknown_method_total",
                 "Requests for methods the fleet does not serve.",
                 &self.rejected_unknown_method,
+            ),
+            (
+                "corium_fleet_ingress_rejected_limit_total",
+                "Requests refused by the concurrency or per-client rate limit.",
+                &self.rejected_limit,
             ),
         ] {
             counter(&mut out, name, help, load(value));

@@ -28,6 +28,7 @@ use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
 use hyper::http::request::Parts;
 use hyper::http::{HeaderValue, Request, Response, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -64,8 +65,9 @@ enum SendError {
 pub struct Proxy {
     config: Config,
     cache: owner_cache::Cache,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     pub metrics: Arc<Metrics>,
+    limits: crate::limits::Limits,
     next_any: AtomicUsize,
 }
 
@@ -92,11 +94,33 @@ fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
 }
 
 impl Proxy {
-    #[must_use]
-    pub fn new(config: Config, cache: owner_cache::Cache, metrics: Arc<Metrics>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
+    /// # Errors
+    /// Unreadable or invalid upstream TLS material.
+    pub fn new(config: Config, cache: owner_cache::Cache, metrics: Arc<Metrics>) -> Result<Self, String> {
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(config.connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        // The hop speaks mTLS to `https://` members (fleet CA, this
+        // ingress's client certificate) and h2c to `http://` ones.
+        let tls = match &config.upstream {
+            Some((ca, identity)) => {
+                corium_fleet_common::tls::client_config(ca, &identity.cert, &identity.key)
+                    .map_err(|error| format!("upstream TLS: {error}"))?
+            }
+            None => rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|error| error.to_string())?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+        };
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http2()
+            .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .timer(hyper_util::rt::TokioTimer::new())
             .http2_only(true)
@@ -104,24 +128,38 @@ impl Proxy {
             .http2_keep_alive_interval(Duration::from_secs(20))
             .http2_keep_alive_timeout(Duration::from_secs(10))
             .build(connector);
-        Self {
+        let limits = crate::limits::Limits::new(config.max_concurrent_requests, config.rate_limit_per_client);
+        Ok(Self {
             config,
             cache,
             client,
             metrics,
+            limits,
             next_any: AtomicUsize::new(0),
-        }
+        })
     }
 
-    /// Serves one client request; every failure is a gRPC status.
+    /// Serves one request from `client`; every failure is a gRPC status.
     pub async fn handle(
         self: Arc<Self>,
+        client: Option<std::net::IpAddr>,
         request: Request<Incoming>,
     ) -> Result<Response<Body>, std::convert::Infallible> {
-        Ok(self
+        let admitted = match self.limits.admit(client) {
+            Ok(admission) => admission,
+            Err(status) => {
+                self.metrics.rejected_limit.fetch_add(1, Ordering::Relaxed);
+                return Ok(status_response(&status));
+            }
+        };
+        let response = self
             .route(request)
             .await
-            .unwrap_or_else(|status| status_response(&status)))
+            .unwrap_or_else(|status| status_response(&status));
+        // The slot is held until the response headers: a long stream does
+        // not hold a slot for its whole life.
+        drop(admitted);
+        Ok(response)
     }
 
     fn reject(&self, counter: &std::sync::atomic::AtomicU64, status: Status) -> Status {

@@ -1,26 +1,62 @@
-//! The client listener: gRPC over HTTP/2 with prior knowledge (h2c), one
-//! task per connection, graceful drain on shutdown.
+//! A client listener: gRPC over HTTP/2 — cleartext with prior knowledge
+//! (h2c) or TLS with ALPN h2 — one task per connection, graceful drain on
+//! shutdown.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 
 use crate::proxy::Proxy;
 
 /// How long shutdown waits for in-flight calls and streams.
 const DRAIN: Duration = Duration::from_secs(20);
+/// Bound on a client's TLS handshake.
+const HANDSHAKE: Duration = Duration::from_secs(10);
 
-/// Serves clients until `shutdown` resolves, then drains (bounded).
-pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl Future<Output = ()> + Send) {
+fn serve_connection<IO>(
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+    proxy: &Arc<Proxy>,
+    client: Option<std::net::IpAddr>,
+    stream: IO,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let proxy = Arc::clone(proxy);
+    let service = hyper::service::service_fn(move |request| Arc::clone(&proxy).handle(client, request));
+    let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .serve_connection(TokioIo::new(stream), service);
+    let connection = graceful.watch(connection);
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, "client connection ended");
+        }
+    });
+}
+
+/// Serves clients until `shutdown` turns true, then drains (bounded).
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    proxy: Arc<Proxy>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    tokio::pin!(shutdown);
+    let (tls_tx, mut tls_rx) = tokio::sync::mpsc::channel::<tokio_rustls::server::TlsStream<TcpStream>>(64);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = &mut shutdown => break,
+            Some(stream) = tls_rx.recv() => {
+                let client = stream.get_ref().0.peer_addr().ok().map(|addr| addr.ip());
+                serve_connection(&graceful, &proxy, client, stream);
+                continue;
+            }
+            () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => break,
         };
         let (stream, _) = match accepted {
             Ok(accepted) => accepted,
@@ -31,19 +67,27 @@ pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, shutdown: impl Futu
             }
         };
         let _ = stream.set_nodelay(true);
-        let proxy = Arc::clone(&proxy);
-        let service = hyper::service::service_fn(move |request| Arc::clone(&proxy).handle(request));
-        let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(20))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, "client connection ended");
+        match &tls {
+            None => {
+                let client = stream.peer_addr().ok().map(|addr| addr.ip());
+                serve_connection(&graceful, &proxy, client, stream);
             }
-        });
+            Some(acceptor) => {
+                // Handshake off the accept loop, bounded; the finished
+                // stream comes back to be watched by the graceful drain.
+                let acceptor = acceptor.clone();
+                let tls_tx = tls_tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let _ = tls_tx.send(stream).await;
+                        }
+                        Ok(Err(error)) => tracing::debug!(%error, "client TLS handshake failed"),
+                        Err(_) => tracing::debug!("client TLS handshake timed out"),
+                    }
+                });
+            }
+        }
     }
     tracing::info!("ingress shutting down; draining connections");
     if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {

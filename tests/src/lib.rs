@@ -203,6 +203,8 @@ pub struct Fleet {
     pub nodes: Vec<Node>,
     /// Ingress processes, started with [`Fleet::start_ingresses`].
     pub ingresses: Vec<Node>,
+    /// Whether the internal hop is mTLS.
+    mtls: bool,
     /// Per node, the cuttable path to PostgreSQL (PostgreSQL fleets only).
     pub partitions: Vec<Option<proxy::Partition>>,
     pub members: Vec<Member>,
@@ -218,7 +220,44 @@ impl Fleet {
     /// # Panics
     /// When a node does not become ready within 60 s.
     pub async fn start(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
+        Self::launch(backend, count, lease_ttl, false).await
+    }
+
+    /// Like [`Fleet::start`], with the internal hop on mTLS: certificates
+    /// from `corium-fleet certs`, nodes serving mTLS only, and ingresses
+    /// presenting the ingress certificate.
+    pub async fn start_mtls(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
+        Self::launch(backend, count, lease_ttl, true).await
+    }
+
+    /// The certificate directory of an mTLS fleet.
+    #[must_use]
+    pub fn certs(&self) -> Option<PathBuf> {
+        self.mtls.then(|| self.dir.path().join("certs"))
+    }
+
+    async fn launch(backend: Backend, count: usize, lease_ttl: Duration, mtls: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        if mtls {
+            let mut command = Command::new(bin_dir().join("corium-fleet"));
+            command
+                .arg("certs")
+                .arg("--out")
+                .arg(&certs)
+                .arg("--ingress")
+                .arg("corium-fleet-ingress");
+            for i in 1..=count {
+                command.arg("--node").arg(format!("node-{i}"));
+            }
+            let output = command.output().unwrap();
+            assert!(
+                output.status.success(),
+                "certs: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let scheme = if mtls { "https" } else { "http" };
         let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
         let members: Vec<Member> = ports
             .iter()
@@ -227,7 +266,7 @@ impl Fleet {
                 node_id: format!("node-{}", i + 1),
                 zone: format!("zone-{}", i + 1),
                 weight: 1,
-                endpoint: format!("http://127.0.0.1:{grpc}"),
+                endpoint: format!("{scheme}://127.0.0.1:{grpc}"),
             })
             .collect();
         let member_flags: Vec<String> = members
@@ -268,6 +307,16 @@ impl Fleet {
                 lease_ttl.as_millis().to_string(),
             ];
             args.extend(member_flags.iter().cloned());
+            if mtls {
+                for (flag, file) in [
+                    ("--tls-cert", format!("{}.pem", member.node_id)),
+                    ("--tls-key", format!("{}.key", member.node_id)),
+                    ("--tls-client-ca", "ca.pem".to_owned()),
+                ] {
+                    args.push(flag.to_owned());
+                    args.push(certs.join(file).display().to_string());
+                }
+            }
             let mut node = Node {
                 binary: "corium-fleet-transactor",
                 id: member.node_id.clone(),
@@ -284,6 +333,7 @@ impl Fleet {
         let mut fleet = Self {
             nodes,
             ingresses: Vec::new(),
+            mtls,
             partitions,
             members,
             replicas: placement::DEFAULT_REPLICAS,
@@ -330,6 +380,16 @@ impl Fleet {
                     "{}={},zone={}",
                     member.node_id, member.endpoint, member.zone
                 ));
+            }
+            if let Some(certs) = self.certs() {
+                for (flag, file) in [
+                    ("--upstream-ca", "ca.pem"),
+                    ("--upstream-cert", "corium-fleet-ingress.pem"),
+                    ("--upstream-key", "corium-fleet-ingress.key"),
+                ] {
+                    args.push(flag.to_owned());
+                    args.push(certs.join(file).display().to_string());
+                }
             }
             args.extend(extra.iter().map(|flag| (*flag).to_owned()));
             let mut ingress = Node {

@@ -13,12 +13,19 @@ use prost::Message as _;
 const TTL: Duration = Duration::from_millis(1500);
 
 /// (what, path, headers, body, expected code)
-type BadCase = (&'static str, &'static str, Vec<(&'static str, &'static str)>, Vec<u8>, tonic::Code);
+type BadCase = (
+    &'static str,
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Vec<u8>,
+    tonic::Code,
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_clients_work_through_one_address_across_owner_failover() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        // The internal hop is real mTLS here.
+        let mut fleet = Fleet::start_mtls(backend.clone(), 3, TTL).await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         // 30 databases created and written through the one address.
@@ -289,4 +296,64 @@ async fn placement_owner(fleet: &Fleet, db: &str) -> String {
         .view
         .unwrap()
         .owner_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_nodes_refuse_plaintext_and_untrusted_principals() {
+    let mut fleet = Fleet::start_mtls(Backend::Filesystem, 3, TTL).await;
+    fleet.start_ingresses(1, &[]).await;
+    let db = "secured";
+    assert!(corium::create(&fleet.ingresses[0].endpoint(), db).await.unwrap());
+    let before = corium::transact(&fleet.ingresses[0].endpoint(), db, "a", &[])
+        .await
+        .unwrap();
+    let owner = fleet.candidates(db)[0];
+    let port = fleet.nodes[owner].grpc;
+    // A plaintext client on the mTLS port gets nowhere.
+    let plaintext = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10));
+    let attempt = async {
+        let channel = plaintext.connect().await.ok()?;
+        let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(channel);
+        client
+            .transact(corium::transact_request(db, "plaintext"))
+            .await
+            .ok()
+    };
+    assert!(
+        attempt.await.is_none(),
+        "a plaintext client was served on the mTLS port"
+    );
+    // A fleet certificate that does not name an ingress (a node's) may
+    // connect, but may not speak for a principal.
+    let certs = fleet.certs().unwrap();
+    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+        .identity(tonic::transport::Identity::from_pem(
+            read("node-2.pem"),
+            read("node-2.key"),
+        ))
+        .domain_name("localhost");
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(channel);
+    let mut request = tonic::Request::new(corium::transact_request(db, "forged"));
+    request
+        .metadata_mut()
+        .insert(metadata::PRINCIPAL, "admin".parse().unwrap());
+    let status = client.transact(request).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    // Nothing refused committed.
+    let after = corium::transact(&fleet.ingresses[0].endpoint(), db, "b", &[])
+        .await
+        .unwrap();
+    assert_eq!(after.basis_before, before.basis_t);
 }

@@ -30,6 +30,11 @@ pub struct Args {
     /// Failure domain (zone); candidates spread across zones.
     #[arg(long, env = "CORIUM_FLEET_ZONE")]
     pub zone: Option<String>,
+    /// File holding the zone (e.g. written by an init container from the
+    /// Kubernetes node's `topology.kubernetes.io/zone` label); used when
+    /// --zone is not given. Surrounding whitespace is ignored.
+    #[arg(long)]
+    pub zone_file: Option<PathBuf>,
     /// Relative capacity for placement [default: 1].
     #[arg(long)]
     pub weight: Option<u32>,
@@ -70,9 +75,31 @@ pub struct Args {
     /// Candidates per database [default: 2].
     #[arg(long)]
     pub replicas: Option<usize>,
+    /// PEM certificate this node serves with. With --tls-key and
+    /// --tls-client-ca the gRPC port speaks mTLS only.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM fleet CA: every client must present a certificate it signed.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Certificate name (CN or DNS name) that marks an ingress peer, whose
+    /// `corium-principal` is trusted; repeatable [default: corium-fleet-ingress].
+    #[arg(long = "ingress-identity")]
+    pub ingress_identities: Option<Vec<String>>,
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+}
+
+/// The node's mTLS material.
+#[derive(Clone, Debug)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
 }
 
 /// Where the shared store lives.
@@ -181,6 +208,10 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Bound on one storage call made to decide ownership.
     pub storage_timeout: Duration,
+    /// mTLS on the gRPC port (plaintext when `None`).
+    pub tls: Option<Tls>,
+    /// Certificate names that mark an ingress peer.
+    pub ingress_identities: Vec<String>,
 }
 
 fn valid_node_id(id: &str) -> bool {
@@ -208,6 +239,11 @@ impl Args {
             config: self.config,
             node_id: self.node_id.or(file.node_id),
             zone: self.zone.or(file.zone),
+            zone_file: self.zone_file.or(file.zone_file),
+            tls_cert: self.tls_cert.or(file.tls_cert),
+            tls_key: self.tls_key.or(file.tls_key),
+            tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
+            ingress_identities: self.ingress_identities.or(file.ingress_identities),
             weight: self.weight.or(file.weight),
             listen: self.listen.or(file.listen),
             admin_listen: self.admin_listen.or(file.admin_listen),
@@ -242,7 +278,8 @@ impl Args {
         let admin_listen = self
             .admin_listen
             .unwrap_or_else(|| "127.0.0.1:9101".parse().unwrap_or_else(|_| unreachable!()));
-        let advertise = self.advertise.unwrap_or_else(|| format!("http://{listen}"));
+        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+        let advertise = self.advertise.unwrap_or_else(|| format!("{scheme}://{listen}"));
         if !(advertise.starts_with("http://") || advertise.starts_with("https://")) {
             return Err(format!(
                 "--advertise {advertise:?}: must be an http:// or https:// URL"
@@ -258,7 +295,29 @@ impl Args {
         if replicas == 0 {
             return Err("--replicas must be at least 1".to_owned());
         }
-        let zone = self.zone.unwrap_or_default();
+        let zone = match (self.zone, &self.zone_file) {
+            (Some(zone), _) => zone,
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map_err(|error| format!("--zone-file {}: {error}", path.display()))?
+                .trim()
+                .to_owned(),
+            (None, None) => String::new(),
+        };
+        let tls = match (self.tls_cert, self.tls_key, self.tls_client_ca) {
+            (None, None, None) => None,
+            (Some(cert), Some(key), Some(client_ca)) => Some(Tls { cert, key, client_ca }),
+            _ => {
+                return Err(
+                    "--tls-cert, --tls-key and --tls-client-ca go together: internal routes are mutual TLS"
+                        .to_owned(),
+                );
+            }
+        };
+        if tls.is_some() && !advertise.starts_with("https://") {
+            return Err(format!(
+                "--advertise {advertise:?}: a node serving mTLS must advertise an https:// endpoint"
+            ));
+        }
         let weight = self.weight.unwrap_or(1);
         let mut members = self
             .members
@@ -307,6 +366,10 @@ impl Args {
             replicas,
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
+            tls,
+            ingress_identities: self
+                .ingress_identities
+                .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),
         })
     }
 }

@@ -13,6 +13,7 @@
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
+//! - [`principal`] — who may carry `corium-principal` (ingress peers only);
 //! - [`error`] — the crate's error and its kind.
 //!
 //! [`run`] starts a node on given listeners until a shutdown future resolves;
@@ -24,6 +25,7 @@ pub mod config;
 pub mod error;
 pub mod host;
 pub mod metrics;
+pub mod principal;
 pub mod service;
 pub mod standby;
 pub mod view;
@@ -54,6 +56,20 @@ pub struct Listeners {
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Default deadline of a call that arrives without `grpc-timeout`.
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// tonic's server TLS: this node's identity, clients verified against the
+/// fleet CA (mTLS).
+fn server_tls(tls: &config::Tls) -> Result<tonic::transport::ServerTlsConfig, Error> {
+    let read = |path: &std::path::Path| {
+        corium_fleet_common::tls::read(path).map_err(|error| Error::Config(error.to_string()))
+    };
+    Ok(tonic::transport::ServerTlsConfig::new()
+        .identity(tonic::transport::Identity::from_pem(
+            read(&tls.cert)?,
+            read(&tls.key)?,
+        ))
+        .client_ca_root(tonic::transport::Certificate::from_pem(read(&tls.client_ca)?)))
+}
 
 /// Opens the shared store, retrying a few times: nodes starting together
 /// race to initialise a fresh PostgreSQL schema, and a store that is itself
@@ -101,6 +117,7 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
+    corium_fleet_common::tls::install_default_provider();
     let spec = config.storage.spec();
     let describe = config.storage.describe();
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
@@ -147,21 +164,28 @@ pub async fn run(
         releasing.release_all().await;
         let _ = stop_tx.send(true);
     };
-    tonic::transport::Server::builder()
-        .timeout(DEFAULT_DEADLINE)
-        .add_service(
+    let mut server = tonic::transport::Server::builder().timeout(DEFAULT_DEADLINE);
+    if let Some(tls) = &host.config.tls {
+        server = server.tls_config(server_tls(tls)?)?;
+    }
+    let guard = principal::Guard::new(host.config.ingress_identities.clone());
+    server
+        .add_service(tonic::service::interceptor::InterceptedService::new(
             TransactorServer::new(service::transactor::FleetTransactor(Arc::clone(&host)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
-        .add_service(
+            guard.clone(),
+        ))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
             CatalogServer::new(service::catalog::FleetCatalog(Arc::clone(&host)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
-        .add_service(FleetAdminServer::new(service::admin::FleetAdminSvc(Arc::clone(
-            &host,
-        ))))
+            guard.clone(),
+        ))
+        .add_service(FleetAdminServer::with_interceptor(
+            service::admin::FleetAdminSvc(Arc::clone(&host)),
+            guard,
+        ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), graceful)
         .await?;
     tracing::info!(node = %host.config.node_id, "node stopped");
