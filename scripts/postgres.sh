@@ -3,7 +3,7 @@
 #   scripts/postgres.sh start DIR   -> installs Debian's postgresql if missing,
 #                                      starts a cluster in DIR, prints its URL
 #   scripts/postgres.sh stop DIR
-# The port is PG_PORT (default 54329). Only 127.0.0.1 is listened on.
+# The port is PG_PORT (default 54329; a free one if that is taken). Only 127.0.0.1 is listened on.
 set -euo pipefail
 cmd=${1:?usage: postgres.sh start|stop DIR}
 dir=$(realpath -m "${2:?usage: postgres.sh start|stop DIR}")
@@ -27,8 +27,12 @@ start)
   fi
   command -v psql >/dev/null || { echo "psql missing: apt-get install postgresql-client" >&2; exit 1; }
   bin=$(pgbin)
-  if [ -f "$dir/postmaster.pid" ] && "$bin/pg_isready" -q -h 127.0.0.1 -p "$port"; then
-    echo "postgres://postgres@127.0.0.1:$port/postgres"; exit 0
+  if [ -f "$dir/postmaster.pid" ] && [ -f "$dir.port" ] && "$bin/pg_isready" -q -h 127.0.0.1 -p "$(cat "$dir.port")"; then
+    echo "postgres://postgres@127.0.0.1:$(cat "$dir.port")/postgres"; exit 0
+  fi
+  # Another server on the port: take a free one instead.
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   fi
   rm -rf "$dir"
   mkdir -p "$dir"
@@ -40,6 +44,7 @@ start)
     -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c max_connections=400" start >/dev/null \
     || { cat "$dir/server.log" >&2; exit 1; }
   "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" -t 30
+  echo "$port" > "$dir.port"
   echo "postgres://postgres@127.0.0.1:$port/postgres"
   ;;
 stop)
