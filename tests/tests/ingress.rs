@@ -63,6 +63,11 @@ async fn stock_clients_work_through_one_address_across_owner_failover() {
                 node.id
             );
         }
+        // A stock `corium-client` peer on the same database, same address.
+        let mut client_config = corium_peer::ConnectConfig::new(&address, &dbs[0]);
+        client_config.failover_timeout = Duration::from_secs(30);
+        client_config.reconnect_max = Duration::from_millis(500);
+        let client = corium_client::LocalPeer::connect(client_config).await.unwrap();
         // Kill the owner of db00; every database keeps working through the
         // same address (the peer rides out the takeover on its own).
         let victim = fleet.candidates(&dbs[0])[0];
@@ -96,6 +101,36 @@ async fn stock_clients_work_through_one_address_across_owner_failover() {
             "{backend:?}: all 30 databases committed again {:?} after the SIGKILL",
             killed.elapsed()
         );
+        // The corium-client peer transacts across the failover too, and its
+        // database value shows every transaction through the new basis.
+        use corium_client::Peer as _;
+        let tx = corium_client::tx::TxBuilder::new()
+            .entity(
+                corium_client::tx::EntityMap::with_id(corium_client::tx::tempid("c"))
+                    .set("item/name", "via-client"),
+            )
+            .build();
+        let report = client
+            .transact(tx)
+            .await
+            .unwrap_or_else(|error| panic!("{backend:?}: {error}"));
+        let db = client.db().await.unwrap();
+        let query = corium_query::edn::read_one("[:find ?n :where [?e :item/name ?n]]").unwrap();
+        let names: Vec<String> = db
+            .query_edn(query, Vec::new())
+            .await
+            .unwrap()
+            .rows()
+            .iter()
+            .map(|row| row.get::<String>(0).unwrap())
+            .collect();
+        for name in ["first", "after-kill", "via-client"] {
+            assert!(
+                names.contains(&name.to_owned()),
+                "{backend:?}: {name} missing from {names:?} at t={}",
+                report.basis_t
+            );
+        }
     }
 }
 
