@@ -609,9 +609,9 @@ def test_notes_give_the_client_address_and_the_status_command(tmp_path):
     docs = template(*POSTGRES, chart=chart)
     notes = one(docs, "ConfigMap", "notes")["data"]["notes"]
     assert f"http://{FULL}.{NS}.svc:4334" in notes
-    assert "corium-fleet status --endpoint http://127.0.0.1:7001" in notes
-    assert (f"kubectl exec --namespace {NS} {FULL}-transactor-0 -- corium-fleet status --endpoint "
-            f"http://{FULL}-transactor-0.{FULL}-transactor.{NS}.svc:7001") in notes
+    assert "corium-fleet status --endpoint http://127.0.0.1:4334" in notes
+    assert ("corium-fleet status --endpoint https://127.0.0.1:7001 --ca ca.crt --cert tls.crt "
+            "--key tls.key --tls-name localhost") in notes
     assert f"kubectl port-forward --namespace {NS} pod/{FULL}-transactor-0 7001:7001" in notes
 
 

@@ -14,11 +14,36 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Fleet CA (PEM) for an mTLS node (`https://` endpoint).
+    #[arg(long, requires_all = ["cert", "key"])]
+    ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) signed by the fleet CA.
+    #[arg(long, requires = "ca")]
+    cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, requires = "ca")]
+    key: Option<std::path::PathBuf>,
+    /// Name to verify the node's certificate against [default: the endpoint's host].
+    #[arg(long)]
+    tls_name: Option<String>,
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let channel = tonic::transport::Endpoint::from_shared(args.endpoint.clone())
-        .with_context(|| format!("bad endpoint {:?}", args.endpoint))?
+    let mut endpoint = tonic::transport::Endpoint::from_shared(args.endpoint.clone())
+        .with_context(|| format!("bad endpoint {:?}", args.endpoint))?;
+    if let (Some(ca), Some(cert), Some(key)) = (&args.ca, &args.cert, &args.key) {
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        let mut tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?))
+            .identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+        if let Some(name) = &args.tls_name {
+            tls = tls.domain_name(name.clone());
+        }
+        endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
+    }
+    let channel = endpoint
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(15))
         .connect()

@@ -411,6 +411,15 @@ impl Proxy {
             }
         }
         headers.insert(metadata::HOP, HeaderValue::from_static("1"));
+        // One correlation id across client, ingress and owner: the client's,
+        // or one made here.
+        if !headers.contains_key(metadata::X_REQUEST_ID) {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            headers.insert(
+                metadata::X_REQUEST_ID,
+                HeaderValue::from_str(&id).expect("hex digits"),
+            );
+        }
         if let Some(version) = hop.lease_version {
             headers.insert(metadata::LEASE_VERSION, HeaderValue::from(version));
         }
