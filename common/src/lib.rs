@@ -3,8 +3,10 @@
 //!
 //! Layout:
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
+//! - [`logging`] — the binaries' `tracing` setup;
 //! - [`metadata`] — the fleet's gRPC metadata keys and their parsing;
 //! - [`not_owner`] — the one encoder/decoder of the typed `NotOwner` detail;
+//! - [`owner`] — lease owner ids (`<node-id>/<incarnation>`) and the lease clock;
 //! - [`placement`] — members and the deterministic candidate function;
 //! - [`prometheus`] — counters, gauges, histograms in Prometheus text;
 //! - [`signal`] — SIGTERM/SIGINT as a future;
@@ -13,8 +15,10 @@
 
 pub mod admin_http;
 pub mod kind;
+pub mod logging;
 pub mod metadata;
 pub mod not_owner;
+pub mod owner;
 pub mod placement;
 pub mod prometheus;
 pub mod signal;

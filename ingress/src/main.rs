@@ -5,12 +5,7 @@ use corium_fleet_ingress::{Args, Listeners};
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let filter = args.log.clone().unwrap_or_else(|| "info".to_owned());
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    corium_fleet_common::logging::init(args.log.as_deref());
     let config = match args.merged().and_then(Args::validate) {
         Ok(config) => config,
         Err(message) => {

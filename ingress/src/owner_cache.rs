@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use corium_fleet_common::owner::{node_of, now_unix_ms};
 
 use corium_fleet_common::not_owner::NotOwner;
 use corium_store::{DbRoot, FullStore, db_root_name, meta_root_name};
@@ -49,20 +51,6 @@ pub struct Cache {
     store: Arc<dyn FullStore>,
     storage_timeout: Duration,
     metrics: Arc<Metrics>,
-}
-
-fn now_unix_ms() -> i64 {
-    i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX)
-}
-
-fn node_of(owner: &str) -> &str {
-    owner.split_once('/').map_or(owner, |(node, _)| node)
 }
 
 impl Cache {

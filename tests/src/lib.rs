@@ -220,14 +220,19 @@ impl Fleet {
     /// # Panics
     /// When a node does not become ready within 60 s.
     pub async fn start(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, false).await
+        Self::launch(backend, count, lease_ttl, false, &[]).await
+    }
+
+    /// Like [`Fleet::start`], with `extra` flags on every node.
+    pub async fn start_with(backend: Backend, count: usize, lease_ttl: Duration, extra: &[&str]) -> Self {
+        Self::launch(backend, count, lease_ttl, false, extra).await
     }
 
     /// Like [`Fleet::start`], with the internal hop on mTLS: certificates
     /// from `corium-fleet certs`, nodes serving mTLS only, and ingresses
     /// presenting the ingress certificate.
     pub async fn start_mtls(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, true).await
+        Self::launch(backend, count, lease_ttl, true, &[]).await
     }
 
     /// The certificate directory of an mTLS fleet.
@@ -236,7 +241,7 @@ impl Fleet {
         self.mtls.then(|| self.dir.path().join("certs"))
     }
 
-    async fn launch(backend: Backend, count: usize, lease_ttl: Duration, mtls: bool) -> Self {
+    async fn launch(backend: Backend, count: usize, lease_ttl: Duration, mtls: bool, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
         if mtls {
@@ -307,6 +312,7 @@ impl Fleet {
                 lease_ttl.as_millis().to_string(),
             ];
             args.extend(member_flags.iter().cloned());
+            args.extend(extra.iter().map(|flag| (*flag).to_owned()));
             if mtls {
                 for (flag, file) in [
                     ("--tls-cert", format!("{}.pem", member.node_id)),

@@ -429,3 +429,64 @@ async fn bad_flags_and_unknown_storage_fail_with_a_clear_message() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
+    for backend in Backend::all() {
+        let fleet = Fleet::start_with(backend.clone(), 3, TTL, &["--idle-evict-after-ms", "600"]).await;
+        let db = "sleepy";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let first = corium::transact(&fleet.nodes[owner].endpoint(), db, "a", &[])
+            .await
+            .unwrap();
+        // Idle past the interval: the owner releases the lease (expiry 0) and
+        // holds nothing.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let view = placement(&fleet.nodes[owner].endpoint(), db).await;
+            if view.lease_expires_unix_ms == 0 {
+                assert_eq!(view.state, "cold", "{backend:?}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: never evicted\n{}",
+                fleet.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (_, metrics) = http_get(fleet.nodes[owner].admin, "/metrics").await.unwrap();
+        assert!(metrics.contains("corium_fleet_databases_owned 0\n"), "{metrics}");
+        assert!(
+            metrics.contains("corium_fleet_idle_evictions_total 1\n"),
+            "{metrics}"
+        );
+        // The next request activates it again, with every transaction kept.
+        let second = corium::transact(&fleet.nodes[owner].endpoint(), db, "b", &[])
+            .await
+            .unwrap();
+        assert_eq!(second.basis_before, first.basis_t, "{backend:?}");
+        let view = placement(&fleet.nodes[owner].endpoint(), db).await;
+        assert_eq!(view.state, "owned");
+        // A live subscription keeps a database from being evicted.
+        let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(
+            channel(&fleet.nodes[owner].endpoint()).await,
+        );
+        let mut stream = client
+            .subscribe(corium_protocol::pb::SubscribeRequest {
+                db: db.to_owned(),
+                protocol_version: corium_protocol::PROTOCOL_VERSION,
+                from_basis_t: second.basis_t,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(stream.message().await.unwrap().is_some(), "handshake");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(
+            placement(&fleet.nodes[owner].endpoint(), db).await.state,
+            "owned",
+            "{backend:?}"
+        );
+    }
+}

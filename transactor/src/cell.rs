@@ -9,6 +9,7 @@
 //! `docs/design/0002-cells.md`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use corium_protocol::authz::Guard;
@@ -27,24 +28,37 @@ use crate::view;
 const GATE_PERMITS: u32 = 1 << 20;
 
 /// Everything a node needs to open cells; shared by all of them.
-#[derive(Clone)]
 pub struct Template {
     pub base: Arc<dyn FullStore>,
     pub view_kind: &'static str,
     pub data_dir: std::path::PathBuf,
-    /// `<node-id>/<incarnation>`: unique per process so two incarnations of
-    /// one node never share a lease (a shared owner id would let both write
-    /// under one lease version).
-    pub owner: String,
+    /// `<node-id>/<incarnation>`, unique per process. Every cell's lease
+    /// owner is this prefix plus a per-process generation
+    /// (`<node-id>/<incarnation>.<n>`), so no two cells — across processes
+    /// or one after another in a process — ever hold a lease under the same
+    /// owner id: Corium re-acquires a lease at the *same* version for the
+    /// same owner, and each activation must fence everything before it.
+    pub owner_prefix: String,
+    /// The next cell generation.
+    pub generation: AtomicU64,
     pub advertise: String,
     pub lease_ttl_ms: i64,
 }
 
 impl Template {
+    /// Whether a lease owner is one of this process's cells.
+    #[must_use]
+    pub fn is_own(&self, owner: &str) -> bool {
+        owner
+            .strip_prefix(self.owner_prefix.as_str())
+            .is_some_and(|rest| rest.starts_with('.'))
+    }
+
     fn node_config(&self, db: Option<&str>) -> NodeConfig {
         let mut config = NodeConfig::new(self.data_dir.clone());
         config.store = StoreSpec::new(self.view_kind, view::config(&self.base, db));
-        config.owner = self.owner.clone();
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        config.owner = format!("{}.{generation}", self.owner_prefix);
         config.lease_ttl_ms = self.lease_ttl_ms;
         // Never wait for a held lease: the fleet decides when to retry.
         config.lease_wait_ms = 0;
@@ -71,6 +85,24 @@ pub struct Cell {
     gate: Semaphore,
     /// Flips to true when the cell stops serving; ends its subscriptions.
     closed: watch::Sender<bool>,
+    /// When the cell was opened; `last_used` counts milliseconds from here.
+    opened: std::time::Instant,
+    /// Milliseconds after `opened` of the last admitted call.
+    last_used: AtomicU64,
+    /// Live subscriptions: a subscribed database is never idle.
+    subscribers: AtomicUsize,
+}
+
+/// Keeps a cell from looking idle while a subscription streams from it.
+pub struct Subscribed {
+    cell: Arc<Cell>,
+}
+
+impl Drop for Subscribed {
+    fn drop(&mut self) {
+        self.cell.subscribers.fetch_sub(1, Ordering::AcqRel);
+        self.cell.touch();
+    }
 }
 
 /// Why a cell could not be opened.
@@ -157,6 +189,9 @@ impl Cell {
             lease_version,
             gate: Semaphore::new(GATE_PERMITS as usize),
             closed: watch::channel(false).0,
+            opened: std::time::Instant::now(),
+            last_used: AtomicU64::new(0),
+            subscribers: AtomicUsize::new(0),
         }))
     }
 
@@ -170,7 +205,36 @@ impl Cell {
 
     /// Admits one call, or `None` when the cell is draining or closed.
     pub fn admit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        self.gate.try_acquire().ok()
+        let permit = self.gate.try_acquire().ok()?;
+        self.touch();
+        Some(permit)
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_used.fetch_max(now, Ordering::AcqRel);
+    }
+
+    /// Registers a subscription for as long as the guard lives.
+    #[must_use]
+    pub fn subscribed(self: &Arc<Self>) -> Subscribed {
+        self.subscribers.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        Subscribed {
+            cell: Arc::clone(self),
+        }
+    }
+
+    /// How long the cell has had no call in flight and no subscription;
+    /// `None` while it is in use.
+    #[must_use]
+    pub fn idle_for(&self) -> Option<Duration> {
+        let in_flight = self.gate.available_permits() < GATE_PERMITS as usize;
+        if in_flight || self.subscribers.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let last = Duration::from_millis(self.last_used.load(Ordering::Acquire));
+        Some(self.opened.elapsed().saturating_sub(last))
     }
 
     /// A receiver that turns true when the cell stops serving.

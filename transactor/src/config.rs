@@ -68,6 +68,11 @@ pub struct Args {
     /// it, and it bounds failover time after a crash [default: 5000].
     #[arg(long)]
     pub lease_ttl_ms: Option<i64>,
+    /// Release and drop a database's cell after this long with no call and
+    /// no subscription (0: never); its next request activates it again
+    /// [default: 600000].
+    #[arg(long)]
+    pub idle_evict_after_ms: Option<u64>,
     /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
     /// This node is added from its own flags when not listed.
     #[arg(long = "member")]
@@ -208,6 +213,8 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Bound on one storage call made to decide ownership.
     pub storage_timeout: Duration,
+    /// Idle interval after which a cell is released and dropped.
+    pub idle_evict_after: Option<Duration>,
     /// mTLS on the gRPC port (plaintext when `None`).
     pub tls: Option<Tls>,
     /// Certificate names that mark an ingress peer.
@@ -255,6 +262,7 @@ impl Args {
             lease_ttl_ms: self.lease_ttl_ms.or(file.lease_ttl_ms),
             members: self.members.or(file.members),
             replicas: self.replicas.or(file.replicas),
+            idle_evict_after_ms: self.idle_evict_after_ms.or(file.idle_evict_after_ms),
             log: self.log.or(file.log),
         })
     }
@@ -367,6 +375,10 @@ impl Args {
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
             tls,
+            idle_evict_after: match self.idle_evict_after_ms.unwrap_or(600_000) {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
             ingress_identities: self
                 .ingress_identities
                 .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use corium_fleet_common::metadata::{self, MetadataError, Routing};
 use corium_fleet_common::not_owner::{self, Candidate, NotOwner};
@@ -27,17 +27,7 @@ use crate::cell::{Cell, OpenError, Template};
 use crate::config::Config;
 use crate::metrics::Metrics;
 
-/// Milliseconds since the Unix epoch.
-#[must_use]
-pub fn now_unix_ms() -> i64 {
-    i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX)
-}
+pub use corium_fleet_common::owner::{node_of, now_unix_ms};
 
 /// What storage says about one database.
 #[derive(Clone, Debug)]
@@ -55,12 +45,6 @@ impl RootView {
             .as_ref()
             .filter(|root| !root.owner.is_empty() && root.lease_expires_unix_ms > now_ms)
     }
-}
-
-/// The node id part of a lease owner (`<node-id>/<incarnation>`).
-#[must_use]
-pub fn node_of(owner: &str) -> &str {
-    owner.split_once('/').map_or(owner, |(node, _)| node)
 }
 
 /// All cells of one node.
@@ -160,7 +144,9 @@ impl Host {
         }
     }
 
-    fn candidate_list(&self, db: &str) -> Vec<Candidate> {
+    /// Ranked candidates of `db` as the wire type.
+    #[must_use]
+    pub fn candidate_list(&self, db: &str) -> Vec<Candidate> {
         self.candidates(db)
             .iter()
             .enumerate()
@@ -240,6 +226,12 @@ impl Host {
         }
         let now = now_unix_ms();
         if let Some(owner) = view.live_owner(now) {
+            if self.template.is_own(&owner.owner) || node_of(&owner.owner) == self.config.node_id {
+                // One of this process's cells is being released (idle
+                // eviction, shutdown), or a previous run of this node holds
+                // the lease until it expires: no live owner to name; retry.
+                return Err(self.not_owner(db, None));
+            }
             return Err(self.not_owner(db, Some(owner)));
         }
         if self.rank(db).is_none() {
@@ -362,6 +354,7 @@ impl Host {
     }
 
     /// Watches one cell until it closes: drops it when Corium deposes it,
+    /// evicts it (graceful release) once idle past the configured interval,
     /// and counts lease renewals (expiry moving forward) and renewal failures
     /// (expiry passing).
     async fn monitor(self: Arc<Self>, cell: Arc<Cell>) {
@@ -388,6 +381,14 @@ impl Host {
                     return;
                 }
                 () = tokio::time::sleep(period) => {
+                    if let Some(limit) = self.config.idle_evict_after
+                        && cell.idle_for().is_some_and(|idle| idle >= limit)
+                    {
+                        tracing::info!(db = %cell.db, lease_version = cell.lease_version, idle_ms = limit.as_millis(), "idle; releasing the lease and evicting");
+                        self.metrics.idle_evictions.fetch_add(1, Ordering::Relaxed);
+                        self.evict(&cell).await;
+                        return;
+                    }
                     let Ok(lease) = cell.lease().await else { continue };
                     if lease.expires_unix_ms > last_expiry {
                         self.metrics.lease_renewals.fetch_add(1, Ordering::Relaxed);
@@ -403,10 +404,10 @@ impl Host {
         }
     }
 
-    /// Gracefully evicts one cell: drain, release, drop.
+    /// Gracefully evicts one cell: stop routing to it, drain, release, drop.
     pub async fn evict(&self, cell: &Arc<Cell>) {
-        let drained = cell.evict(self.base.as_ref(), self.config.drain_timeout).await;
         self.remove(cell);
+        let drained = cell.evict(self.base.as_ref(), self.config.drain_timeout).await;
         self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
         tracing::info!(db = %cell.db, lease_version = cell.lease_version, drained, "lease released");
     }

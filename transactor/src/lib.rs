@@ -134,7 +134,8 @@ pub async fn run(
         base: Arc::clone(&base),
         view_kind,
         data_dir: config.data_dir.clone(),
-        owner: format!("{}/{}", config.node_id, incarnation),
+        owner_prefix: format!("{}/{}", config.node_id, incarnation),
+        generation: std::sync::atomic::AtomicU64::new(1),
         advertise: config.advertise.clone(),
         lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
     };

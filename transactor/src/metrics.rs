@@ -21,6 +21,7 @@ pub struct Metrics {
     pub takeovers: AtomicU64,
     pub depositions: AtomicU64,
     pub evictions: AtomicU64,
+    pub idle_evictions: AtomicU64,
     pub rejected_route_mismatch: AtomicU64,
     pub rejected_hop: AtomicU64,
     pub storage_unavailable: AtomicU64,
@@ -97,8 +98,14 @@ impl Metrics {
         counter(
             &mut out,
             "corium_fleet_evictions_total",
-            "Cells released gracefully (shutdown, delete).",
+            "Cells released gracefully (idle, shutdown).",
             load(&self.evictions),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_idle_evictions_total",
+            "Cells released because they sat idle past --idle-evict-after-ms.",
+            load(&self.idle_evictions),
         );
         counter(
             &mut out,

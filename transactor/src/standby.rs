@@ -65,10 +65,17 @@ pub fn stagger(lease_ttl: Duration, rank: usize) -> Duration {
     lease_ttl / 10 * u32::try_from(rank).unwrap_or(u32::MAX)
 }
 
-/// Whether a lapsed lease should be taken over now by a candidate of `rank`.
+/// Whether a lapsed lease should be taken over now by a candidate of `rank`
+/// (`own` says whether an owner is one of this process's cells).
 #[must_use]
-pub fn takeover_due(root: &DbRoot, own_owner: &str, rank: usize, lease_ttl: Duration, now_ms: i64) -> bool {
-    let lapsed = !root.owner.is_empty() && root.owner != own_owner && root.lease_expires_unix_ms != 0;
+pub fn takeover_due(
+    root: &DbRoot,
+    own: impl Fn(&str) -> bool,
+    rank: usize,
+    lease_ttl: Duration,
+    now_ms: i64,
+) -> bool {
+    let lapsed = !root.owner.is_empty() && !own(&root.owner) && root.lease_expires_unix_ms != 0;
     let wait = i64::try_from(stagger(lease_ttl, rank).as_millis()).unwrap_or(i64::MAX);
     lapsed && now_ms >= root.lease_expires_unix_ms.saturating_add(wait)
 }
@@ -113,7 +120,7 @@ pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<b
             let Some(root) = &view.root else { continue };
             if !takeover_due(
                 root,
-                &host.template.owner,
+                |owner| host.template.is_own(owner),
                 rank,
                 host.config.lease_ttl,
                 now_unix_ms(),
@@ -164,17 +171,19 @@ mod tests {
     fn lapsed_leases_are_taken_over_in_rank_order() {
         let ttl = Duration::from_millis(1000);
         let lapsed = root("n1/a", 10_000);
-        assert!(!takeover_due(&lapsed, "n2/b", 0, ttl, 9_999));
-        assert!(takeover_due(&lapsed, "n2/b", 0, ttl, 10_000));
-        assert!(!takeover_due(&lapsed, "n3/c", 1, ttl, 10_050));
-        assert!(takeover_due(&lapsed, "n3/c", 1, ttl, 10_100));
+        let not_own = |_: &str| false;
+        assert!(!takeover_due(&lapsed, not_own, 0, ttl, 9_999));
+        assert!(takeover_due(&lapsed, not_own, 0, ttl, 10_000));
+        assert!(!takeover_due(&lapsed, not_own, 1, ttl, 10_050));
+        assert!(takeover_due(&lapsed, not_own, 1, ttl, 10_100));
     }
 
     #[test]
     fn released_and_own_leases_are_not_taken_over() {
         let ttl = Duration::from_millis(1000);
-        assert!(!takeover_due(&root("n1/a", 0), "n2/b", 0, ttl, 50_000));
-        assert!(!takeover_due(&root("n2/b", 10), "n2/b", 0, ttl, 50_000));
-        assert!(!takeover_due(&root("", 10), "n2/b", 0, ttl, 50_000));
+        let own = |owner: &str| owner.starts_with("n2/b.");
+        assert!(!takeover_due(&root("n1/a.1", 0), own, 0, ttl, 50_000));
+        assert!(!takeover_due(&root("n2/b.3", 10), own, 0, ttl, 50_000));
+        assert!(!takeover_due(&root("", 10), own, 0, ttl, 50_000));
     }
 }

@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdmin;
 use corium_fleet_proto::fleet::{
-    Candidate, DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView, NodeStatusRequest,
-    NodeStatusResponse,
+    DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView, NodeStatusRequest, NodeStatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -38,17 +37,7 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
         None => 0,
     };
     let root = view.root.as_ref();
-    let candidates = host
-        .candidates(db)
-        .iter()
-        .enumerate()
-        .map(|(rank, member)| Candidate {
-            node_id: member.node_id.clone(),
-            zone: member.zone.clone(),
-            endpoint: member.endpoint.clone(),
-            rank: u32::try_from(rank).unwrap_or(u32::MAX),
-        })
-        .collect();
+    let candidates = host.candidate_list(db);
     Ok((
         standing,
         DatabaseView {

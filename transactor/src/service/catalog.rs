@@ -129,7 +129,8 @@ impl Catalog for FleetCatalog {
         let host = &self.0;
         let mut config = NodeConfig::new(host.template.data_dir.clone());
         config.store = StoreSpec::new(host.template.view_kind, view::config(&host.base, None));
-        config.owner = host.template.owner.clone();
+        // This view hosts nothing and takes no lease.
+        config.owner = format!("{}.gc", host.template.owner_prefix);
         config.ha = false;
         config.gc_interval = None;
         config.saga_sweep_interval = None;

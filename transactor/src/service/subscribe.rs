@@ -52,8 +52,11 @@ pub async fn stream(
     let index_basis = state.index_basis();
     let mut closed = cell.closed();
     let db = cell.db.clone();
+    // The cell is not idle while this stream lives.
+    let subscribed = cell.subscribed();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::SubscribeItem, Status>>(64);
     tokio::spawn(async move {
+        let _subscribed = subscribed;
         let item = |item| Ok(pb::SubscribeItem { item: Some(item) });
         if tx
             .send(item(pb::subscribe_item::Item::Handshake(pb::Handshake {
