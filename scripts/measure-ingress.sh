@@ -36,7 +36,7 @@ run() { # target concurrency -> "median_us rps"
   out=$(taskset -c 0 h2load -n "$requests" -c "$c" -m 1 -d "$work/status.bin" \
     -H 'content-type: application/grpc' -H 'te: trailers' --log-file="$log" \
     "$url/corium.v1.Transactor/Status" 2>&1)
-  grep -q "succeeded, 0 errored" <<<"$out" || { echo "h2load failed: $out" >&2; exit 1; }
+  grep -q "0 failed, 0 errored" <<<"$out" || { echo "h2load failed: $out" >&2; exit 1; }
   local rps; rps=$(awk '/finished in/ {print $4}' <<<"$out")
   local median; median=$(awk '{print $3}' "$log" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
   echo "$median $rps"
