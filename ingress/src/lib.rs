@@ -81,17 +81,15 @@ pub async fn run(
     .map_err(|error| Error::Config(format!("--storage: {error}")))?;
     let describe = storage.describe();
     let spec = storage.spec();
-    let open = corium_transactor::backend::open_node_store(&spec, &config.data_dir);
-    let store = tokio::time::timeout(config.storage_timeout * 2, open)
-        .await
-        .map_err(|_| Error::Storage {
-            storage: describe.clone(),
-            detail: "timed out".to_owned(),
-        })?
-        .map_err(|error| Error::Storage {
-            storage: describe.clone(),
-            detail: error.to_string(),
-        })?;
+    // The same bounded, retrying open as a node's (fresh stores race to
+    // initialise their schema).
+    let store =
+        corium_fleet_transactor::open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe)
+            .await
+            .map_err(|error| Error::Storage {
+                storage: describe.clone(),
+                detail: error.to_string(),
+            })?;
     let metrics = Arc::new(metrics::Metrics::default());
     let cache = owner_cache::Cache::new(
         Arc::clone(&store),

@@ -191,3 +191,22 @@ pub fn frame(message: &[u8]) -> Vec<u8> {
     body.extend_from_slice(message);
     body
 }
+
+/// One database's placement and lease holder as the node (or ingress) at
+/// `endpoint` reads it from storage.
+///
+/// # Panics
+/// When the call fails.
+pub async fn placement(endpoint: &str, db: &str) -> corium_fleet_proto::fleet::DatabaseView {
+    use corium_fleet_proto::fleet::DatabasePlacementRequest;
+    use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+    FleetAdminClient::new(channel(endpoint).await)
+        .database_placement(DatabasePlacementRequest {
+            database: db.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .view
+        .unwrap()
+}

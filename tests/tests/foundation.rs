@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 
 use corium_fleet_common::metadata;
 use corium_fleet_common::not_owner;
-use corium_fleet_proto::fleet::DatabasePlacementRequest;
-use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
-use corium_fleet_tests::corium::{self, channel};
+use corium_fleet_tests::corium::{self, channel, placement};
 use corium_fleet_tests::{Backend, Fleet, http_get};
 
 const TTL: Duration = Duration::from_millis(1500);
@@ -22,18 +20,6 @@ async fn create_on_top_candidate(fleet: &Fleet, db: &str) -> usize {
         "created {db}"
     );
     top
-}
-
-async fn placement(endpoint: &str, db: &str) -> corium_fleet_proto::fleet::DatabaseView {
-    FleetAdminClient::new(channel(endpoint).await)
-        .database_placement(DatabasePlacementRequest {
-            database: db.to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .view
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

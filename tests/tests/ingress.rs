@@ -316,20 +316,10 @@ async fn stale_caches_and_random_ingresses_never_break_fencing() {
     }
 }
 
-/// The lease holder of `db` according to any live node.
+/// The lease holder of `db` as the first ingress reads it.
 async fn placement_owner(fleet: &Fleet, db: &str) -> String {
-    use corium_fleet_proto::fleet::DatabasePlacementRequest;
-    use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
-    let endpoint = fleet.ingresses[0].endpoint();
-    FleetAdminClient::new(corium::channel(&endpoint).await)
-        .database_placement(DatabasePlacementRequest {
-            database: db.to_owned(),
-        })
+    corium::placement(&fleet.ingresses[0].endpoint(), db)
         .await
-        .unwrap()
-        .into_inner()
-        .view
-        .unwrap()
         .owner_id
 }
 

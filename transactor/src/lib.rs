@@ -75,16 +75,17 @@ fn server_tls(tls: &config::Tls) -> Result<tonic::transport::ServerTlsConfig, Er
 /// race to initialise a fresh PostgreSQL schema, and a store that is itself
 /// restarting answers a moment later. Gives up after a bounded number of
 /// attempts so a supervisor sees the failure.
-async fn open_store(
+pub async fn open_store(
     spec: &corium_transactor::StoreSpec,
-    config: &Config,
+    data_dir: &std::path::Path,
+    timeout: Duration,
     describe: &str,
 ) -> Result<Arc<corium_transactor::NodeStore>, Error> {
     const ATTEMPTS: u32 = 8;
     let mut attempt = 1;
     loop {
-        let open = corium_transactor::backend::open_node_store(spec, &config.data_dir);
-        let error = match tokio::time::timeout(config.storage_timeout * 2, open).await {
+        let open = corium_transactor::backend::open_node_store(spec, data_dir);
+        let error = match tokio::time::timeout(timeout, open).await {
             Ok(Ok(store)) => return Ok(store),
             Ok(Err(source)) => Error::Storage {
                 storage: describe.to_owned(),
@@ -124,7 +125,7 @@ pub async fn run(
         storage: format!("data directory {}", config.data_dir.display()),
         source: source.into(),
     })?;
-    let base = open_store(&spec, &config, &describe).await?;
+    let base = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
     let placement = corium_store::storage_backend(spec.kind())
         .map(|backend| backend.capabilities().log_placement)
         .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
