@@ -41,7 +41,8 @@ pub struct Args {
     #[arg(long, env = "AWS_REGION")]
     pub s3_region: Option<String>,
     /// Transactor member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`
-    /// (the same list the transactors get).
+    /// (the same list the transactors get). Without any, the live members
+    /// are read from the node registry in storage.
     #[arg(long = "member")]
     pub members: Option<Vec<String>>,
     /// Candidates per database (as configured on the transactors) [default: 2].
@@ -176,9 +177,7 @@ impl Args {
                     .map_err(|error| format!("--member: {error}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if members.is_empty() {
-            return Err("--member is required: list every transactor (NODE_ID=ENDPOINT[,zone=Z])".to_owned());
-        }
+
         placement::check_unique(&members).map_err(|error| format!("--member: {error}"))?;
         let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
         if replicas == 0 {

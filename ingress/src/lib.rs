@@ -27,6 +27,7 @@ pub mod server;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use config::{Args, Config};
 use corium_fleet_transactor::config::Storage;
@@ -107,8 +108,19 @@ pub async fn run(
     );
     let storage_timeout = config.storage_timeout;
     let tls_listen = config.tls_listen.clone();
-    let proxy = Arc::new(proxy::Proxy::new(config, cache, Arc::clone(&metrics)).map_err(Error::Config)?);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let members = corium_fleet_transactor::registry::Members::new(config.members.clone());
+    if config.members.is_empty() {
+        // No static list: follow the live members in the node registry.
+        tokio::spawn(corium_fleet_transactor::registry::follow(
+            Arc::clone(&store),
+            members.clone(),
+            Duration::from_secs(3),
+            stop_rx.clone(),
+        ));
+    }
+    let proxy =
+        Arc::new(proxy::Proxy::new(config, members, cache, Arc::clone(&metrics)).map_err(Error::Config)?);
     let handler: corium_fleet_common::admin_http::Handler = {
         let metrics = Arc::clone(&metrics);
         let store = Arc::clone(&store);

@@ -68,6 +68,8 @@ pub struct Proxy {
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     pub metrics: Arc<Metrics>,
     limits: crate::limits::Limits,
+    /// Placement members (static, or followed from the node registry).
+    members: corium_fleet_transactor::registry::Members,
     next_any: AtomicUsize,
 }
 
@@ -96,7 +98,12 @@ fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
 impl Proxy {
     /// # Errors
     /// Unreadable or invalid upstream TLS material.
-    pub fn new(config: Config, cache: owner_cache::Cache, metrics: Arc<Metrics>) -> Result<Self, String> {
+    pub fn new(
+        config: Config,
+        members: corium_fleet_transactor::registry::Members,
+        cache: owner_cache::Cache,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(config.connect_timeout));
         http.set_nodelay(true);
@@ -135,6 +142,7 @@ impl Proxy {
             client,
             metrics,
             limits,
+            members,
             next_any: AtomicUsize::new(0),
         })
     }
@@ -247,7 +255,7 @@ impl Proxy {
     }
 
     fn candidate_hops(&self, db: &str) -> Vec<Hop> {
-        placement::candidates(db, &self.config.members, self.config.replicas)
+        placement::candidates(db, &self.members.get(), self.config.replicas)
             .into_iter()
             .map(|member: &Member| Hop {
                 endpoint: member.endpoint.clone(),
@@ -258,7 +266,10 @@ impl Proxy {
 
     /// Every member, starting at a rotating offset.
     fn any_hops(&self) -> Vec<Hop> {
-        let members = &self.config.members;
+        let members = self.members.get();
+        if members.is_empty() {
+            return Vec::new();
+        }
         let start = self.next_any.fetch_add(1, Ordering::Relaxed) % members.len();
         members
             .iter()

@@ -80,12 +80,17 @@ impl Backend {
     }
 }
 
+/// A free loopback port for a server under test, drawn at random from
+/// 10000–31999: below Linux's ephemeral range (32768–60999), so the outgoing
+/// connections of concurrently running tests cannot take it between this
+/// check and the server's bind.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    loop {
+        let candidate = 10_000 + u16::try_from(uuid::Uuid::new_v4().as_u128() % 22_000).unwrap();
+        if std::net::TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+            return candidate;
+        }
+    }
 }
 
 /// The directory holding the workspace's binaries (`target/debug`).
@@ -177,6 +182,41 @@ impl Node {
         }
     }
 
+    /// Runs the binary again with the same identity as a second process (on
+    /// its own ports) and
+    /// returns its exit status and standard error (bounded by 30 s).
+    ///
+    /// # Panics
+    /// When the duplicate does not exit within 30 s.
+    pub fn run_duplicate(&self) -> (std::process::ExitStatus, String) {
+        // Same identity, its own sockets.
+        let mut args = self.args.clone();
+        for flag in ["--listen", "--admin-listen"] {
+            if let Some(at) = args.iter().position(|arg| arg == flag) {
+                args[at + 1] = format!("127.0.0.1:{}", free_port());
+            }
+        }
+        let mut child = Command::new(bin_dir().join(self.binary))
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+                return (status, stderr);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("a duplicate of {} kept running", self.id);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Starts the process again with the same flags (a new incarnation) and
     /// waits until it is ready.
     pub async fn restart(&mut self) {
@@ -205,6 +245,8 @@ pub struct Fleet {
     pub ingresses: Vec<Node>,
     /// Whether the internal hop is mTLS.
     mtls: bool,
+    /// Whether nodes and ingresses get the `--member` list (else: registry).
+    static_members: bool,
     /// Per node, the cuttable path to PostgreSQL (PostgreSQL fleets only).
     pub partitions: Vec<Option<proxy::Partition>>,
     pub members: Vec<Member>,
@@ -220,19 +262,26 @@ impl Fleet {
     /// # Panics
     /// When a node does not become ready within 60 s.
     pub async fn start(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, false, &[]).await
+        Self::launch(backend, count, lease_ttl, false, &[], true).await
     }
 
     /// Like [`Fleet::start`], with `extra` flags on every node.
     pub async fn start_with(backend: Backend, count: usize, lease_ttl: Duration, extra: &[&str]) -> Self {
-        Self::launch(backend, count, lease_ttl, false, extra).await
+        Self::launch(backend, count, lease_ttl, false, extra, true).await
+    }
+
+    /// Like [`Fleet::start`], but the nodes get no `--member` list: they
+    /// find each other through the node registry in storage (and so must
+    /// ingresses started on this fleet).
+    pub async fn start_registry(backend: Backend, count: usize, lease_ttl: Duration, extra: &[&str]) -> Self {
+        Self::launch(backend, count, lease_ttl, false, extra, false).await
     }
 
     /// Like [`Fleet::start`], with the internal hop on mTLS: certificates
     /// from `corium-fleet certs`, nodes serving mTLS only, and ingresses
     /// presenting the ingress certificate.
     pub async fn start_mtls(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, true, &[]).await
+        Self::launch(backend, count, lease_ttl, true, &[], true).await
     }
 
     /// The certificate directory of an mTLS fleet.
@@ -241,7 +290,14 @@ impl Fleet {
         self.mtls.then(|| self.dir.path().join("certs"))
     }
 
-    async fn launch(backend: Backend, count: usize, lease_ttl: Duration, mtls: bool, extra: &[&str]) -> Self {
+    async fn launch(
+        backend: Backend,
+        count: usize,
+        lease_ttl: Duration,
+        mtls: bool,
+        extra: &[&str],
+        static_members: bool,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
         if mtls {
@@ -311,7 +367,12 @@ impl Fleet {
                 "--lease-ttl-ms".to_owned(),
                 lease_ttl.as_millis().to_string(),
             ];
-            args.extend(member_flags.iter().cloned());
+            if static_members {
+                args.extend(member_flags.iter().cloned());
+            } else {
+                args.push("--advertise".to_owned());
+                args.push(member.endpoint.clone());
+            }
             args.extend(extra.iter().map(|flag| (*flag).to_owned()));
             if mtls {
                 for (flag, file) in [
@@ -340,6 +401,7 @@ impl Fleet {
             nodes,
             ingresses: Vec::new(),
             mtls,
+            static_members,
             partitions,
             members,
             replicas: placement::DEFAULT_REPLICAS,
@@ -380,7 +442,7 @@ impl Fleet {
                 "--data-dir".to_owned(),
                 self.dir.path().join("data").display().to_string(),
             ];
-            for member in &self.members {
+            for member in self.members.iter().filter(|_| self.static_members) {
                 args.push("--member".to_owned());
                 args.push(format!(
                     "{}={},zone={}",

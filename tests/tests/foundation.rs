@@ -476,3 +476,81 @@ async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_find_each_other_through_the_registry_and_node_ids_are_unique() {
+    for backend in Backend::all() {
+        let registry = ["--registry-ttl-ms", "2000", "--registry-renew-ms", "300"];
+        let mut fleet = Fleet::start_registry(backend.clone(), 3, TTL, &registry).await;
+        fleet.start_ingresses(1, &[]).await;
+        let ingress = fleet.ingresses[0].endpoint();
+        // Until every node has read the registry, a node may not yet see the
+        // others; placement converges within a renewal period or two.
+        let db = "registered";
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let views: Vec<Vec<String>> = futures_views(&fleet, db).await;
+            let expected: Vec<String> = fleet
+                .candidates(db)
+                .iter()
+                .map(|i| fleet.nodes[*i].id.clone())
+                .collect();
+            if views.iter().all(|view| *view == expected) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: placement never converged: {views:?}\n{}",
+                fleet.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(corium::create(&ingress, db).await.unwrap());
+        let owner = placement(&ingress, db).await.owner_id;
+        assert_eq!(
+            owner,
+            fleet.nodes[fleet.candidates(db)[0]].id,
+            "{backend:?}: created on the top candidate"
+        );
+        // A second process with a live node id refuses to serve.
+        let (status, stderr) = fleet.nodes[0].run_duplicate();
+        assert!(!status.success(), "{backend:?}: duplicate node id served");
+        assert!(stderr.contains("already live"), "{backend:?}: {stderr}");
+        // A node that stops gracefully leaves everyone's view at once.
+        fleet.nodes[2].terminate();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let candidates = placement(&fleet.nodes[0].endpoint(), db).await.candidates;
+            if candidates.iter().all(|c| c.node_id != fleet.nodes[2].id) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: node-3 still a member: {candidates:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Each live node's candidate list for `db` (node ids, ranked). An unknown
+/// database is fine: placement needs no database.
+async fn futures_views(fleet: &Fleet, db: &str) -> Vec<Vec<String>> {
+    let mut views = Vec::new();
+    for node in &fleet.nodes {
+        let mut client = corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient::new(
+            channel(&node.endpoint()).await,
+        );
+        let candidates = match client
+            .database_placement(corium_fleet_proto::fleet::DatabasePlacementRequest {
+                database: db.to_owned(),
+            })
+            .await
+        {
+            Ok(response) => response.into_inner().view.unwrap().candidates,
+            Err(_) => Vec::new(),
+        };
+        views.push(candidates.into_iter().map(|c| c.node_id).collect());
+    }
+    views
+}

@@ -77,6 +77,13 @@ pub struct Args {
     /// This node is added from its own flags when not listed.
     #[arg(long = "member")]
     pub members: Option<Vec<String>>,
+    /// Node-registry record time to live in milliseconds [default: 10000].
+    #[arg(long)]
+    pub registry_ttl_ms: Option<u64>,
+    /// How often the registry record is renewed and the live members re-read,
+    /// in milliseconds [default: 3000].
+    #[arg(long)]
+    pub registry_renew_ms: Option<u64>,
     /// Candidates per database [default: 2].
     #[arg(long)]
     pub replicas: Option<usize>,
@@ -206,8 +213,13 @@ pub struct Config {
     pub storage: Storage,
     pub data_dir: PathBuf,
     pub lease_ttl: Duration,
-    /// Every member, this node included.
+    /// Every member, this node included (only this node when the members
+    /// come from the registry).
     pub members: Vec<Member>,
+    /// Whether `members` is a static `--member` list (else: the registry).
+    pub static_members: bool,
+    pub registry_ttl: Duration,
+    pub registry_renew: Duration,
     pub replicas: usize,
     /// How long graceful shutdown waits for in-flight calls per database.
     pub drain_timeout: Duration,
@@ -263,6 +275,8 @@ impl Args {
             members: self.members.or(file.members),
             replicas: self.replicas.or(file.replicas),
             idle_evict_after_ms: self.idle_evict_after_ms.or(file.idle_evict_after_ms),
+            registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
+            registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             log: self.log.or(file.log),
         })
     }
@@ -327,6 +341,12 @@ impl Args {
             ));
         }
         let weight = self.weight.unwrap_or(1);
+        let static_members = self.members.as_ref().is_some_and(|members| !members.is_empty());
+        let registry_ttl = Duration::from_millis(self.registry_ttl_ms.unwrap_or(10_000));
+        let registry_renew = Duration::from_millis(self.registry_renew_ms.unwrap_or(3_000));
+        if registry_renew.is_zero() || registry_renew >= registry_ttl {
+            return Err("--registry-renew-ms must be positive and below --registry-ttl-ms".to_owned());
+        }
         let mut members = self
             .members
             .unwrap_or_default()
@@ -375,6 +395,9 @@ impl Args {
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
             tls,
+            static_members,
+            registry_ttl,
+            registry_renew,
             idle_evict_after: match self.idle_evict_after_ms.unwrap_or(600_000) {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),

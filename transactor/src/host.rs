@@ -54,6 +54,9 @@ pub struct Host {
     pub base: Arc<dyn FullStore>,
     pub metrics: Arc<Metrics>,
     pub incarnation: String,
+    /// Placement members: the static `--member` list, or the live node
+    /// registry, refreshed in the background.
+    pub members: crate::registry::Members,
     cells: Mutex<HashMap<String, Arc<Cell>>>,
     /// One activation at a time per database on this node.
     activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -70,6 +73,7 @@ impl Host {
         incarnation: String,
     ) -> Arc<Self> {
         Arc::new(Self {
+            members: crate::registry::Members::new(config.members.clone()),
             config,
             template,
             base,
@@ -104,8 +108,11 @@ impl Host {
 
     /// Ranked candidates of `db`.
     #[must_use]
-    pub fn candidates(&self, db: &str) -> Vec<&Member> {
-        placement::candidates(db, &self.config.members, self.config.replicas)
+    pub fn candidates(&self, db: &str) -> Vec<Member> {
+        placement::candidates(db, &self.members.get(), self.config.replicas)
+            .into_iter()
+            .cloned()
+            .collect()
     }
 
     /// This node's rank among the candidates of `db`.
@@ -113,7 +120,7 @@ impl Host {
     pub fn rank(&self, db: &str) -> Option<usize> {
         placement::rank_of(
             db,
-            &self.config.members,
+            &self.members.get(),
             self.config.replicas,
             &self.config.node_id,
         )

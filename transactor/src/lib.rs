@@ -9,6 +9,7 @@
 //! - [`view`] — the storage view backend that scopes a cell to its database;
 //! - [`cell`] — opening, draining, evicting one database's cell;
 //! - [`host`] — all cells of a node and the ownership decision;
+//! - [`registry`] — node records in storage: live members, unique node ids;
 //! - [`standby`] — standing of each database and the takeover watcher;
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
@@ -26,6 +27,7 @@ pub mod error;
 pub mod host;
 pub mod metrics;
 pub mod principal;
+pub mod registry;
 pub mod service;
 pub mod standby;
 pub mod view;
@@ -152,6 +154,39 @@ pub async fn run(
         "node serving"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let record = registry::Record {
+        node_id: host.config.node_id.clone(),
+        incarnation: host.incarnation.clone(),
+        zone: host.config.zone.clone(),
+        weight: host.config.weight,
+        endpoint: host.config.advertise.clone(),
+        expires_unix_ms: corium_fleet_common::owner::now_unix_ms()
+            .saturating_add(i64::try_from(host.config.registry_ttl.as_millis()).unwrap_or(i64::MAX)),
+    };
+    registry::register(host.base.as_ref(), &record)
+        .await
+        .map_err(|error| match error {
+            registry::RegistryError::Duplicate { .. } => Error::Config(error.to_string()),
+            registry::RegistryError::Store(source) => Error::Storage {
+                storage: describe.clone(),
+                source,
+            },
+        })?;
+    let registration = tokio::spawn(registry::keep(
+        Arc::clone(&host.base),
+        record,
+        host.config.registry_ttl,
+        host.config.registry_renew,
+        stop_rx.clone(),
+    ));
+    if !host.config.static_members {
+        tokio::spawn(registry::follow(
+            Arc::clone(&host.base),
+            host.members.clone(),
+            host.config.registry_renew,
+            stop_rx.clone(),
+        ));
+    }
     tokio::spawn(standby::watch(Arc::clone(&host), stop_rx.clone()));
     tokio::spawn(corium_fleet_common::admin_http::serve(
         listeners.admin,
@@ -190,6 +225,9 @@ pub async fn run(
         ))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), graceful)
         .await?;
+    // Leave the registry before exiting, so the others drop this node now
+    // (and a restart under the same id is not refused as a duplicate).
+    let _ = tokio::time::timeout(Duration::from_secs(5), registration).await;
     tracing::info!(node = %host.config.node_id, "node stopped");
     Ok(())
 }

@@ -16,15 +16,24 @@ use crate::standby::{Standing, standing};
 /// The fleet admin service.
 pub struct FleetAdminSvc(pub Arc<Host>);
 
-/// One database's view from this node, read from storage.
+/// One database's view from this node, read from storage; a database not in
+/// the catalog is `absent`, with the candidates it would be placed on.
 ///
 /// # Errors
-/// `UNAVAILABLE` when storage cannot be read; `NOT_FOUND` for an unknown
-/// database.
+/// `UNAVAILABLE` when storage cannot be read.
 pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseView), Status> {
     let view = host.read_root(db).await?;
     if !view.exists {
-        return Err(Status::not_found(format!("unknown database {db:?}")));
+        // Not (or no longer) in the catalog: say where it would be placed.
+        return Ok((
+            Standing::Elsewhere,
+            DatabaseView {
+                database: db.to_owned(),
+                state: "absent".to_owned(),
+                candidates: host.candidate_list(db),
+                ..DatabaseView::default()
+            },
+        ));
     }
     let standing = standing(host, db, &view, now_unix_ms());
     let basis_t = match host.cell(db) {
@@ -76,7 +85,6 @@ impl FleetAdmin for FleetAdminSvc {
             let (standing, view) = match database_view(host, &db).await {
                 Ok(found) => found,
                 // Deleted between the listing and the read.
-                Err(status) if status.code() == tonic::Code::NotFound => continue,
                 Err(status) => return Err(status),
             };
             match standing {

@@ -1,0 +1,311 @@
+//! The node registry: every node keeps a record
+//! `{node_id, incarnation, zone, weight, endpoint, expires}` under
+//! `fleet-node:<node-id>` in the shared root store, renewed like a lease.
+//! The live members are the unexpired records; a node that stops renewing
+//! drops out of everyone's view within one TTL, and one that stops
+//! gracefully deletes its record at once. A second process with a live
+//! node id is refused at start. With static `--member`s the registry still
+//! guards node ids but placement uses the static list.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use corium_fleet_common::owner::now_unix_ms;
+use corium_fleet_common::placement::Member;
+use corium_store::{FullStore, RootStore, StoreError};
+use serde::{Deserialize, Serialize};
+
+/// Root-name prefix of registry records.
+pub const PREFIX: &str = "fleet-node:";
+
+/// One node's registry record.
+#[derive(Clone, Debug, Eq, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub node_id: String,
+    /// Process incarnation: tells two processes with one node id apart.
+    pub incarnation: String,
+    pub zone: String,
+    pub weight: u32,
+    /// Internal endpoint.
+    pub endpoint: String,
+    pub expires_unix_ms: i64,
+}
+
+impl Record {
+    fn name(&self) -> String {
+        format!("{PREFIX}{}", self.node_id)
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice(bytes).ok()
+    }
+
+    /// As a placement member.
+    #[must_use]
+    pub fn member(&self) -> Member {
+        Member {
+            node_id: self.node_id.clone(),
+            zone: self.zone.clone(),
+            weight: self.weight,
+            endpoint: self.endpoint.clone(),
+        }
+    }
+}
+
+/// Why registration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(
+        "node id {node_id:?} is already live (incarnation {incarnation}, endpoint {endpoint}) until \
+         {expires_unix_ms}; a second node with the same id refuses to serve"
+    )]
+    Duplicate {
+        node_id: String,
+        incarnation: String,
+        endpoint: String,
+        expires_unix_ms: i64,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The current member list, shared by everything that places databases.
+#[derive(Clone, Default)]
+pub struct Members(Arc<RwLock<Arc<Vec<Member>>>>);
+
+impl Members {
+    #[must_use]
+    pub fn new(members: Vec<Member>) -> Self {
+        Self(Arc::new(RwLock::new(Arc::new(members))))
+    }
+
+    /// A snapshot of the members.
+    #[must_use]
+    pub fn get(&self) -> Arc<Vec<Member>> {
+        Arc::clone(&self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    fn set(&self, members: Vec<Member>) {
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(members);
+    }
+}
+
+/// Writes `record` for the first time. A live record of another
+/// incarnation under the same node id is either a crashed predecessor
+/// (its expiry stays put: wait it out, then take the id) or a live
+/// duplicate (it renews while we watch: refuse).
+///
+/// # Errors
+/// [`RegistryError::Duplicate`], or storage.
+pub async fn register(store: &dyn RootStore, record: &Record) -> Result<(), RegistryError> {
+    let mut watched: Option<(String, i64)> = None;
+    loop {
+        let current = store.get_root(&record.name()).await?;
+        if let Some(existing) = current.as_deref().and_then(Record::decode)
+            && existing.incarnation != record.incarnation
+            && existing.expires_unix_ms > now_unix_ms()
+        {
+            let renewed = watched.as_ref().is_some_and(|(incarnation, expiry)| {
+                *incarnation == existing.incarnation && existing.expires_unix_ms > *expiry
+            });
+            if renewed {
+                return Err(RegistryError::Duplicate {
+                    node_id: existing.node_id,
+                    incarnation: existing.incarnation,
+                    endpoint: existing.endpoint,
+                    expires_unix_ms: existing.expires_unix_ms,
+                });
+            }
+            let wait = existing
+                .expires_unix_ms
+                .saturating_sub(now_unix_ms())
+                .clamp(0, 60_000);
+            tracing::info!(
+                node = %existing.node_id,
+                other = %existing.incarnation,
+                wait_ms = wait,
+                "node id held by another incarnation; waiting for it to expire or renew"
+            );
+            watched = Some((existing.incarnation, existing.expires_unix_ms));
+            tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(0) + 50)).await;
+            continue;
+        }
+        match store
+            .cas_root(&record.name(), current.as_deref(), &record.encode())
+            .await
+        {
+            Ok(()) => return Ok(()),
+            Err(StoreError::CasFailed { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+/// The live members recorded in the registry, sorted by node id.
+///
+/// # Errors
+/// Storage.
+pub async fn live(store: &dyn RootStore) -> Result<Vec<Member>, StoreError> {
+    let now = now_unix_ms();
+    let mut members = Vec::new();
+    for name in store.list_roots(PREFIX).await? {
+        if let Some(record) = store.get_root(&name).await?.as_deref().and_then(Record::decode)
+            && record.expires_unix_ms > now
+        {
+            members.push(record.member());
+        }
+    }
+    members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+    Ok(members)
+}
+
+/// Refreshes `members` from the registry every `every` until `stop`.
+pub async fn follow(
+    store: Arc<dyn FullStore>,
+    members: Members,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        match tokio::time::timeout(every.max(Duration::from_secs(1)), live(store.as_ref())).await {
+            Ok(Ok(live)) if !live.is_empty() => members.set(live),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "cannot read the node registry"),
+            Err(_) => tracing::warn!("node registry read timed out"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// Renews this node's record every `renew` (expiry `ttl` ahead) until
+/// `stop`, then deletes it so the others drop this node at once.
+pub async fn keep(
+    store: Arc<dyn FullStore>,
+    mut record: Record,
+    ttl: Duration,
+    renew: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(renew) => {}
+            _ = stop.wait_for(|stop| *stop) => break,
+        }
+        record.expires_unix_ms = now_unix_ms().saturating_add(ttl_ms);
+        let write = async {
+            let current = store.get_root(&record.name()).await?;
+            if let Some(existing) = current.as_deref().and_then(Record::decode)
+                && existing.incarnation != record.incarnation
+            {
+                tracing::error!(node = %record.node_id, other = %existing.incarnation, "another process took this node id in the registry");
+                return Ok::<_, StoreError>(());
+            }
+            store
+                .cas_root(&record.name(), current.as_deref(), &record.encode())
+                .await
+        };
+        match tokio::time::timeout(renew, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(node = %record.node_id, %error, "registry renewal failed"),
+            Err(_) => tracing::warn!(node = %record.node_id, "registry renewal timed out"),
+        }
+    }
+    let remove = async {
+        let current = store.get_root(&record.name()).await?;
+        if current
+            .as_deref()
+            .and_then(Record::decode)
+            .is_some_and(|existing| existing.incarnation == record.incarnation)
+        {
+            store.delete_root(&record.name()).await?;
+        }
+        Ok::<_, StoreError>(())
+    };
+    if let Ok(Err(error)) = tokio::time::timeout(Duration::from_secs(2), remove).await {
+        tracing::warn!(node = %record.node_id, %error, "cannot remove the registry record");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, incarnation: &str, expires: i64) -> Record {
+        Record {
+            node_id: id.into(),
+            incarnation: incarnation.into(),
+            zone: "z".into(),
+            weight: 1,
+            endpoint: format!("http://{id}"),
+            expires_unix_ms: expires,
+        }
+    }
+
+    #[tokio::test]
+    async fn crashed_predecessors_are_waited_out_and_live_duplicates_refused() {
+        let store = corium_store::MemoryStore::default();
+        let far = now_unix_ms() + 60_000;
+        register(&store, &record("n1", "a", far)).await.unwrap();
+        // The same incarnation re-registers.
+        register(&store, &record("n1", "a", far)).await.unwrap();
+        // A crashed predecessor (its record never renews) is waited out.
+        register(&store, &record("n3", "old", now_unix_ms() + 300))
+            .await
+            .unwrap();
+        register(&store, &record("n3", "new", far)).await.unwrap();
+        // A live duplicate (it renews while we wait) is refused.
+        register(&store, &record("n4", "live", now_unix_ms() + 300))
+            .await
+            .unwrap();
+        let renewer = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..10 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let current = store.get_root("fleet-node:n4").await.unwrap();
+                    let mut live = Record::decode(current.as_deref().unwrap()).unwrap();
+                    live.expires_unix_ms = now_unix_ms() + 300;
+                    let _ = store
+                        .cas_root("fleet-node:n4", current.as_deref(), &live.encode())
+                        .await;
+                }
+            })
+        };
+        assert!(matches!(
+            register(&store, &record("n4", "second", far)).await,
+            Err(RegistryError::Duplicate { .. })
+        ));
+        renewer.await.unwrap();
+        // Expired records drop out of the live view; a new incarnation takes
+        // an expired id at once.
+        register(&store, &record("n2", "c", now_unix_ms() - 1))
+            .await
+            .unwrap();
+        assert!(!live_ids(&store).await.contains(&"n2".to_owned()));
+        register(&store, &record("n2", "d", far)).await.unwrap();
+        let ids = live_ids(&store).await;
+        assert!(
+            ids.contains(&"n2".to_owned())
+                && ids.contains(&"n3".to_owned())
+                && ids.contains(&"n1".to_owned()),
+            "{ids:?}"
+        );
+    }
+
+    async fn live_ids(store: &dyn RootStore) -> Vec<String> {
+        live(store)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.node_id)
+            .collect()
+    }
+}
