@@ -201,7 +201,16 @@ impl Proxy {
                 .map_or(self.config.max_deadline, |timeout| {
                     timeout.min(self.config.max_deadline)
                 });
-        let body = match Limited::new(body, self.config.max_request_bytes).collect().await {
+        // The body arrives within the call's deadline, or not at all.
+        let collect = Limited::new(body, self.config.max_request_bytes).collect();
+        let Ok(collected) =
+            tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), collect).await
+        else {
+            return Err(Status::deadline_exceeded(
+                "the request body did not arrive within the deadline",
+            ));
+        };
+        let body = match collected {
             Ok(collected) => collected.to_bytes(),
             Err(error) if error.is::<http_body_util::LengthLimitError>() => {
                 return Err(self.reject(
