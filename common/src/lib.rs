@@ -8,6 +8,7 @@
 //! - [`not_owner`] — the one encoder/decoder of the typed `NotOwner` detail;
 //! - [`owner`] — lease owner ids (`<node-id>/<incarnation>`) and the lease clock;
 //! - [`placement`] — members and the deterministic candidate function;
+//! - [`process`] — the shared shape of the binaries' `main` and their exit codes;
 //! - [`prometheus`] — counters, gauges, histograms in Prometheus text;
 //! - [`signal`] — SIGTERM/SIGINT as a future;
 //! - [`tls`] — PEM loading, rustls configs for the fleet's mTLS, peer identity;
@@ -20,6 +21,7 @@ pub mod metadata;
 pub mod not_owner;
 pub mod owner;
 pub mod placement;
+pub mod process;
 pub mod prometheus;
 pub mod signal;
 pub mod tls;

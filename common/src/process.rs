@@ -1,0 +1,51 @@
+//! The shape every fleet binary's `main` shares: validate the configuration,
+//! start a runtime, bind, run until a signal, and exit with a code that tells
+//! a supervisor what happened: 2 for a usage or configuration error (fix the
+//! flags), 1 for a failure while running (look at the logs).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+/// Why a binary stopped.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad flags, configuration or an address that cannot be bound.
+    Usage(String),
+    /// A failure while running.
+    Runtime(String),
+}
+
+/// Binds `addr`, or says which address could not be bound.
+///
+/// # Errors
+/// [`Failure::Usage`] naming the address.
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Failure> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| Failure::Usage(format!("cannot listen on {addr}: {error}")))
+}
+
+/// Runs `serve` with a validated `config` on a fresh multi-threaded runtime,
+/// printing any failure as `NAME: message` and mapping it to an exit code.
+pub fn main<C, Fut>(name: &str, config: Result<C, String>, serve: impl FnOnce(C) -> Fut) -> ExitCode
+where
+    Fut: Future<Output = Result<(), Failure>>,
+{
+    let result = config.map_err(Failure::Usage).and_then(|config| {
+        let runtime = tokio::runtime::Runtime::new()
+            .map_err(|error| Failure::Runtime(format!("cannot start the runtime: {error}")))?;
+        runtime.block_on(serve(config))
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(message)) => {
+            eprintln!("{name}: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(message)) => {
+            eprintln!("{name}: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
