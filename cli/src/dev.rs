@@ -111,19 +111,9 @@ fn spawn(
         .arg(&id)
         .arg("--zone")
         .arg(&zone)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{grpc}"))
-        .arg("--admin-listen")
-        .arg(format!("127.0.0.1:{admin}"))
-        .arg("--storage")
-        .arg(&args.storage)
-        .arg("--data-dir")
-        .arg(args.data_dir.join("data"))
         .arg("--lease-ttl-ms")
         .arg(args.lease_ttl_ms.to_string())
-        .arg("--replicas")
-        .arg(args.replicas.to_string());
-    command.args(member_flags(args, ports));
+        .args(common_flags(args, grpc, admin, ports));
     if !args.plaintext {
         let dir = args.data_dir.join("certs");
         command
@@ -136,9 +126,42 @@ fn spawn(
             .arg("--tls-client-ca")
             .arg(dir.join("ca.pem"));
     }
+    launch(command, id, grpc, admin, binary, logs)
+}
+
+/// Flags every process of the local fleet gets: its sockets, the shared
+/// store, placement settings and the member list.
+fn common_flags(args: &DevArgs, grpc: u16, admin: u16, ports: &[(u16, u16)]) -> Vec<String> {
+    let mut flags = vec![
+        "--listen".to_owned(),
+        format!("127.0.0.1:{grpc}"),
+        "--admin-listen".to_owned(),
+        format!("127.0.0.1:{admin}"),
+        "--storage".to_owned(),
+        args.storage.clone(),
+        "--data-dir".to_owned(),
+        args.data_dir.join("data").display().to_string(),
+        "--replicas".to_owned(),
+        args.replicas.to_string(),
+    ];
+    flags.extend(member_flags(args, ports));
+    flags
+}
+
+/// Starts `command`, logging to `logs/ID.log`, killed if the CLI dies.
+fn launch(
+    mut command: Command,
+    id: String,
+    grpc: u16,
+    admin: u16,
+    binary: &Path,
+    logs: &Path,
+) -> anyhow::Result<Node> {
     let log = std::fs::File::create(logs.join(format!("{id}.log")))?;
-    command.stdout(Stdio::null()).stderr(log).kill_on_drop(true);
     let child = command
+        .stdout(Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
         .spawn()
         .with_context(|| format!("cannot start {} (build it with `cargo build`)", binary.display()))?;
     Ok(Node {
@@ -185,8 +208,8 @@ fn certs(args: &DevArgs) -> anyhow::Result<crate::certs::CertsArgs> {
 fn spawn_ingress(args: &DevArgs, ports: &[(u16, u16)], logs: &Path) -> anyhow::Result<Node> {
     let (grpc, admin) = (free_port()?, free_port()?);
     let binary = sibling_binary("corium-fleet-ingress");
-    let log = std::fs::File::create(logs.join("ingress-1.log"))?;
     let mut command = Command::new(&binary);
+    command.args(common_flags(args, grpc, admin, ports));
     if !args.plaintext {
         let dir = args.data_dir.join("certs");
         command
@@ -197,29 +220,7 @@ fn spawn_ingress(args: &DevArgs, ports: &[(u16, u16)], logs: &Path) -> anyhow::R
             .arg("--upstream-key")
             .arg(dir.join("corium-fleet-ingress.key"));
     }
-    let child = command
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{grpc}"))
-        .arg("--admin-listen")
-        .arg(format!("127.0.0.1:{admin}"))
-        .arg("--storage")
-        .arg(&args.storage)
-        .arg("--data-dir")
-        .arg(args.data_dir.join("data"))
-        .arg("--replicas")
-        .arg(args.replicas.to_string())
-        .args(member_flags(args, ports))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("cannot start {} (build it with `cargo build`)", binary.display()))?;
-    Ok(Node {
-        id: "ingress-1".to_owned(),
-        grpc,
-        admin,
-        child,
-    })
+    launch(command, "ingress-1".to_owned(), grpc, admin, &binary, logs)
 }
 
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {

@@ -104,10 +104,9 @@ pub struct Identity {
 pub struct Config {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
-    pub storage: String,
+    /// Parsed at validation, so a bad `--storage` is a usage error.
+    pub storage: corium_fleet_transactor::config::Storage,
     pub data_dir: PathBuf,
-    pub s3_endpoint: Option<String>,
-    pub s3_region: Option<String>,
     pub members: Vec<Member>,
     pub replicas: usize,
     pub owner_cache_ttl: Duration,
@@ -199,7 +198,12 @@ impl Args {
         if max_deadline_ms == 0 {
             return Err("--max-deadline-ms must be positive".to_owned());
         }
-        let storage = self.storage.unwrap_or_else(|| "filesystem".to_owned());
+        let storage = corium_fleet_transactor::config::Storage::parse(
+            self.storage.as_deref().unwrap_or("filesystem"),
+            self.s3_endpoint,
+            self.s3_region,
+        )
+        .map_err(|error| format!("--storage: {error}"))?;
         let tls_listen = match (self.tls_listen, self.tls_cert, self.tls_key) {
             (None, None, None) => None,
             (Some(addr), Some(cert), Some(key)) => Some((addr, Identity { cert, key })),
@@ -233,8 +237,6 @@ impl Args {
             data_dir: self
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from(".corium-fleet/data")),
-            s3_endpoint: self.s3_endpoint,
-            s3_region: self.s3_region,
             members,
             replicas,
             owner_cache_ttl: Duration::from_millis(owner_cache_ttl_ms),

@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{Args, Config};
-use corium_fleet_transactor::config::Storage;
 use tokio::net::TcpListener;
 
 /// The two sockets an ingress serves.
@@ -74,12 +73,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     corium_fleet_common::tls::install_default_provider();
-    let storage = Storage::parse(
-        &config.storage,
-        config.s3_endpoint.clone(),
-        config.s3_region.clone(),
-    )
-    .map_err(|error| Error::Config(format!("--storage: {error}")))?;
+    let storage = &config.storage;
     let describe = storage.describe();
     let spec = storage.spec();
     // The same bounded, retrying open as a node's (fresh stores race to

@@ -144,3 +144,86 @@ impl Cache {
         self.entries.invalidate(db).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use async_trait::async_trait;
+    use corium_store::{BlobId, BlobIdStream, BlobStore, MemoryStore, RootStore, StoreError};
+
+    use super::*;
+
+    /// A store that counts root reads and makes each one slow, so concurrent
+    /// misses overlap.
+    #[derive(Default)]
+    struct CountingStore {
+        inner: MemoryStore,
+        root_reads: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl BlobStore for CountingStore {
+        async fn put(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
+            self.inner.put(bytes).await
+        }
+        async fn get(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError> {
+            self.inner.get(id).await
+        }
+        async fn delete(&self, id: &BlobId) -> Result<(), StoreError> {
+            self.inner.delete(id).await
+        }
+        async fn list(&self) -> Result<BlobIdStream, StoreError> {
+            self.inner.list().await
+        }
+    }
+
+    #[async_trait]
+    impl RootStore for CountingStore {
+        async fn get_root(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+            self.root_reads.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.inner.get_root(name).await
+        }
+        async fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<(), StoreError> {
+            self.inner.cas_root(name, expected, new).await
+        }
+        async fn delete_root(&self, name: &str) -> Result<(), StoreError> {
+            self.inner.delete_root(name).await
+        }
+        async fn list_roots(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+            self.inner.list_roots(prefix).await
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_for_one_uncached_database_reads_storage_once() {
+        let store = Arc::new(CountingStore::default());
+        store
+            .inner
+            .cas_root(&meta_root_name("cold"), None, b"meta")
+            .await
+            .unwrap();
+        let metrics = Arc::new(Metrics::default());
+        let cache = Arc::new(Cache::new(
+            Arc::clone(&store) as Arc<dyn FullStore>,
+            Duration::from_secs(60),
+            1000,
+            Duration::from_secs(5),
+            Arc::clone(&metrics),
+        ));
+        let burst: Vec<_> = (0..64)
+            .map(|_| {
+                let cache = Arc::clone(&cache);
+                tokio::spawn(async move { cache.resolve("cold").await.unwrap() })
+            })
+            .collect();
+        for request in burst {
+            assert_eq!(request.await.unwrap(), Resolution::NoLiveOwner);
+        }
+        // One resolution: the catalog entry and the root, once each.
+        assert_eq!(store.root_reads.load(Ordering::SeqCst), 2);
+        assert_eq!(metrics.cache_misses.load(Ordering::Relaxed), 1);
+        assert_eq!(cache.resolve("absent").await.unwrap(), Resolution::Unknown);
+    }
+}
