@@ -2,10 +2,12 @@
 //!
 //! - `corium-fleet dev` runs a local fleet on loopback (see `dev.rs`);
 //! - `corium-fleet status` prints a node's owned / standby / cold databases;
+//! - `corium-fleet handoff` moves one database to a named live candidate;
 //! - `corium-fleet certs` writes a development CA and mTLS certificates.
 
 mod certs;
 mod dev;
+mod handoff;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +25,9 @@ enum Command {
     Dev(dev::DevArgs),
     /// Show what a node owns, stands by for and holds cold.
     Status(status::StatusArgs),
+    /// Hand one database to a named live candidate (drain, release, the
+    /// candidate acquires at once); prints the write unavailability.
+    Handoff(handoff::HandoffArgs),
     /// Generate a development CA and mTLS certificates for a fleet.
     Certs(certs::CertsArgs),
 }
@@ -41,6 +46,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Dev(args) => dev::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::Handoff(args) => handoff::run(args).await,
             Command::Certs(args) => certs::run(&args),
         }
     });

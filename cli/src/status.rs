@@ -6,53 +6,74 @@ use anyhow::Context as _;
 use corium_fleet_proto::fleet::NodeStatusRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 
+/// How to reach one transactor node's admin service.
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub struct NodeArgs {
     /// A transactor node's gRPC endpoint.
     #[arg(long, default_value = "http://127.0.0.1:7001", env = "CORIUM_FLEET_ENDPOINT")]
-    endpoint: String,
+    pub endpoint: String,
+    /// Fleet CA (PEM) for an mTLS node (`https://` endpoint).
+    #[arg(long, requires_all = ["cert", "key"])]
+    pub ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) signed by the fleet CA.
+    #[arg(long, requires = "ca")]
+    pub cert: Option<std::path::PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, requires = "ca")]
+    pub key: Option<std::path::PathBuf>,
+    /// Name to verify the node's certificate against [default: the endpoint's host].
+    #[arg(long)]
+    pub tls_name: Option<String>,
+}
+
+impl NodeArgs {
+    /// The admin client of the node at `endpoint` (this node's, or another
+    /// one reached with the same TLS settings).
+    pub async fn connect(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<FleetAdminClient<tonic::transport::Channel>> {
+        let mut target = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+            .with_context(|| format!("bad endpoint {endpoint:?}"))?;
+        if let (Some(ca), Some(cert), Some(key)) = (&self.ca, &self.cert, &self.key) {
+            let read = |path: &std::path::Path| {
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+            };
+            let mut tls = tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?))
+                .identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+            if let Some(name) = &self.tls_name {
+                tls = tls.domain_name(name.clone());
+            }
+            target = target.tls_config(tls).context("TLS configuration")?;
+        }
+        let channel = target
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(timeout)
+            .connect()
+            .await
+            .with_context(|| format!("cannot reach {endpoint}"))?;
+        Ok(FleetAdminClient::new(channel))
+    }
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    node: NodeArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Fleet CA (PEM) for an mTLS node (`https://` endpoint).
-    #[arg(long, requires_all = ["cert", "key"])]
-    ca: Option<std::path::PathBuf>,
-    /// Client certificate (PEM) signed by the fleet CA.
-    #[arg(long, requires = "ca")]
-    cert: Option<std::path::PathBuf>,
-    /// Private key (PEM) of --cert.
-    #[arg(long, requires = "ca")]
-    key: Option<std::path::PathBuf>,
-    /// Name to verify the node's certificate against [default: the endpoint's host].
-    #[arg(long)]
-    tls_name: Option<String>,
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let mut endpoint = tonic::transport::Endpoint::from_shared(args.endpoint.clone())
-        .with_context(|| format!("bad endpoint {:?}", args.endpoint))?;
-    if let (Some(ca), Some(cert), Some(key)) = (&args.ca, &args.cert, &args.key) {
-        let read = |path: &std::path::Path| {
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
-        };
-        let mut tls = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?))
-            .identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
-        if let Some(name) = &args.tls_name {
-            tls = tls.domain_name(name.clone());
-        }
-        endpoint = endpoint.tls_config(tls).context("TLS configuration")?;
-    }
-    let channel = endpoint
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(15))
-        .connect()
-        .await
-        .with_context(|| format!("cannot reach {}", args.endpoint))?;
-    let status = FleetAdminClient::new(channel)
+    let endpoint = args.node.endpoint.clone();
+    let mut client = args.node.connect(&endpoint, Duration::from_secs(15)).await?;
+    let status = client
         .node_status(NodeStatusRequest {})
         .await
-        .with_context(|| format!("node status from {}", args.endpoint))?
+        .with_context(|| format!("node status from {endpoint}"))?
         .into_inner();
     if args.json {
         let databases: Vec<_> = status
@@ -62,7 +83,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 serde_json::json!({
                     "database": db.database, "state": db.state, "owner": db.owner_id,
                     "lease_version": db.lease_version, "basis_t": db.basis_t,
-                    "candidates": db.candidates.iter().map(|c| &c.node_id).collect::<Vec<_>>(),
+                    "owner_rank": owner_rank(db),
+                    "candidates": db.candidates.iter().map(|c| serde_json::json!({
+                        "node_id": c.node_id, "zone": c.zone, "rank": c.rank,
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -86,20 +110,34 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         status.cold
     );
     println!(
-        "{:<32} {:<8} {:<12} {:>8} {:>8}  candidates",
-        "DATABASE", "STATE", "OWNER", "LEASE", "BASIS"
+        "{:<32} {:<8} {:<12} {:>4} {:>8} {:>8}  CANDIDATES (rank:node)",
+        "DATABASE", "STATE", "OWNER", "RANK", "LEASE", "BASIS"
     );
     for db in &status.databases {
-        let candidates: Vec<&str> = db.candidates.iter().map(|c| c.node_id.as_str()).collect();
+        let candidates: Vec<String> = db
+            .candidates
+            .iter()
+            .map(|c| format!("{}:{}", c.rank, c.node_id))
+            .collect();
         println!(
-            "{:<32} {:<8} {:<12} {:>8} {:>8}  {}",
+            "{:<32} {:<8} {:<12} {:>4} {:>8} {:>8}  {}",
             db.database,
             db.state,
             db.owner_id,
+            owner_rank(db).map_or_else(|| "-".to_owned(), |rank| rank.to_string()),
             db.lease_version,
             db.basis_t,
-            candidates.join(",")
+            candidates.join(" ")
         );
     }
     Ok(())
+}
+
+/// The owner's rank among the candidates (`None`: no owner, or the owner is
+/// not a candidate — it will hand the database off).
+fn owner_rank(db: &corium_fleet_proto::fleet::DatabaseView) -> Option<u32> {
+    db.candidates
+        .iter()
+        .find(|candidate| !db.owner_id.is_empty() && candidate.node_id == db.owner_id)
+        .map(|candidate| candidate.rank)
 }

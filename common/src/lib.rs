@@ -8,6 +8,7 @@
 //! - [`not_owner`] — the one encoder/decoder of the typed `NotOwner` detail;
 //! - [`owner`] — lease owner ids (`<node-id>/<incarnation>`) and the lease clock;
 //! - [`placement`] — members and the deterministic candidate function;
+//! - [`placement_map`] — the operator's per-database override, reloaded safely;
 //! - [`process`] — the shared shape of the binaries' `main` and their exit codes;
 //! - [`prometheus`] — counters, gauges, histograms in Prometheus text;
 //! - [`signal`] — SIGTERM/SIGINT as a future;
@@ -21,6 +22,7 @@ pub mod metadata;
 pub mod not_owner;
 pub mod owner;
 pub mod placement;
+pub mod placement_map;
 pub mod process;
 pub mod prometheus;
 pub mod signal;

@@ -48,6 +48,10 @@ pub struct Args {
     /// Candidates per database (as configured on the transactors) [default: 2].
     #[arg(long)]
     pub replicas: Option<usize>,
+    /// The transactors' placement map file (same file, same checks), so cold
+    /// databases are routed straight to their mapped candidates.
+    #[arg(long)]
+    pub placement_map: Option<PathBuf>,
     /// How long an owner-cache entry is trusted, in milliseconds [default: 2000].
     #[arg(long)]
     pub owner_cache_ttl_ms: Option<u64>,
@@ -109,6 +113,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub members: Vec<Member>,
     pub replicas: usize,
+    pub placement_map: Option<PathBuf>,
     pub owner_cache_ttl: Duration,
     pub owner_cache_capacity: u64,
     pub max_request_bytes: usize,
@@ -149,6 +154,7 @@ impl Args {
             owner_cache_ttl_ms: self.owner_cache_ttl_ms.or(file.owner_cache_ttl_ms),
             owner_cache_capacity: self.owner_cache_capacity.or(file.owner_cache_capacity),
             max_request_bytes: self.max_request_bytes.or(file.max_request_bytes),
+            placement_map: self.placement_map.or(file.placement_map),
             max_deadline_ms: self.max_deadline_ms.or(file.max_deadline_ms),
             log: self.log.or(file.log),
             tls_listen: self.tls_listen.or(file.tls_listen),
@@ -239,6 +245,7 @@ impl Args {
                 .unwrap_or_else(|| PathBuf::from(".corium-fleet/data")),
             members,
             replicas,
+            placement_map: self.placement_map,
             owner_cache_ttl: Duration::from_millis(owner_cache_ttl_ms),
             owner_cache_capacity: self.owner_cache_capacity.unwrap_or(100_000),
             max_request_bytes,

@@ -113,8 +113,26 @@ pub async fn run(
             stop_rx.clone(),
         ));
     }
-    let proxy =
-        Arc::new(proxy::Proxy::new(config, members, cache, Arc::clone(&metrics)).map_err(Error::Config)?);
+    let map = corium_fleet_common::placement_map::Watched::default();
+    if let Some(path) = config.placement_map.clone() {
+        if config.members.is_empty() {
+            corium_fleet_transactor::registry::refresh(store.as_ref(), &members).await;
+        }
+        let loaded = corium_fleet_common::placement_map::Map::load(&path, &members.get(), config.replicas)
+            .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
+        map.replace(loaded);
+        let members = members.clone();
+        tokio::spawn(map.clone().follow(
+            path,
+            Duration::from_secs(2),
+            move || members.get(),
+            config.replicas,
+            stop_rx.clone(),
+        ));
+    }
+    let proxy = Arc::new(
+        proxy::Proxy::new(config, members, map, cache, Arc::clone(&metrics)).map_err(Error::Config)?,
+    );
     let handler: corium_fleet_common::admin_http::Handler = {
         let metrics = Arc::clone(&metrics);
         let store = Arc::clone(&store);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use corium_fleet_common::metadata;
 use corium_fleet_common::not_owner;
-use corium_fleet_common::placement::{self, Member};
+use corium_fleet_common::placement::Member;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::body::Incoming;
@@ -70,6 +70,8 @@ pub struct Proxy {
     limits: crate::limits::Limits,
     /// Placement members (static, or followed from the node registry).
     members: corium_fleet_transactor::registry::Members,
+    /// The operator placement map (empty without `--placement-map`).
+    map: corium_fleet_common::placement_map::Watched,
     next_any: AtomicUsize,
 }
 
@@ -101,6 +103,7 @@ impl Proxy {
     pub fn new(
         config: Config,
         members: corium_fleet_transactor::registry::Members,
+        map: corium_fleet_common::placement_map::Watched,
         cache: owner_cache::Cache,
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
@@ -143,6 +146,7 @@ impl Proxy {
             metrics,
             limits,
             members,
+            map,
             next_any: AtomicUsize::new(0),
         })
     }
@@ -264,8 +268,13 @@ impl Proxy {
     }
 
     fn candidate_hops(&self, db: &str) -> Vec<Hop> {
-        placement::candidates(db, &self.members.get(), self.config.replicas)
-            .into_iter()
+        corium_fleet_common::placement_map::candidates(
+            db,
+            &self.members.get(),
+            self.config.replicas,
+            &self.map.get(),
+        )
+        .into_iter()
             .map(|member: &Member| Hop {
                 endpoint: member.endpoint.clone(),
                 lease_version: None,
@@ -320,7 +329,9 @@ impl Proxy {
         match self.cache.resolve(db).await {
             Ok(Resolution::Owned(owner)) => Ok(vec![Hop {
                 endpoint: owner.endpoint,
-                lease_version: Some(owner.lease_version),
+                // 0: a hint without a version (a handoff target); the owner
+                // then checks only that it holds the lease.
+                lease_version: (owner.lease_version > 0).then_some(owner.lease_version),
             }]),
             Ok(Resolution::NoLiveOwner) => Ok(self.candidate_hops(db)),
             Ok(Resolution::Unknown) => Err(Status::not_found(format!("unknown database {db:?}"))),
@@ -341,8 +352,14 @@ impl Proxy {
         deadline: Instant,
     ) -> Result<Response<Body>, Status> {
         let mut retried = false;
+        // Set by a `NotOwner` that names no owner but lists candidates (a
+        // node that is not one of them answered): the retry goes there.
+        let mut hinted: Option<Vec<Hop>> = None;
         loop {
-            let hops = self.hops_for(db).await?;
+            let hops = match hinted.take() {
+                Some(hops) => hops,
+                None => self.hops_for(db).await?,
+            };
             let mut connect_error = String::new();
             let mut answered = None;
             for hop in &hops {
@@ -374,6 +391,17 @@ impl Proxy {
                     self.cache.learn(&hint).await;
                     if retried || !hint.retryable {
                         return Ok(response);
+                    }
+                    if hint.owner_id.is_empty() && !hint.candidates.is_empty() {
+                        hinted = Some(
+                            hint.candidates
+                                .iter()
+                                .map(|candidate| Hop {
+                                    endpoint: candidate.endpoint.clone(),
+                                    lease_version: None,
+                                })
+                                .collect(),
+                        );
                     }
                     self.metrics.not_owner_retries.fetch_add(1, Ordering::Relaxed);
                 }

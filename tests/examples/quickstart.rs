@@ -24,7 +24,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         unreachable!()
     };
     let mut admin = Admin::connect(&address, None, None).await?;
-    let created = admin.create_database(&db, &schema).await?;
+    // Corium answers `created: false` for an existing database; the fleet
+    // answers ALREADY_EXISTS. Either way the database is there.
+    let created = match admin.create_database(&db, &schema).await {
+        Ok(created) => created,
+        Err(corium_peer::PeerError::Rpc(status)) if status.code() == tonic::Code::AlreadyExists => false,
+        Err(error) => return Err(error.into()),
+    };
     println!(
         "database {db:?} {}",
         if created { "created" } else { "already exists" }

@@ -48,8 +48,9 @@ async fn created_database_is_served_by_its_lease_holder() {
         let (status, metrics) = http_get(fleet.nodes[owner].admin, "/metrics").await.unwrap();
         assert_eq!(status, 200);
         assert!(metrics.contains("corium_fleet_databases_owned 1"), "{metrics}");
-        // Creating it again is Corium's `created: false`, not a second database.
-        assert!(!corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap());
+        // Creating it again is ALREADY_EXISTS, not a second database.
+        let again = corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap_err();
+        assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
     }
 }
 
@@ -81,9 +82,17 @@ async fn non_holder_answers_typed_not_owner_naming_the_holder() {
             );
             let detail = not_owner::from_status(&status).expect("typed NotOwner detail");
             assert_eq!(detail.database, db);
-            assert_eq!(detail.owner_id, fleet.nodes[owner].id);
-            assert_eq!(detail.lease_version, version);
-            assert_eq!(detail.route_endpoint, fleet.nodes[owner].endpoint());
+            if other == standby {
+                // A candidate reads the root and names the holder.
+                assert_eq!(detail.owner_id, fleet.nodes[owner].id);
+                assert_eq!(detail.lease_version, version);
+                assert_eq!(detail.route_endpoint, fleet.nodes[owner].endpoint());
+            } else {
+                // A non-candidate never reads the database's roots: it
+                // names no owner and sends the caller to the candidates.
+                assert_eq!(detail.owner_id, "", "{backend:?}: {detail:?}");
+                assert_eq!(detail.route_endpoint, "");
+            }
             assert!(detail.retryable);
             let ranked: Vec<_> = detail.candidates.iter().map(|c| c.node_id.clone()).collect();
             let expected: Vec<_> = fleet
@@ -107,8 +116,9 @@ async fn non_holder_answers_typed_not_owner_naming_the_holder() {
         // None of the refused transactions committed.
         let log = corium::log(&fleet.nodes[owner].endpoint(), db).await.unwrap();
         assert_eq!(log.last().unwrap().0, committed.basis_t, "{backend:?}: {log:?}");
-        // An unknown database is NOT_FOUND everywhere, never a NotOwner.
-        let status = corium::transact(&fleet.nodes[standby].endpoint(), "nope", "x", &[])
+        // An unknown database is NOT_FOUND at its candidates, never a NotOwner.
+        let top = fleet.candidates("nope")[0];
+        let status = corium::transact(&fleet.nodes[top].endpoint(), "nope", "x", &[])
             .await
             .unwrap_err();
         assert_eq!(status.code(), tonic::Code::NotFound);
@@ -225,9 +235,9 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_releases_leases_so_the_next_candidate_takes_over_at_once() {
+async fn sigterm_hands_each_database_to_its_next_candidate() {
     for backend in Backend::all() {
-        // A TTL far longer than the test's patience: only a release explains a fast takeover.
+        // A TTL far longer than the test's patience: only a handoff explains a fast takeover.
         let ttl = Duration::from_secs(60);
         let mut fleet = Fleet::start(backend.clone(), 3, ttl).await;
         let db = "drained";
@@ -235,21 +245,28 @@ async fn sigterm_releases_leases_so_the_next_candidate_takes_over_at_once() {
         let before = corium::transact(&fleet.nodes[owner].endpoint(), db, "x", &[])
             .await
             .unwrap();
+        let old_version = placement(&fleet.nodes[owner].endpoint(), db).await.lease_version;
         fleet.nodes[owner].terminate();
         let successor = fleet.candidates(db)[1];
+        // The drain handed the database over before the process exited: the
+        // successor already holds a live lease at a higher version.
         let view = placement(&fleet.nodes[successor].endpoint(), db).await;
-        assert_eq!(
-            view.lease_expires_unix_ms, 0,
-            "{backend:?}: lease released, not left to expire"
+        assert_eq!(view.owner_id, fleet.nodes[successor].id, "{backend:?}: {view:?}\n{}", fleet.logs());
+        assert!(view.lease_version > old_version, "{backend:?}: {view:?}");
+        assert!(
+            view.lease_expires_unix_ms > corium_fleet_common::owner::now_unix_ms(),
+            "{backend:?}: a live lease, not a released one: {view:?}"
         );
-        let started = Instant::now();
         let after = corium::transact(&fleet.nodes[successor].endpoint(), db, "y", &[])
             .await
             .unwrap();
         assert_eq!(after.basis_before, before.basis_t);
+        let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
+        assert!(metrics.contains("corium_fleet_activations_total 1"), "{metrics}");
         assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "took over on the first request"
+            fleet.nodes[owner].log().contains("database handed off"),
+            "{}",
+            fleet.nodes[owner].log()
         );
     }
 }
@@ -305,11 +322,14 @@ async fn a_node_cut_off_from_storage_answers_unavailable_and_is_fenced() {
     fleet.partitions[owner].as_ref().unwrap().cut();
     fleet.partitions[outsider].as_ref().unwrap().cut();
     let cut_at = Instant::now();
-    // The outsider cannot read the root: UNAVAILABLE, never a guessed owner.
+    // The outsider is not a candidate: it never reads the root, so it names
+    // no owner (never a guessed one) and sends the caller to the candidates.
     let status = corium::transact(&fleet.nodes[outsider].endpoint(), db, "x", &[])
         .await
         .unwrap_err();
-    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let detail = not_owner::from_status(&status).expect("typed NotOwner");
+    assert_eq!(detail.owner_id, "", "{status:?}");
+    assert_eq!(detail.candidates.len(), 2, "{detail:?}");
     let (ready, _) = http_get(fleet.nodes[outsider].admin, "/readyz").await.unwrap();
     assert_eq!(ready, 503, "a node without storage is not ready");
     // The owner keeps its cell but cannot renew: once its lease expires it

@@ -1,6 +1,7 @@
 //! The node's admin answers: `/metrics` (Prometheus text), `/healthz` (the
 //! process answers) and `/readyz` (storage answers within the storage
-//! timeout and the node is not shutting down).
+//! timeout and the node is not shutting down), `/debug/root-ops` (root
+//! operations per database, JSON: invariant 5 made observable).
 
 use std::sync::Arc;
 
@@ -10,7 +11,21 @@ use crate::host::Host;
 
 async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
     match path.as_str() {
-        "/metrics" => (200, host.metrics.render(host.cells().len())),
+        "/metrics" => {
+            let mut by_rank = std::collections::BTreeMap::<String, u64>::new();
+            let cells = host.cells();
+            for cell in &cells {
+                let rank = host.rank(&cell.db).map_or_else(|| "none".to_owned(), |rank| rank.to_string());
+                *by_rank.entry(rank).or_default() += 1;
+            }
+            let by_rank: Vec<(String, u64)> = by_rank.into_iter().collect();
+            let refused = host.map.refused.load(std::sync::atomic::Ordering::Relaxed);
+            (200, host.metrics.render(cells.len(), &by_rank, refused))
+        }
+        "/debug/root-ops" => (
+            200,
+            serde_json::to_string_pretty(&host.root_ops()).unwrap_or_default() + "\n",
+        ),
         "/healthz" => (200, "ok\n".to_owned()),
         "/readyz" => {
             let probe = tokio::time::timeout(host.config.storage_timeout, host.base.get_root("meta:")).await;
@@ -21,7 +36,7 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
                 Err(_) => (503, "storage timed out\n".to_owned()),
             }
         }
-        _ => (404, "not found: try /metrics, /healthz or /readyz\n".to_owned()),
+        _ => (404, "not found: try /metrics, /healthz, /readyz or /debug/root-ops\n".to_owned()),
     }
 }
 

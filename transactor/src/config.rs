@@ -87,6 +87,12 @@ pub struct Args {
     /// Candidates per database [default: 2].
     #[arg(long)]
     pub replicas: Option<usize>,
+    /// Operator placement map: lines `database = node, node` (best first)
+    /// that override rendezvous placement. Checked at start (exit 2 with the
+    /// line at fault) and re-read every few seconds; a bad edit is refused
+    /// and the previous map stays in force.
+    #[arg(long)]
+    pub placement_map: Option<PathBuf>,
     /// PEM certificate this node serves with. With --tls-key and
     /// --tls-client-ca the gRPC port speaks mTLS only.
     #[arg(long)]
@@ -221,6 +227,8 @@ pub struct Config {
     pub registry_ttl: Duration,
     pub registry_renew: Duration,
     pub replicas: usize,
+    /// `--placement-map`, checked against the members once they are known.
+    pub placement_map: Option<PathBuf>,
     /// How long graceful shutdown waits for in-flight calls per database.
     pub drain_timeout: Duration,
     /// Bound on one storage call made to decide ownership.
@@ -274,6 +282,7 @@ impl Args {
             lease_ttl_ms: self.lease_ttl_ms.or(file.lease_ttl_ms),
             members: self.members.or(file.members),
             replicas: self.replicas.or(file.replicas),
+            placement_map: self.placement_map.or(file.placement_map),
             idle_evict_after_ms: self.idle_evict_after_ms.or(file.idle_evict_after_ms),
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
@@ -392,6 +401,7 @@ impl Args {
             lease_ttl: Duration::from_millis(lease_ttl_ms.unsigned_abs()),
             members,
             replicas,
+            placement_map: self.placement_map,
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
             tls,

@@ -9,8 +9,14 @@
 //! 3. otherwise read the database root from storage (`UNAVAILABLE` when that
 //!    fails; `NOT_FOUND` when the catalog has no such database): another live
 //!    owner → `NotOwner` naming it; no live owner and this node a candidate →
-//!    activate here; no live owner and not a candidate → `NotOwner` listing
-//!    the candidates.
+//!    activate here. A node that is not a candidate answers `NotOwner`
+//!    listing the candidates *without* reading storage (invariant 5: it never
+//!    touches the roots of databases it is not a candidate for).
+//!
+//! Handoff (admin RPC, drain on SIGTERM, rebalancing after a membership
+//! change) is here too: stop admitting, drain, release, and ask the target
+//! to activate at once; meanwhile this node answers `NotOwner` naming the
+//! target. `docs/design/0005-placement-and-handoff.md` has the protocol.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -19,15 +25,23 @@ use std::time::{Duration, Instant};
 
 use corium_fleet_common::metadata::{self, MetadataError, Routing};
 use corium_fleet_common::not_owner::{self, Candidate, NotOwner};
-use corium_fleet_common::placement::{self, Member};
+use corium_fleet_common::placement::Member;
+use corium_fleet_common::placement_map;
+use corium_fleet_proto::fleet::HandoffResponse;
+use futures::StreamExt as _;
 use corium_store::{DbRoot, FullStore, db_root_name, meta_root_name};
 use tonic::Status;
 
 use crate::cell::{Cell, OpenError, Template};
 use crate::config::Config;
+use crate::counting::{CountingStore, RootOps};
 use crate::metrics::Metrics;
+use crate::peer::Peers;
 
 pub use corium_fleet_common::owner::{node_of, now_unix_ms};
+
+/// Databases handed off at once during a drain.
+const DRAIN_PARALLELISM: usize = 16;
 
 /// What storage says about one database.
 #[derive(Clone, Debug)]
@@ -57,6 +71,15 @@ pub struct Host {
     /// Placement members: the static `--member` list, or the live node
     /// registry, refreshed in the background.
     pub members: crate::registry::Members,
+    /// The operator's placement map (empty without `--placement-map`).
+    pub map: placement_map::Watched,
+    /// How this node asks a peer to activate (handoff, drain).
+    pub peers: Peers,
+    /// Root operations per database (`/debug/root-ops`).
+    pub root_ops: Arc<CountingStore>,
+    /// Databases being handed off, and to whom: requests for them are
+    /// answered with a `NotOwner` naming the target until it serves.
+    handing_off: Mutex<HashMap<String, Member>>,
     cells: Mutex<HashMap<String, Arc<Cell>>>,
     /// One activation at a time per database on this node.
     activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -69,11 +92,18 @@ impl Host {
     pub fn new(
         config: Config,
         template: Template,
-        base: Arc<dyn FullStore>,
+        root_ops: Arc<CountingStore>,
+        map: placement_map::Map,
+        peers: Peers,
         incarnation: String,
     ) -> Arc<Self> {
+        let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
         Arc::new(Self {
             members: crate::registry::Members::new(config.members.clone()),
+            map: placement_map::Watched::new(map),
+            peers,
+            root_ops,
+            handing_off: Mutex::new(HashMap::new()),
             config,
             template,
             base,
@@ -106,10 +136,28 @@ impl Host {
             .collect()
     }
 
-    /// Ranked candidates of `db`.
+    /// Ranked candidates of `db` over the live members (the placement map
+    /// first, else rendezvous).
     #[must_use]
     pub fn candidates(&self, db: &str) -> Vec<Member> {
-        placement::candidates(db, &self.members.get(), self.config.replicas)
+        placement_map::candidates(db, &self.members.get(), self.config.replicas, &self.map.get())
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The candidates `db` will have once this node has left: where a drain
+    /// hands it.
+    #[must_use]
+    pub fn successors(&self, db: &str) -> Vec<Member> {
+        let others: Vec<Member> = self
+            .members
+            .get()
+            .iter()
+            .filter(|member| member.node_id != self.config.node_id)
+            .cloned()
+            .collect();
+        placement_map::candidates(db, &others, self.config.replicas, &self.map.get())
             .into_iter()
             .cloned()
             .collect()
@@ -118,12 +166,15 @@ impl Host {
     /// This node's rank among the candidates of `db`.
     #[must_use]
     pub fn rank(&self, db: &str) -> Option<usize> {
-        placement::rank_of(
-            db,
-            &self.members.get(),
-            self.config.replicas,
-            &self.config.node_id,
-        )
+        self.candidates(db)
+            .iter()
+            .position(|member| member.node_id == self.config.node_id)
+    }
+
+    /// Root operations per database since start.
+    #[must_use]
+    pub fn root_ops(&self) -> std::collections::BTreeMap<String, RootOps> {
+        self.root_ops.snapshot()
     }
 
     fn unavailable(&self, db: &str, what: &str, error: &dyn std::fmt::Display) -> Status {
@@ -151,10 +202,16 @@ impl Host {
         }
     }
 
-    /// Ranked candidates of `db` as the wire type.
+    /// Ranked candidates of `db` as the wire type; while this node shuts
+    /// down, the candidates it leaves behind.
     #[must_use]
     pub fn candidate_list(&self, db: &str) -> Vec<Candidate> {
-        self.candidates(db)
+        let candidates = if self.is_stopping() {
+            self.successors(db)
+        } else {
+            self.candidates(db)
+        };
+        candidates
             .iter()
             .enumerate()
             .map(|(rank, member)| Candidate {
@@ -227,6 +284,14 @@ impl Host {
         if let Some(cell) = self.cell(db) {
             return self.check_cell(&cell, &routing).await.map(|()| cell);
         }
+        if let Some(target) = self.handoff_target(db) {
+            return Err(self.not_owner_hint(db, &target.node_id, 0, &target.endpoint));
+        }
+        if self.rank(db).is_none() || self.is_stopping() {
+            // Not a candidate: never read this database's roots; the
+            // candidates know its owner.
+            return Err(self.not_owner(db, None));
+        }
         let view = self.read_root(db).await?;
         if !view.exists {
             return Err(Status::not_found(format!("unknown database {db:?}")));
@@ -240,9 +305,6 @@ impl Host {
                 return Err(self.not_owner(db, None));
             }
             return Err(self.not_owner(db, Some(owner)));
-        }
-        if self.rank(db).is_none() {
-            return Err(self.not_owner(db, None));
         }
         let cell = self.activate(db, false).await?;
         self.check_cell(&cell, &routing).await?;
@@ -370,6 +432,8 @@ impl Host {
         let period = (self.config.lease_ttl / 3).max(Duration::from_millis(50));
         let mut last_expiry = cell.lease().await.map(|lease| lease.expires_unix_ms).unwrap_or(0);
         let mut failing = false;
+        // Consecutive ticks on which this node was not a candidate.
+        let mut misplaced = 0u32;
         loop {
             tokio::select! {
                 changed = deposed.changed() => {
@@ -395,6 +459,24 @@ impl Host {
                         self.metrics.idle_evictions.fetch_add(1, Ordering::Relaxed);
                         self.evict(&cell).await;
                         return;
+                    }
+                    if self.rank(&cell.db).is_some() || self.is_stopping() {
+                        misplaced = 0;
+                    } else {
+                        misplaced += 1;
+                        // Twice in a row, so a momentary membership blip
+                        // does not move anything.
+                        if misplaced >= 2 {
+                            let candidates = self.candidates(&cell.db);
+                            if !candidates.is_empty() {
+                                tracing::info!(db = %cell.db, to = %candidates[0].node_id, "no longer a candidate; handing off");
+                                self.metrics.rebalances.fetch_add(1, Ordering::Relaxed);
+                                let host = Arc::clone(&self);
+                                let db = cell.db.clone();
+                                tokio::spawn(async move { host.hand_to_first(&db, candidates, "rebalance").await });
+                                return;
+                            }
+                        }
                     }
                     let Ok(lease) = cell.lease().await else { continue };
                     if lease.expires_unix_ms > last_expiry {
@@ -425,12 +507,149 @@ impl Host {
         self.remove(cell);
     }
 
-    /// Shutdown: stop activating and release every held lease so the next
-    /// candidate can take over at once instead of after a TTL.
-    pub async fn release_all(&self) {
+    /// The node a database is being handed to, while the handoff runs.
+    fn handoff_target(&self, db: &str) -> Option<Member> {
+        self.handing_off
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(db)
+            .cloned()
+    }
+
+    /// Hands `db`, owned here, to the live candidate `target`.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for this node as target, `FAILED_PRECONDITION`
+    /// for a target that is not a live candidate, a typed `NotOwner` when
+    /// this node does not hold the lease — in each case nothing changes —
+    /// and `ABORTED` when the lease was released but the target did not
+    /// activate (the database is then cold and activates on its next
+    /// request).
+    pub async fn handoff(self: &Arc<Self>, db: &str, target: &str) -> Result<HandoffResponse, Status> {
+        if target == self.config.node_id {
+            return Err(Status::invalid_argument(format!(
+                "{target:?} already owns {db:?}; hand it to another candidate"
+            )));
+        }
+        let candidates = self.candidates(db);
+        let Some(member) = candidates.iter().find(|member| member.node_id == target).cloned() else {
+            let names: Vec<&str> = candidates.iter().map(|member| member.node_id.as_str()).collect();
+            return Err(Status::failed_precondition(format!(
+                "{target:?} is not a live candidate for {db:?} (candidates: {})",
+                names.join(", ")
+            )));
+        };
+        self.hand(db, member, "admin").await
+    }
+
+    /// The handoff itself, once the target is chosen.
+    async fn hand(self: &Arc<Self>, db: &str, target: Member, reason: &'static str) -> Result<HandoffResponse, Status> {
+        let lock = self.activation_lock(db);
+        let _guard = lock.lock().await;
+        let Some(cell) = self.cell(db) else {
+            let view = self.read_root(db).await?;
+            return Err(self.not_owner(db, view.live_owner(now_unix_ms())));
+        };
+        let started = Instant::now();
+        self.handing_off
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(db.to_owned(), target.clone());
+        self.remove(&cell);
+        let drained = cell.evict(self.base.as_ref(), self.config.drain_timeout).await;
+        self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+        let activated = self.peers.activate(&target.endpoint, db).await;
+        self.handing_off
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(db);
+        let elapsed = started.elapsed();
+        match activated {
+            Ok(answer) => {
+                self.metrics.handoffs.fetch_add(1, Ordering::Relaxed);
+                self.metrics.handoff_seconds.observe(elapsed);
+                tracing::info!(
+                    db,
+                    to = %target.node_id,
+                    from_version = cell.lease_version,
+                    lease_version = answer.lease_version,
+                    reason,
+                    drained,
+                    unavailable_ms = elapsed.as_millis(),
+                    "database handed off"
+                );
+                Ok(HandoffResponse {
+                    database: db.to_owned(),
+                    from_node_id: self.config.node_id.clone(),
+                    to_node_id: target.node_id.clone(),
+                    lease_version: answer.lease_version,
+                    unavailable_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                    drained,
+                })
+            }
+            Err(status) => {
+                self.metrics.handoff_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(db, to = %target.node_id, reason, error = status.message(), "handoff target did not activate; the database is cold");
+                Err(Status::aborted(format!(
+                    "released {db:?} but {} did not activate it ({}: {}); it activates on its next request",
+                    target.node_id,
+                    status.code(),
+                    status.message()
+                )))
+            }
+        }
+    }
+
+    /// Hands `db` to the first of `targets` that activates it; when the
+    /// first does not, the lease is already released and the others are
+    /// asked in turn. A database nobody takes stays released (cold) and
+    /// activates on a candidate at its next request.
+    async fn hand_to_first(self: &Arc<Self>, db: &str, targets: Vec<Member>, reason: &'static str) {
+        let mut targets = targets.into_iter();
+        let Some(first) = targets.next() else { return };
+        match self.hand(db, first, reason).await {
+            Err(status) if status.code() == tonic::Code::Aborted => {}
+            _ => return,
+        }
+        for target in targets {
+            match self.peers.activate(&target.endpoint, db).await {
+                Ok(answer) => {
+                    self.metrics.handoffs.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(db, to = %target.node_id, lease_version = answer.lease_version, reason, "database handed off to a later candidate");
+                    return;
+                }
+                Err(status) => {
+                    tracing::warn!(db, to = %target.node_id, error = status.message(), "candidate did not activate");
+                }
+            }
+        }
+    }
+
+    /// Shutdown (drain): stop activating, then hand each owned database to
+    /// its next live candidate (release, then that candidate acquires at
+    /// once), so no database waits out a TTL. A database no successor takes
+    /// is left released: its next request activates it on a candidate.
+    pub async fn release_all(self: &Arc<Self>) {
         self.stopping.store(true, Ordering::Release);
         let cells = self.cells();
-        futures::future::join_all(cells.iter().map(|cell| self.evict(cell))).await;
+        let started = Instant::now();
+        let count = cells.len();
+        futures::stream::iter(cells)
+            .map(|cell| {
+                let host = Arc::clone(self);
+                async move {
+                    let successors = host.successors(&cell.db);
+                    if successors.is_empty() {
+                        host.evict(&cell).await;
+                    } else {
+                        host.hand_to_first(&cell.db, successors, "drain").await;
+                    }
+                }
+            })
+            .buffer_unordered(DRAIN_PARALLELISM)
+            .collect::<Vec<()>>()
+            .await;
+        tracing::info!(databases = count, elapsed_ms = started.elapsed().as_millis(), "drain finished");
     }
 
     /// Whether shutdown has begun.

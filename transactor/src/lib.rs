@@ -10,6 +10,8 @@
 //! - [`cell`] — opening, draining, evicting one database's cell;
 //! - [`host`] — all cells of a node and the ownership decision;
 //! - [`registry`] — node records in storage: live members, unique node ids;
+//! - [`counting`] — the shared store, counting root operations per database;
+//! - [`peer`] — calls to other nodes' admin service (handoff, drain);
 //! - [`standby`] — standing of each database and the takeover watcher;
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
@@ -23,9 +25,11 @@
 pub mod admin_http;
 pub mod cell;
 pub mod config;
+pub mod counting;
 pub mod error;
 pub mod host;
 pub mod metrics;
+pub mod peer;
 pub mod principal;
 pub mod registry;
 pub mod service;
@@ -56,6 +60,8 @@ pub struct Listeners {
 /// Largest gRPC message accepted or sent (Corium's transaction batches are
 /// bounded well below this).
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// How often `--placement-map` is re-read.
+const MAP_RELOAD_PERIOD: Duration = Duration::from_secs(2);
 /// Default deadline of a call that arrives without `grpc-timeout`.
 const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
 
@@ -127,7 +133,9 @@ pub async fn run(
         storage: format!("data directory {}", config.data_dir.display()),
         source: source.into(),
     })?;
-    let base = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
+    let opened = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
+    let root_ops = Arc::new(counting::CountingStore::new(opened));
+    let base: Arc<dyn corium_store::FullStore> = Arc::clone(&root_ops) as Arc<dyn corium_store::FullStore>;
     let placement = corium_store::storage_backend(spec.kind())
         .map(|backend| backend.capabilities().log_placement)
         .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
@@ -142,7 +150,15 @@ pub async fn run(
         advertise: config.advertise.clone(),
         lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
     };
-    let host = host::Host::new(config, template, base, incarnation);
+    let peers = peer::Peers::new(config.tls.as_ref(), config.storage_timeout * 2).map_err(Error::Config)?;
+    let host = host::Host::new(
+        config,
+        template,
+        root_ops,
+        corium_fleet_common::placement_map::Map::default(),
+        peers,
+        incarnation,
+    );
     tracing::info!(
         node = %host.config.node_id,
         zone = %host.config.zone,
@@ -180,10 +196,26 @@ pub async fn run(
         stop_rx.clone(),
     ));
     if !host.config.static_members {
+        // Read the live members once before placing anything.
+        registry::refresh(host.base.as_ref(), &host.members).await;
         tokio::spawn(registry::follow(
             Arc::clone(&host.base),
             host.members.clone(),
             host.config.registry_renew,
+            stop_rx.clone(),
+        ));
+    }
+    if let Some(path) = host.config.placement_map.clone() {
+        let map = corium_fleet_common::placement_map::Map::load(&path, &host.members.get(), host.config.replicas)
+            .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
+        tracing::info!(path = %path.display(), databases = map.len(), "placement map loaded");
+        host.map.replace(map);
+        let members = host.members.clone();
+        tokio::spawn(host.map.clone().follow(
+            path,
+            MAP_RELOAD_PERIOD,
+            move || members.get(),
+            host.config.replicas,
             stop_rx.clone(),
         ));
     }

@@ -22,17 +22,22 @@ pub struct Metrics {
     pub depositions: AtomicU64,
     pub evictions: AtomicU64,
     pub idle_evictions: AtomicU64,
+    pub handoffs: AtomicU64,
+    pub handoff_failures: AtomicU64,
+    /// Handoffs started because this node stopped being a candidate.
+    pub rebalances: AtomicU64,
     pub rejected_route_mismatch: AtomicU64,
     pub rejected_hop: AtomicU64,
     pub storage_unavailable: AtomicU64,
     pub activation_seconds: Histogram,
     pub recovery_seconds: Histogram,
+    pub handoff_seconds: Histogram,
 }
 
 impl Metrics {
     /// The Prometheus text exposition.
     #[must_use]
-    pub fn render(&self, owned: usize) -> String {
+    pub fn render(&self, owned: usize, owned_by_rank: &[(String, u64)], map_refused: u64) -> String {
         let mut out = String::new();
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
         gauge(
@@ -124,6 +129,46 @@ impl Metrics {
             "corium_fleet_storage_unavailable_total",
             "Requests answered UNAVAILABLE because ownership could not be verified.",
             load(&self.storage_unavailable),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_handoffs_total",
+            "Databases handed to another node (admin, drain, rebalance) that it activated.",
+            load(&self.handoffs),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_handoff_failures_total",
+            "Handoffs whose target did not activate (the database was left cold).",
+            load(&self.handoff_failures),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_rebalances_total",
+            "Owned databases handed off because this node stopped being a candidate.",
+            load(&self.rebalances),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_placement_map_refused_total",
+            "Placement map reloads refused (the previous map stayed in force).",
+            map_refused,
+        );
+        {
+            use std::fmt::Write as _;
+            let name = "corium_fleet_databases_owned_by_rank";
+            let _ = writeln!(
+                out,
+                "# HELP {name} Owned databases by this node's candidate rank (none: not a candidate).\n# TYPE {name} gauge"
+            );
+            for (rank, count) in owned_by_rank {
+                let _ = writeln!(out, "{name}{{rank=\"{rank}\"}} {count}");
+            }
+        }
+        self.handoff_seconds.render(
+            &mut out,
+            "corium_fleet_handoff_seconds",
+            "Write unavailability of a handoff: old owner stops admitting until the new one serves.",
         );
         self.activation_seconds.render(
             &mut out,

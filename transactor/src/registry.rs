@@ -163,6 +163,17 @@ pub async fn live(store: &dyn RootStore) -> Result<Vec<Member>, StoreError> {
     Ok(members)
 }
 
+/// Reads the live members into `members` once (kept as they were when the
+/// registry cannot be read or is empty).
+pub async fn refresh(store: &dyn RootStore, members: &Members) {
+    match tokio::time::timeout(Duration::from_secs(5), live(store)).await {
+        Ok(Ok(live)) if !live.is_empty() => members.set(live),
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "cannot read the node registry"),
+        Err(_) => tracing::warn!("node registry read timed out"),
+    }
+}
+
 /// Refreshes `members` from the registry every `every` until `stop`.
 pub async fn follow(
     store: Arc<dyn FullStore>,

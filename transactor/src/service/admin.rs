@@ -1,11 +1,13 @@
 //! `corium.fleet.v1.FleetAdmin`: what this node owns, stands by for and
-//! holds cold, and one database's placement and lease holder.
+//! holds cold, one database's placement and lease holder, and handoff
+//! (the sending end, `Handoff`, and the receiving end, `Activate`).
 
 use std::sync::Arc;
 
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdmin;
 use corium_fleet_proto::fleet::{
-    DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView, NodeStatusRequest, NodeStatusResponse,
+    ActivateRequest, ActivateResponse, DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView,
+    HandoffRequest, HandoffResponse, NodeStatusRequest, NodeStatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -82,6 +84,10 @@ impl FleetAdmin for FleetAdminSvc {
             ..NodeStatusResponse::default()
         };
         for db in catalog(host).await? {
+            if host.cell(&db).is_none() && host.rank(&db).is_none() {
+                // Not a candidate: its roots are not this node's to read.
+                continue;
+            }
             let (standing, view) = match database_view(host, &db).await {
                 Ok(found) => found,
                 // Deleted between the listing and the read.
@@ -105,5 +111,48 @@ impl FleetAdmin for FleetAdminSvc {
         let db = request.into_inner().database;
         let (_, view) = database_view(&self.0, &db).await?;
         Ok(Response::new(DatabasePlacementResponse { view: Some(view) }))
+    }
+
+    async fn handoff(&self, request: Request<HandoffRequest>) -> Result<Response<HandoffResponse>, Status> {
+        let HandoffRequest {
+            database,
+            target_node_id,
+        } = request.into_inner();
+        if database.is_empty() || target_node_id.is_empty() {
+            return Err(Status::invalid_argument("handoff needs a database and a target node id"));
+        }
+        self.0.handoff(&database, &target_node_id).await.map(Response::new)
+    }
+
+    async fn activate(&self, request: Request<ActivateRequest>) -> Result<Response<ActivateResponse>, Status> {
+        let host = &self.0;
+        let db = request.into_inner().database;
+        if host.rank(&db).is_none() {
+            return Err(Status::failed_precondition(format!(
+                "node {} is not a candidate for {db:?}",
+                host.config.node_id
+            )));
+        }
+        let started = std::time::Instant::now();
+        let cell = match host.cell(&db) {
+            Some(cell) => cell,
+            None => {
+                let view = host.read_root(&db).await?;
+                if !view.exists {
+                    return Err(Status::not_found(format!("unknown database {db:?}")));
+                }
+                if let Some(owner) = view.live_owner(now_unix_ms())
+                    && !host.template.is_own(&owner.owner)
+                {
+                    return Err(host.not_owner(&db, Some(owner)));
+                }
+                host.activate(&db, false).await?
+            }
+        };
+        Ok(Response::new(ActivateResponse {
+            database: db,
+            lease_version: cell.lease_version,
+            activation_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }))
     }
 }

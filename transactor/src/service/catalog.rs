@@ -3,7 +3,11 @@
 //! - database-specific operations route to the owning cell exactly like
 //!   transactions (Corium's own `CatalogSvc` then does the work);
 //! - `CreateDatabase` initialises the database on a candidate (never on a
-//!   node that placement does not name), answering `NotOwner` elsewhere;
+//!   node that placement does not name), answering `NotOwner` elsewhere and
+//!   `ALREADY_EXISTS` for a database that exists;
+//! - `DeleteDatabase` runs at the owner: it removes the catalog entry first
+//!   (no candidate activates it after that), then Corium deletes the roots
+//!   and log, deposing the owner; an unknown database is `NOT_FOUND`;
 //! - `ListDatabases` reads the catalog from storage, `GcDeletedDatabases`
 //!   runs from a view that hosts nothing;
 //! - `ForkDatabase` is refused until the fleet serialises fork targets (a
@@ -29,6 +33,12 @@ pub struct FleetCatalog(pub Arc<Host>);
 
 fn svc(node: Arc<TransactorNode>) -> CatalogSvc {
     CatalogSvc(node, Guard::disabled())
+}
+
+/// The answer to creating a database that exists (Corium itself answers
+/// `created: false`; the fleet says so as a status, see design note 0005).
+fn already_exists(db: &str) -> Status {
+    Status::already_exists(format!("database {db:?} already exists"))
 }
 
 /// Corium's database-name rule, checked before anything touches storage.
@@ -65,7 +75,7 @@ impl Catalog for FleetCatalog {
         }
         let view = host.read_root(&db).await?;
         if view.exists {
-            return Ok(Response::new(pb::CreateDatabaseResponse { created: false }));
+            return Err(already_exists(&db));
         }
         match Cell::create(&host.template, request.into_inner()).await? {
             Some(cell) => {
@@ -76,7 +86,7 @@ impl Catalog for FleetCatalog {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 Ok(Response::new(pb::CreateDatabaseResponse { created: true }))
             }
-            None => Ok(Response::new(pb::CreateDatabaseResponse { created: false })),
+            None => Err(already_exists(&db)),
         }
     }
 
@@ -91,6 +101,14 @@ impl Catalog for FleetCatalog {
         let Some(permit) = cell.admit() else {
             return Err(host.not_owner(&db, None));
         };
+        // Stop new ownership first: with the catalog entry gone no candidate
+        // activates the database (it is NOT_FOUND everywhere) while Corium
+        // deletes the root that carries this owner's lease.
+        let meta = corium_store::meta_root_name(&db);
+        tokio::time::timeout(host.config.storage_timeout, host.base.delete_root(&meta))
+            .await
+            .map_err(|_| Status::unavailable(format!("deleting {db:?} timed out; retry")))?
+            .map_err(|error| Status::unavailable(format!("cannot delete {db:?}: {error}; retry")))?;
         let response = svc(Arc::clone(&cell.node)).delete_database(request).await;
         drop(permit);
         if response.as_ref().is_ok_and(|response| response.get_ref().deleted) {
