@@ -40,7 +40,11 @@ pub async fn run(args: HandoffArgs) -> anyhow::Result<()> {
                     done.to_node_id,
                     done.lease_version,
                     done.unavailable_ms,
-                    if done.drained { "" } else { "; some in-flight calls did not finish in time" }
+                    if done.drained {
+                        ""
+                    } else {
+                        "; some in-flight calls did not finish in time"
+                    }
                 );
                 return Ok(());
             }
@@ -49,11 +53,20 @@ pub async fn run(args: HandoffArgs) -> anyhow::Result<()> {
                     endpoint = hint.route_endpoint;
                 }
                 Some(hint) if hint.owner_id.is_empty() => {
-                    bail!("{:?} has no live owner: nothing to hand off (it activates on its next request)", args.database)
+                    bail!(
+                        "{:?} has no live owner: nothing to hand off (it activates on its next request)",
+                        args.database
+                    )
                 }
-                _ => return Err(status).with_context(|| format!("handoff of {:?} to {}", args.database, args.to)),
+                _ => {
+                    return Err(status)
+                        .with_context(|| format!("handoff of {:?} to {}", args.database, args.to));
+                }
             },
         }
     }
-    bail!("the owner of {:?} moved while the handoff was being routed; try again", args.database)
+    bail!(
+        "the owner of {:?} moved while the handoff was being routed; try again",
+        args.database
+    )
 }

@@ -94,13 +94,7 @@ impl Map {
                 }
                 listed.push(node.to_owned());
             }
-            if let Some(previous) = entries.insert(
-                db.to_owned(),
-                Entry {
-                    nodes: listed,
-                    line,
-                },
-            ) {
+            if let Some(previous) = entries.insert(db.to_owned(), Entry { nodes: listed, line }) {
                 return Err(at(
                     line,
                     format!("database {db:?} is already mapped on line {}", previous.line),
@@ -121,7 +115,10 @@ impl Map {
         by_line.sort_by_key(|(_, entry)| entry.line);
         for (db, entry) in by_line {
             for node in &entry.nodes {
-                if !members.iter().any(|member| &member.node_id == node && member.weight > 0) {
+                if !members
+                    .iter()
+                    .any(|member| &member.node_id == node && member.weight > 0)
+                {
                     return Err(at(
                         entry.line,
                         format!("{db:?} names {node:?}, which is not a live member of the fleet"),
@@ -185,7 +182,11 @@ pub fn candidates<'a>(database: &str, members: &'a [Member], replicas: usize, ma
     let mut chosen: Vec<&Member> = entry
         .nodes
         .iter()
-        .filter_map(|node| members.iter().find(|member| &member.node_id == node && member.weight > 0))
+        .filter_map(|node| {
+            members
+                .iter()
+                .find(|member| &member.node_id == node && member.weight > 0)
+        })
         .take(replicas)
         .collect();
     if chosen.len() < replicas {
@@ -223,12 +224,20 @@ impl Watched {
     /// The map in force.
     #[must_use]
     pub fn get(&self) -> Arc<Map> {
-        Arc::clone(&self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Puts `map` in force.
     pub fn replace(&self, map: Map) {
-        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(map);
     }
 
     /// Re-reads `path` every `period` until `shutdown` turns true. A changed
@@ -321,7 +330,11 @@ mod tests {
     fn names_the_line_at_fault() {
         let cases = [
             ("a = node-1, node-2\nno equals sign\n", 2, "expected"),
-            ("a = node-1, node-2\na = node-2, node-3\n", 2, "already mapped on line 1"),
+            (
+                "a = node-1, node-2\na = node-2, node-3\n",
+                2,
+                "already mapped on line 1",
+            ),
             ("bad name! = node-1\n", 1, "invalid database name"),
             ("a = node-1, , node-2\n", 1, "empty node id"),
             ("a = node-1, node-1\n", 1, "listed twice"),
@@ -343,15 +356,25 @@ mod tests {
     fn overrides_rendezvous_and_fills_when_a_mapped_node_leaves() {
         let members = fleet();
         let map = Map::parse("orders = node-3, node-2\n").unwrap();
-        assert_eq!(ids(&candidates("orders", &members, 2, &map)), vec!["node-3", "node-2"]);
+        assert_eq!(
+            ids(&candidates("orders", &members, 2, &map)),
+            vec!["node-3", "node-2"]
+        );
         // Unmapped databases keep rendezvous placement.
         assert_eq!(
             ids(&candidates("other", &members, 2, &map)),
             ids(&placement::candidates("other", &members, 2))
         );
         // node-3 leaves: node-2 leads, the next rendezvous member fills.
-        let fewer: Vec<Member> = members.iter().filter(|m| m.node_id != "node-3").cloned().collect();
-        assert_eq!(ids(&candidates("orders", &fewer, 2, &map)), vec!["node-2", "node-1"]);
+        let fewer: Vec<Member> = members
+            .iter()
+            .filter(|m| m.node_id != "node-3")
+            .cloned()
+            .collect();
+        assert_eq!(
+            ids(&candidates("orders", &fewer, 2, &map)),
+            vec!["node-2", "node-1"]
+        );
     }
 
     #[tokio::test]
@@ -378,7 +401,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(watched.refused.load(std::sync::atomic::Ordering::Relaxed), 1);
-        assert_eq!(watched.get().get("orders").unwrap().nodes, vec!["node-1", "node-2"]);
+        assert_eq!(
+            watched.get().get("orders").unwrap().nodes,
+            vec!["node-1", "node-2"]
+        );
         std::fs::write(&path, "orders = node-2, node-3\n").unwrap();
         for _ in 0..200 {
             if watched.get().get("orders").unwrap().nodes[0] == "node-2" {
@@ -386,7 +412,10 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(watched.get().get("orders").unwrap().nodes, vec!["node-2", "node-3"]);
+        assert_eq!(
+            watched.get().get("orders").unwrap().nodes,
+            vec!["node-2", "node-3"]
+        );
         stop.send(true).unwrap();
         follower.await.unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

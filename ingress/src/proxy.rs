@@ -275,11 +275,11 @@ impl Proxy {
             &self.map.get(),
         )
         .into_iter()
-            .map(|member: &Member| Hop {
-                endpoint: member.endpoint.clone(),
-                lease_version: None,
-            })
-            .collect()
+        .map(|member: &Member| Hop {
+            endpoint: member.endpoint.clone(),
+            lease_version: None,
+        })
+        .collect()
     }
 
     /// Every member, starting at a rotating offset.

@@ -11,6 +11,7 @@
 //! - [`proxy`] — a cuttable TCP path between a node and PostgreSQL.
 
 pub mod corium;
+pub mod load;
 pub mod proxy;
 
 use std::path::PathBuf;
@@ -94,7 +95,8 @@ fn free_port() -> u16 {
 }
 
 /// The directory holding the workspace's binaries (`target/debug`).
-fn bin_dir() -> PathBuf {
+#[must_use]
+pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     // target/debug/deps/<test> → target/debug
     exe.parent().and_then(|deps| deps.parent()).unwrap().to_path_buf()
@@ -189,11 +191,28 @@ impl Node {
     /// # Panics
     /// When the duplicate does not exit within 30 s.
     pub fn run_duplicate(&self) -> (std::process::ExitStatus, String) {
+        self.run_variant(&[])
+    }
+
+    /// Runs the binary with this node's flags and its own sockets, each
+    /// `(flag, value)` of `changes` replacing that flag's value or appended;
+    /// returns its exit status and standard error once it exits (bounded by
+    /// 30 s).
+    ///
+    /// # Panics
+    /// When the process does not exit within 30 s.
+    pub fn run_variant(&self, changes: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
         // Same identity, its own sockets.
         let mut args = self.args.clone();
         for flag in ["--listen", "--admin-listen"] {
             if let Some(at) = args.iter().position(|arg| arg == flag) {
                 args[at + 1] = format!("127.0.0.1:{}", free_port());
+            }
+        }
+        for (flag, value) in changes {
+            match args.iter().position(|arg| arg == flag) {
+                Some(at) => args[at + 1] = (*value).to_owned(),
+                None => args.extend([(*flag).to_owned(), (*value).to_owned()]),
             }
         }
         let mut child = Command::new(bin_dir().join(self.binary))
@@ -475,6 +494,62 @@ impl Fleet {
             let index = self.ingresses.len() - 1;
             wait_ready(&mut self.ingresses[index]).await;
         }
+    }
+
+    /// Starts one more transactor node (`node-N`, in its own zone) on a
+    /// registry fleet, with the first node's other flags, and waits until
+    /// it is ready; placement in [`Fleet::candidates`] includes it from now.
+    ///
+    /// # Panics
+    /// On a static-member or mTLS fleet, or when the node is not ready in 60 s.
+    pub async fn add_node(&mut self) -> usize {
+        assert!(
+            !self.static_members && !self.mtls,
+            "add_node needs a plain registry fleet"
+        );
+        let number = self.nodes.len() + 1;
+        let (grpc, admin) = (free_port(), free_port());
+        let member = Member {
+            node_id: format!("node-{number}"),
+            zone: format!("zone-{number}"),
+            weight: 1,
+            endpoint: format!("http://127.0.0.1:{grpc}"),
+        };
+        let mut args = self.nodes[0].args.clone();
+        for (flag, value) in [
+            ("--node-id", member.node_id.clone()),
+            ("--zone", member.zone.clone()),
+            ("--listen", format!("127.0.0.1:{grpc}")),
+            ("--admin-listen", format!("127.0.0.1:{admin}")),
+            ("--advertise", member.endpoint.clone()),
+            ("--storage", self.backend.flag()),
+        ] {
+            let at = args.iter().position(|arg| arg == flag).unwrap();
+            args[at + 1] = value;
+        }
+        let mut node = Node {
+            binary: "corium-fleet-transactor",
+            id: member.node_id.clone(),
+            zone: member.zone.clone(),
+            grpc,
+            admin,
+            args,
+            child: None,
+            log: self.dir.path().join(format!("{}.log", member.node_id)),
+        };
+        node.spawn();
+        self.nodes.push(node);
+        self.members.push(member);
+        self.partitions.push(None);
+        let index = self.nodes.len() - 1;
+        self.wait_ready(index).await;
+        index
+    }
+
+    /// A path in the fleet's temporary directory.
+    #[must_use]
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
     }
 
     /// Index of node `id`.

@@ -49,7 +49,9 @@ async fn created_database_is_served_by_its_lease_holder() {
         assert_eq!(status, 200);
         assert!(metrics.contains("corium_fleet_databases_owned 1"), "{metrics}");
         // Creating it again is ALREADY_EXISTS, not a second database.
-        let again = corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap_err();
+        let again = corium::create(&fleet.nodes[owner].endpoint(), db)
+            .await
+            .unwrap_err();
         assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
     }
 }
@@ -251,7 +253,12 @@ async fn sigterm_hands_each_database_to_its_next_candidate() {
         // The drain handed the database over before the process exited: the
         // successor already holds a live lease at a higher version.
         let view = placement(&fleet.nodes[successor].endpoint(), db).await;
-        assert_eq!(view.owner_id, fleet.nodes[successor].id, "{backend:?}: {view:?}\n{}", fleet.logs());
+        assert_eq!(
+            view.owner_id,
+            fleet.nodes[successor].id,
+            "{backend:?}: {view:?}\n{}",
+            fleet.logs()
+        );
         assert!(view.lease_version > old_version, "{backend:?}: {view:?}");
         assert!(
             view.lease_expires_unix_ms > corium_fleet_common::owner::now_unix_ms(),

@@ -15,7 +15,9 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
             let mut by_rank = std::collections::BTreeMap::<String, u64>::new();
             let cells = host.cells();
             for cell in &cells {
-                let rank = host.rank(&cell.db).map_or_else(|| "none".to_owned(), |rank| rank.to_string());
+                let rank = host
+                    .rank(&cell.db)
+                    .map_or_else(|| "none".to_owned(), |rank| rank.to_string());
                 *by_rank.entry(rank).or_default() += 1;
             }
             let by_rank: Vec<(String, u64)> = by_rank.into_iter().collect();
@@ -36,7 +38,10 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
                 Err(_) => (503, "storage timed out\n".to_owned()),
             }
         }
-        _ => (404, "not found: try /metrics, /healthz, /readyz or /debug/root-ops\n".to_owned()),
+        _ => (
+            404,
+            "not found: try /metrics, /healthz, /readyz or /debug/root-ops\n".to_owned(),
+        ),
     }
 }
 

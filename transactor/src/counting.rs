@@ -55,7 +55,10 @@ impl CountingStore {
 
     fn count(&self, name: &str, write: bool) {
         let Some(db) = database_of(name) else { return };
-        let mut counts = self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let ops = counts.entry(db.to_owned()).or_default();
         if write {
             ops.writes += 1;

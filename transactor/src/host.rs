@@ -28,8 +28,8 @@ use corium_fleet_common::not_owner::{self, Candidate, NotOwner};
 use corium_fleet_common::placement::Member;
 use corium_fleet_common::placement_map;
 use corium_fleet_proto::fleet::HandoffResponse;
-use futures::StreamExt as _;
 use corium_store::{DbRoot, FullStore, db_root_name, meta_root_name};
+use futures::StreamExt as _;
 use tonic::Status;
 
 use crate::cell::{Cell, OpenError, Template};
@@ -526,6 +526,14 @@ impl Host {
     /// activate (the database is then cold and activates on its next
     /// request).
     pub async fn handoff(self: &Arc<Self>, db: &str, target: &str) -> Result<HandoffResponse, Status> {
+        if self.cell(db).is_none() {
+            // Not held here: name the holder so the caller can ask it.
+            let view = self.read_root(db).await?;
+            if !view.exists {
+                return Err(Status::not_found(format!("unknown database {db:?}")));
+            }
+            return Err(self.not_owner(db, view.live_owner(now_unix_ms())));
+        }
         if target == self.config.node_id {
             return Err(Status::invalid_argument(format!(
                 "{target:?} already owns {db:?}; hand it to another candidate"
@@ -543,7 +551,12 @@ impl Host {
     }
 
     /// The handoff itself, once the target is chosen.
-    async fn hand(self: &Arc<Self>, db: &str, target: Member, reason: &'static str) -> Result<HandoffResponse, Status> {
+    async fn hand(
+        self: &Arc<Self>,
+        db: &str,
+        target: Member,
+        reason: &'static str,
+    ) -> Result<HandoffResponse, Status> {
         let lock = self.activation_lock(db);
         let _guard = lock.lock().await;
         let Some(cell) = self.cell(db) else {
@@ -649,7 +662,11 @@ impl Host {
             .buffer_unordered(DRAIN_PARALLELISM)
             .collect::<Vec<()>>()
             .await;
-        tracing::info!(databases = count, elapsed_ms = started.elapsed().as_millis(), "drain finished");
+        tracing::info!(
+            databases = count,
+            elapsed_ms = started.elapsed().as_millis(),
+            "drain finished"
+        );
     }
 
     /// Whether shutdown has begun.

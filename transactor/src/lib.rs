@@ -170,6 +170,34 @@ pub async fn run(
         "node serving"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // The placement map is checked before this node registers, so a bad map
+    // stops the process before it touches the registry or any database.
+    if !host.config.static_members {
+        registry::refresh(host.base.as_ref(), &host.members).await;
+    }
+    if let Some(path) = host.config.placement_map.clone() {
+        let mut members: Vec<corium_fleet_common::placement::Member> = host.members.get().to_vec();
+        if !members.iter().any(|member| member.node_id == host.config.node_id) {
+            members.push(corium_fleet_common::placement::Member {
+                node_id: host.config.node_id.clone(),
+                zone: host.config.zone.clone(),
+                weight: host.config.weight,
+                endpoint: host.config.advertise.clone(),
+            });
+        }
+        let map = corium_fleet_common::placement_map::Map::load(&path, &members, host.config.replicas)
+            .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
+        tracing::info!(path = %path.display(), databases = map.len(), "placement map loaded");
+        host.map.replace(map);
+        let members = host.members.clone();
+        tokio::spawn(host.map.clone().follow(
+            path,
+            MAP_RELOAD_PERIOD,
+            move || members.get(),
+            host.config.replicas,
+            stop_rx.clone(),
+        ));
+    }
     let record = registry::Record {
         node_id: host.config.node_id.clone(),
         incarnation: host.incarnation.clone(),
@@ -196,26 +224,10 @@ pub async fn run(
         stop_rx.clone(),
     ));
     if !host.config.static_members {
-        // Read the live members once before placing anything.
-        registry::refresh(host.base.as_ref(), &host.members).await;
         tokio::spawn(registry::follow(
             Arc::clone(&host.base),
             host.members.clone(),
             host.config.registry_renew,
-            stop_rx.clone(),
-        ));
-    }
-    if let Some(path) = host.config.placement_map.clone() {
-        let map = corium_fleet_common::placement_map::Map::load(&path, &host.members.get(), host.config.replicas)
-            .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
-        tracing::info!(path = %path.display(), databases = map.len(), "placement map loaded");
-        host.map.replace(map);
-        let members = host.members.clone();
-        tokio::spawn(host.map.clone().follow(
-            path,
-            MAP_RELOAD_PERIOD,
-            move || members.get(),
-            host.config.replicas,
             stop_rx.clone(),
         ));
     }

@@ -119,12 +119,20 @@ impl FleetAdmin for FleetAdminSvc {
             target_node_id,
         } = request.into_inner();
         if database.is_empty() || target_node_id.is_empty() {
-            return Err(Status::invalid_argument("handoff needs a database and a target node id"));
+            return Err(Status::invalid_argument(
+                "handoff needs a database and a target node id",
+            ));
         }
-        self.0.handoff(&database, &target_node_id).await.map(Response::new)
+        self.0
+            .handoff(&database, &target_node_id)
+            .await
+            .map(Response::new)
     }
 
-    async fn activate(&self, request: Request<ActivateRequest>) -> Result<Response<ActivateResponse>, Status> {
+    async fn activate(
+        &self,
+        request: Request<ActivateRequest>,
+    ) -> Result<Response<ActivateResponse>, Status> {
         let host = &self.0;
         let db = request.into_inner().database;
         if host.rank(&db).is_none() {

@@ -1,0 +1,548 @@
+//! Placement and membership over real processes: spread across zones,
+//! candidates-only storage access, SIGKILL under mixed load, rolling
+//! restarts, admin handoff, the placement map, and a node joining.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::not_owner;
+use corium_fleet_proto::fleet::HandoffRequest;
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_tests::corium::{self, channel, placement as view_of};
+use corium_fleet_tests::{Backend, Fleet, http_get, load};
+
+const TTL: Duration = Duration::from_millis(1500);
+
+/// Creates every database through the ingress and writes one item to each.
+async fn create_all(fleet: &Fleet, dbs: &[String]) {
+    let address = fleet.ingresses[0].endpoint();
+    for db in dbs {
+        assert!(corium::create(&address, db).await.unwrap(), "create {db}");
+        corium::transact(&address, db, &format!("{db}-first"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("{db}: {status:?}\n{}", fleet.logs()));
+    }
+}
+
+/// The node id holding `db`'s lease, read at its candidate of `rank`.
+async fn owner_at(fleet: &Fleet, db: &str, rank: usize) -> String {
+    let candidate = fleet.candidates(db)[rank];
+    view_of(&fleet.nodes[candidate].endpoint(), db).await.owner_id
+}
+
+/// The node id holding `db`'s lease, read at its top candidate.
+async fn owner_of(fleet: &Fleet, db: &str) -> String {
+    owner_at(fleet, db, 0).await
+}
+
+fn names(fleet: &Fleet, indexes: &[usize]) -> Vec<String> {
+    indexes.iter().map(|i| fleet.nodes[*i].id.clone()).collect()
+}
+
+/// Root operations per database made by one node (`/debug/root-ops`).
+async fn root_ops(port: u16) -> BTreeMap<String, serde_json::Value> {
+    let (status, body) = http_get(port, "/debug/root-ops").await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_databases_spread_over_three_zones_and_non_candidates_never_touch_their_roots() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let dbs: Vec<String> = (0..60).map(|i| format!("spread-{i}")).collect();
+        create_all(&fleet, &dbs).await;
+        // Requests sent straight to non-candidates are refused without a read.
+        for db in dbs.iter().take(10) {
+            let outsider = fleet.non_candidate(db).unwrap();
+            let status = corium::transact(&fleet.nodes[outsider].endpoint(), db, "stray", &[])
+                .await
+                .unwrap_err();
+            let hint = not_owner::from_status(&status).expect("typed NotOwner");
+            let listed: Vec<String> = hint.candidates.iter().map(|c| c.node_id.clone()).collect();
+            assert_eq!(listed, names(&fleet, &fleet.candidates(db)));
+        }
+        let mut owned: BTreeMap<String, usize> = BTreeMap::new();
+        for db in &dbs {
+            let owner = owner_of(&fleet, db).await;
+            let top = &fleet.nodes[fleet.candidates(db)[0]].id;
+            assert_eq!(
+                &owner, top,
+                "{backend:?}: {db} is owned by its top live candidate"
+            );
+            *owned.entry(owner).or_default() += 1;
+        }
+        eprintln!("{backend:?}: databases owned per node: {owned:?}");
+        assert_eq!(owned.len(), 3, "{backend:?}: every node owns some: {owned:?}");
+        assert!(
+            owned.values().all(|count| *count <= 30),
+            "{backend:?}: none owns more than half: {owned:?}"
+        );
+        for (index, node) in fleet.nodes.iter().enumerate() {
+            let ops = root_ops(node.admin).await;
+            let touched: BTreeSet<&String> = ops.keys().filter(|db| db.starts_with("spread-")).collect();
+            let candidate_of: BTreeSet<&String> = dbs
+                .iter()
+                .filter(|db| fleet.candidates(db).contains(&index))
+                .collect();
+            assert!(
+                touched.is_subset(&candidate_of),
+                "{backend:?}: {} touched roots of non-candidate databases: {:?}",
+                node.id,
+                touched.difference(&candidate_of).collect::<Vec<_>>()
+            );
+            // Not vacuous: it did touch the ones it owns.
+            let own = owned[&node.id];
+            assert!(
+                touched.len() >= own,
+                "{backend:?}: {} touched {} roots, owns {own}",
+                node.id,
+                touched.len()
+            );
+            let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
+            assert!(
+                metrics.contains(&format!(
+                    "corium_fleet_databases_owned_by_rank{{rank=\"0\"}} {own}"
+                )),
+                "{metrics}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_mixed_load_moves_only_the_dead_nodes_databases() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let dbs: Vec<String> = (0..9).map(|i| format!("mixed-{i}")).collect();
+        create_all(&fleet, &dbs).await;
+        let victim = fleet.candidates(&dbs[0])[0];
+        let victims: BTreeSet<&String> = dbs
+            .iter()
+            .filter(|db| fleet.candidates(db)[0] == victim)
+            .collect();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let load = tokio::spawn(load::run(
+            fleet.ingresses[0].endpoint(),
+            dbs.clone(),
+            2_000,
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        fleet.nodes[victim].kill();
+        tokio::time::sleep(TTL * 5).await;
+        stop.send(true).unwrap();
+        let outcomes = load.await.unwrap();
+        let address = fleet.ingresses[0].endpoint();
+        for (db, outcome) in &outcomes {
+            if victims.contains(db) {
+                let last_error = outcome.errors.last().map(|(at, _, _)| *at);
+                assert!(!outcome.acked.is_empty(), "{backend:?}: {db} never acknowledged");
+                eprintln!(
+                    "{backend:?}: {db} (on the killed node): {} acks, {} errors, longest write unavailability {:?}, last error at {last_error:?}",
+                    outcome.acked.len(),
+                    outcome.errors.len(),
+                    outcome.longest_unavailable
+                );
+                // Only retryable failures while the lease lapses: no other kind.
+                for (at, code, message) in &outcome.errors {
+                    assert!(
+                        matches!(code, tonic::Code::Unavailable | tonic::Code::FailedPrecondition),
+                        "{backend:?}: {db} at {at:?}: {code:?} {message}"
+                    );
+                }
+                // It moved: the last attempts succeeded at the next candidate.
+                assert_eq!(
+                    owner_at(&fleet, db, 1).await,
+                    fleet.nodes[fleet.candidates(db)[1]].id,
+                    "{backend:?}: {db}"
+                );
+            } else {
+                assert!(
+                    outcome.errors.is_empty(),
+                    "{backend:?}: {db} is unrelated to the killed node but saw errors: {:?}",
+                    outcome.errors
+                );
+            }
+            let log = corium::log(&address, db).await.unwrap();
+            load::check(db, outcome, &log).unwrap_or_else(|error| panic!("{backend:?}: {error}"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_under_load_loses_nothing() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let dbs: Vec<String> = (0..6).map(|i| format!("rolling-{i}")).collect();
+        create_all(&fleet, &dbs).await;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let load = tokio::spawn(load::run(
+            fleet.ingresses[0].endpoint(),
+            dbs.clone(),
+            5_000,
+            stopped,
+        ));
+        let started = Instant::now();
+        for index in 0..fleet.nodes.len() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let node = &mut fleet.nodes[index];
+            tokio::task::block_in_place(|| node.terminate());
+            fleet.nodes[index].restart().await;
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        stop.send(true).unwrap();
+        let outcomes = load.await.unwrap();
+        let address = fleet.ingresses[0].endpoint();
+        let mut report = Vec::new();
+        for (db, outcome) in &outcomes {
+            assert!(!outcome.acked.is_empty(), "{backend:?}: {db}");
+            let log = corium::log(&address, db).await.unwrap();
+            load::check(db, outcome, &log)
+                .unwrap_or_else(|error| panic!("{backend:?}: {error}\n{}", fleet.logs()));
+            report.push(format!(
+                "{db}: {} acks, {} errors, longest unavailability {:?}",
+                outcome.acked.len(),
+                outcome.errors.len(),
+                outcome.longest_unavailable
+            ));
+            // A drain hands over: nothing waits out a lease TTL or worse.
+            for (_, code, message) in &outcome.errors {
+                assert!(
+                    matches!(code, tonic::Code::Unavailable | tonic::Code::FailedPrecondition),
+                    "{backend:?}: {db}: {code:?} {message}"
+                );
+            }
+        }
+        eprintln!(
+            "{backend:?}: rolling restart of 3 nodes in {:?}:\n  {}",
+            started.elapsed(),
+            report.join("\n  ")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_handoff_moves_one_database_and_refuses_what_it_cannot_do() {
+    let backend = Backend::all().remove(0);
+    let fleet = Fleet::start(backend, 3, TTL).await;
+    let db = "handed";
+    let [owner, standby] = fleet.candidates(db)[..] else {
+        panic!()
+    };
+    let outsider = fleet.non_candidate(db).unwrap();
+    assert!(corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap());
+    let mut acked = BTreeMap::new();
+    for i in 0..5 {
+        let name = format!("before-{i}");
+        let response = corium::transact(&fleet.nodes[owner].endpoint(), db, &name, &[])
+            .await
+            .unwrap();
+        acked.insert(response.basis_t, name);
+    }
+    let before = view_of(&fleet.nodes[owner].endpoint(), db).await;
+    let mut admin = FleetAdminClient::new(channel(&fleet.nodes[owner].endpoint()).await);
+    let refuse = |target: &str| HandoffRequest {
+        database: db.to_owned(),
+        target_node_id: target.to_owned(),
+    };
+    let to_self = admin.handoff(refuse(&fleet.nodes[owner].id)).await.unwrap_err();
+    assert_eq!(to_self.code(), tonic::Code::InvalidArgument, "{to_self:?}");
+    let to_outsider = admin
+        .handoff(refuse(&fleet.nodes[outsider].id))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        to_outsider.code(),
+        tonic::Code::FailedPrecondition,
+        "{to_outsider:?}"
+    );
+    assert!(
+        to_outsider.message().contains("not a live candidate"),
+        "{to_outsider:?}"
+    );
+    let to_unknown = admin.handoff(refuse("node-99")).await.unwrap_err();
+    assert_eq!(
+        to_unknown.code(),
+        tonic::Code::FailedPrecondition,
+        "{to_unknown:?}"
+    );
+    // A node that does not own it answers with a NotOwner naming the owner.
+    let mut at_standby = FleetAdminClient::new(channel(&fleet.nodes[standby].endpoint()).await);
+    let not_held = at_standby
+        .handoff(refuse(&fleet.nodes[owner].id))
+        .await
+        .unwrap_err();
+    let hint = not_owner::from_status(&not_held).expect("typed NotOwner");
+    assert_eq!(hint.owner_id, fleet.nodes[owner].id, "{not_held:?}");
+    // Nothing changed.
+    let unchanged = view_of(&fleet.nodes[owner].endpoint(), db).await;
+    assert_eq!(
+        (unchanged.owner_id.as_str(), unchanged.lease_version),
+        (before.owner_id.as_str(), before.lease_version)
+    );
+
+    // The operator command, asked at a node that does not own the database,
+    // follows the NotOwner to the owner and hands it to the standby.
+    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+        .args(["handoff", db, "--to", &fleet.nodes[standby].id, "--endpoint"])
+        .arg(fleet.nodes[standby].endpoint())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        fleet.logs()
+    );
+    assert!(
+        stdout.contains(&format!("to {}", fleet.nodes[standby].id)),
+        "{stdout}"
+    );
+    eprintln!("handoff: {stdout}");
+    let after = view_of(&fleet.nodes[standby].endpoint(), db).await;
+    assert_eq!(after.owner_id, fleet.nodes[standby].id);
+    assert!(after.lease_version > before.lease_version);
+    let response = corium::transact(&fleet.nodes[standby].endpoint(), db, "after", &[])
+        .await
+        .unwrap();
+    acked.insert(response.basis_t, "after".to_owned());
+    let log: BTreeMap<u64, Vec<String>> = corium::log(&fleet.nodes[standby].endpoint(), db)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    for (t, name) in &acked {
+        assert!(
+            log.get(t).is_some_and(|names| names.contains(name)),
+            "t={t} {name}: {log:?}"
+        );
+    }
+    // The preferred node does not take it back: the new owner is healthy.
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(
+        view_of(&fleet.nodes[owner].endpoint(), db).await.owner_id,
+        fleet.nodes[standby].id
+    );
+
+    // Delete: unknown is NOT_FOUND; a deleted database is NOT_FOUND at every
+    // candidate (no one activates it), and the name can be created again.
+    let mut catalog = corium_protocol::pb::catalog_client::CatalogClient::new(
+        channel(&fleet.nodes[standby].endpoint()).await,
+    );
+    let request = |name: &str| corium_protocol::pb::DeleteDatabaseRequest { db: name.to_owned() };
+    let top_of_missing = fleet.candidates("missing")[0];
+    let mut missing_catalog = corium_protocol::pb::catalog_client::CatalogClient::new(
+        channel(&fleet.nodes[top_of_missing].endpoint()).await,
+    );
+    let missing = missing_catalog
+        .delete_database(request("missing"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    assert!(
+        catalog
+            .delete_database(request(db))
+            .await
+            .unwrap()
+            .into_inner()
+            .deleted
+    );
+    for index in fleet.candidates(db) {
+        let status = corium::transact(&fleet.nodes[index].endpoint(), db, "ghost", &[])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            status.code(),
+            tonic::Code::NotFound,
+            "{}: {status:?}",
+            fleet.nodes[index].id
+        );
+    }
+    assert!(corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap());
+    let fresh = corium::log(&fleet.nodes[owner].endpoint(), db).await.unwrap();
+    assert!(
+        fresh.iter().all(|(_, names)| names.is_empty()),
+        "recreated empty: {fresh:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_map_pins_databases_and_bad_maps_are_refused_with_the_line() {
+    let backend = Backend::all().remove(0);
+    // Pick a database whose rendezvous top candidate is node-1, and pin it to
+    // node-3 then node-2.
+    let probe = Fleet::start(backend.clone(), 3, TTL).await;
+    let db = (0..)
+        .map(|i| format!("pinned-{i}"))
+        .find(|db| probe.candidates(db)[0] == 0)
+        .unwrap();
+    let map = probe.path("probe-map");
+    std::fs::write(
+        &map,
+        format!("# comment\n{db} = node-3, node-2\nother = node-1, node-7\n"),
+    )
+    .unwrap();
+    let (status, stderr) = probe.nodes[0].run_variant(&[
+        ("--node-id", "node-9"),
+        ("--advertise", "http://127.0.0.1:1"),
+        ("--placement-map", map.to_str().unwrap()),
+    ]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("line 3") && stderr.contains("node-7"), "{stderr}");
+    drop(probe);
+
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("placement-map");
+    std::fs::write(&map, format!("{db} = node-3, node-2\n")).unwrap();
+    let map_flag = map.to_str().unwrap().to_owned();
+    let mut fleet = Fleet::start_with(backend, 3, TTL, &["--placement-map", &map_flag]).await;
+    fleet.start_ingresses(1, &["--placement-map", &map_flag]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, &db).await.unwrap());
+    let first = corium::transact(&address, &db, "first", &[]).await.unwrap();
+    let at = |i: usize| fleet.nodes[i].endpoint();
+    assert_eq!(
+        view_of(&at(2), &db).await.owner_id,
+        "node-3",
+        "the map, not rendezvous, placed it"
+    );
+
+    // A bad edit is refused; the map in force stays.
+    std::fs::write(&map, format!("{db} = node-3, node-2\n{db} = node-1, node-2\n")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for node in &fleet.nodes {
+        loop {
+            let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
+            if metrics.contains("corium_fleet_placement_map_refused_total 1") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not refuse the bad map\n{}",
+                node.id,
+                fleet.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert!(node.log().contains("line=2"), "{}", node.log());
+    }
+    let view = view_of(&at(2), &db).await;
+    assert_eq!(view.owner_id, "node-3");
+    let listed: Vec<&str> = view.candidates.iter().map(|c| c.node_id.as_str()).collect();
+    assert_eq!(listed, ["node-3", "node-2"]);
+
+    // A good edit moves it: node-3 is no longer a candidate and hands it to
+    // the new first choice.
+    std::fs::write(&map, format!("{db} = node-2, node-1\n")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if view_of(&at(1), &db).await.owner_id == "node-2" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not rebalanced\n{}", fleet.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let next = corium::transact(&address, &db, "after-move", &[]).await.unwrap();
+    assert_eq!(
+        next.basis_before, first.basis_t,
+        "nothing lost, nothing in between"
+    );
+    let (_, metrics) = http_get(fleet.nodes[2].admin, "/metrics").await.unwrap();
+    assert!(metrics.contains("corium_fleet_rebalances_total 1"), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
+    for backend in Backend::all() {
+        let registry = ["--registry-ttl-ms", "3000", "--registry-renew-ms", "300"];
+        let mut fleet = Fleet::start_registry(backend.clone(), 3, TTL, &registry).await;
+        fleet.start_ingresses(1, &[]).await;
+        let dbs: Vec<String> = (0..24).map(|i| format!("join-{i}")).collect();
+        create_all(&fleet, &dbs).await;
+        let before_candidates: BTreeMap<&String, Vec<String>> = dbs
+            .iter()
+            .map(|db| (db, names(&fleet, &fleet.candidates(db))))
+            .collect();
+        let mut before_owner = BTreeMap::new();
+        for db in &dbs {
+            before_owner.insert(db, owner_of(&fleet, db).await);
+        }
+        let joined = fleet.add_node().await;
+        let new_id = fleet.nodes[joined].id.clone();
+        let changed: BTreeSet<String> = dbs
+            .iter()
+            .filter(|db| names(&fleet, &fleet.candidates(db)) != before_candidates[db])
+            .cloned()
+            .collect();
+        // The new node stands by for exactly the databases whose candidate
+        // set now includes it, once every node has seen it in the registry.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = FleetAdminClient::new(channel(&fleet.nodes[joined].endpoint()).await)
+                .node_status(corium_fleet_proto::fleet::NodeStatusRequest {})
+                .await
+                .unwrap()
+                .into_inner();
+            let mine: BTreeSet<String> = status
+                .databases
+                .iter()
+                .filter(|view| view.database.starts_with("join-"))
+                .map(|view| view.database.clone())
+                .collect();
+            if mine == changed {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: {new_id} sees {mine:?}, placement says {changed:?}\n{}",
+                fleet.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        // Give rebalancing a few renewal periods to act, then compare owners.
+        tokio::time::sleep(TTL * 2).await;
+        let mut owners = BTreeMap::new();
+        for db in &dbs {
+            owners.insert(db, owner_of(&fleet, db).await);
+        }
+        let moved: BTreeSet<String> = dbs
+            .iter()
+            .filter(|db| owners[db] != before_owner[db])
+            .cloned()
+            .collect();
+        eprintln!(
+            "{backend:?}: {new_id} joined: {} of {} databases changed candidates, {} changed owner",
+            changed.len(),
+            dbs.len(),
+            moved.len()
+        );
+        assert!(
+            moved.is_subset(&changed),
+            "{backend:?}: moved {moved:?}, changed {changed:?}"
+        );
+        // A healthy owner that is still a candidate is never preempted; and
+        // one join cannot push a top-ranked owner out of the top two.
+        assert!(moved.is_empty(), "{backend:?}: preempted {moved:?}");
+        for db in &dbs {
+            assert!(
+                names(&fleet, &fleet.candidates(db)).contains(&owners[db]),
+                "{backend:?}: {db}"
+            );
+        }
+        assert!(
+            !changed.is_empty() && changed.len() < dbs.len(),
+            "{backend:?}: {changed:?}"
+        );
+        // Everything still writes through the one address.
+        for db in &dbs {
+            corium::transact(&fleet.ingresses[0].endpoint(), db, &format!("{db}-after"), &[])
+                .await
+                .unwrap_or_else(|status| panic!("{backend:?}: {db}: {status:?}"));
+        }
+    }
+}
