@@ -125,6 +125,21 @@ def ids(paths):
     return [p.stem for p in paths]
 
 
+def config_map_of(workload: dict) -> str:
+    """The name of the ConfigMap mounted as the workload's `config` volume (its node.toml)."""
+    return next(v["configMap"]["name"] for v in workload["spec"]["template"]["spec"]["volumes"]
+                if v["name"] == "config")
+
+
+# The keys each binary accepts in its --config file (both deny unknown keys).
+TRANSACTOR_KEYS = {"zone", "weight", "listen", "admin_listen", "advertise", "storage", "data_dir",
+                   "s3_endpoint", "s3_region", "lease_ttl_ms", "members", "replicas", "log",
+                   "registry_ttl_ms", "registry_renew_ms", "placement_map"}
+INGRESS_KEYS = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
+                "members", "replicas", "placement_map", "owner_cache_ttl_ms",
+                "owner_cache_capacity", "max_request_bytes", "max_deadline_ms", "log"}
+
+
 # --- every CI values set ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
@@ -268,35 +283,38 @@ def test_transactor_config_and_identity(values_file):
     cm_name = next(v["configMap"]["name"] for v in sts["spec"]["template"]["spec"]["volumes"]
                    if v["name"] == "config")
     config = toml_of(docs, cm_name)
-    allowed = {"zone", "weight", "listen", "admin_listen", "advertise", "storage", "data_dir",
-               "s3_endpoint", "s3_region", "lease_ttl_ms", "members", "replicas", "log"}
-    assert set(config) <= allowed, set(config) - allowed
+    assert set(config) <= TRANSACTOR_KEYS, set(config) - TRANSACTOR_KEYS
     assert "node_id" not in config and "storage" not in config
     assert config["listen"] == "0.0.0.0:7001" and config["admin_listen"] == "0.0.0.0:9101"
     assert config["lease_ttl_ms"] == values["fleet"]["leaseTtlMs"]
     assert config["replicas"] == values["fleet"]["replicas"] <= sts["spec"]["replicas"]
-    # one member per pod; each pod's --advertise is exactly its own member endpoint
     advertise = arg_value(c, "--advertise")
     assert advertise.startswith("https://$(CORIUM_FLEET_NODE_ID).")
+    deployment = one(docs, "Deployment")
+    ingress_config = toml_of(docs, config_map_of(deployment))
+    assert ingress_config["replicas"] == config["replicas"]
+    assert ingress_config["listen"] == "0.0.0.0:4334"
+    assert ingress_config["admin_listen"] == "0.0.0.0:9102"
+    assert set(ingress_config) <= INGRESS_KEYS, set(ingress_config) - INGRESS_KEYS
+    if values["fleet"]["membership"] == "registry":
+        # no member list anywhere: each transactor registers (with its --advertise) and both
+        # pools follow the registry
+        assert "members" not in config and "members" not in ingress_config
+        assert config["registry_ttl_ms"] == values["fleet"]["registryTtlMs"]
+        assert config["registry_renew_ms"] == values["fleet"]["registryRenewMs"]
+        assert config["registry_renew_ms"] < config["registry_ttl_ms"]
+        return
+    assert values["fleet"]["membership"] == "static"
+    assert "registry_ttl_ms" not in config and "registry_renew_ms" not in config
+    # one member per pod; each pod's --advertise is exactly its own member endpoint
     assert len(config["members"]) == sts["spec"]["replicas"] == values["transactor"]["replicas"]
     for i, member in enumerate(config["members"]):
         node_id, endpoint = member.split("=", 1)
         assert node_id == f"{name}-{i}"
         assert endpoint == advertise.replace("$(CORIUM_FLEET_NODE_ID)", node_id)
         assert endpoint == f"https://{name}-{i}.{sts['spec']['serviceName']}.{NS}.svc:7001"
-    # the ingress pool has the same members and candidates
-    deployment = one(docs, "Deployment")
-    ingress_cm = next(v["configMap"]["name"] for v in
-                      deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
-    ingress_config = toml_of(docs, ingress_cm)
+    # the ingress pool has the same members
     assert ingress_config["members"] == config["members"]
-    assert ingress_config["replicas"] == config["replicas"]
-    assert ingress_config["listen"] == "0.0.0.0:4334"
-    assert ingress_config["admin_listen"] == "0.0.0.0:9102"
-    ingress_keys = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
-                    "members", "replicas", "owner_cache_ttl_ms", "owner_cache_capacity",
-                    "max_request_bytes", "max_deadline_ms", "log"}
-    assert set(ingress_config) <= ingress_keys, set(ingress_config) - ingress_keys
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
@@ -419,13 +437,14 @@ def test_security_probes_and_shutdown(values_file):
 def test_long_release_names_still_give_valid_node_ids_and_names():
     release = "a-very-long-release-name-for-a-fleet-in-production-eu"  # 53 characters
     result = helm("template", release, str(CHART), "--namespace", NS, *POSTGRES,
-                  "--set", "transactor.replicas=12")
+                  "--set", "transactor.replicas=12", "--set", "fleet.membership=static")
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     sts = one(docs, "StatefulSet")
     # the StatefulSet's pods are NAME-N and carry controller-revision-hash=NAME-HASH (63 max)
     assert len(sts["metadata"]["name"]) <= 52
     config = toml_of(docs, sts["metadata"]["name"])
+    assert len(config["members"]) == 12
     for member in config["members"]:
         node_id = member.split("=", 1)[0]
         assert re.fullmatch(r"[A-Za-z0-9._-]{1,63}", node_id), node_id  # the transactor's rule
@@ -564,6 +583,143 @@ def test_self_signed_new_certificates_are_signed_by_the_kept_ca(tmp_path):
         assert upgraded[name]["ca.crt"] == first[f"{FULL}-ca"]["tls.crt"]
         _cert(upgraded[name]["tls.crt"]).verify_directly_issued_by(ca)
     assert upgraded[f"{FULL}-transactor-tls"] != other[f"{FULL}-transactor-tls"]
+
+
+# --- membership and the placement map ------------------------------------------------------------
+
+PLACEMENT_PATH = "/etc/corium-fleet/placement/placement-map"
+T = f"{FULL}-transactor"
+
+
+def _configs(docs: list[dict]) -> tuple[dict, dict]:
+    """(transactor node.toml, ingress node.toml) as the workloads mount them."""
+    return (toml_of(docs, config_map_of(one(docs, "StatefulSet"))),
+            toml_of(docs, config_map_of(one(docs, "Deployment"))))
+
+
+def _with_map(tmp_path: Path, text: str, *args: str) -> list[dict]:
+    values = tmp_path / "map-values.yaml"
+    values.write_text(yaml.safe_dump({"fleet": {"placementMap": text}}))
+    return template(*POSTGRES, "-f", str(values), *args)
+
+
+def test_default_membership_is_the_registry():
+    docs = template(*POSTGRES)
+    transactor, ingress = _configs(docs)
+    assert "members" not in transactor and "members" not in ingress
+    assert transactor["registry_ttl_ms"] == 10000 and transactor["registry_renew_ms"] == 3000
+    # the ingress has no registry settings (it would refuse the keys); it follows the registry
+    assert "registry_ttl_ms" not in ingress and "registry_renew_ms" not in ingress
+    # what each transactor registers: its pod name, its own endpoint and its node's zone
+    c = container(one(docs, "StatefulSet"), "transactor")
+    assert env_of(c)["CORIUM_FLEET_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert arg_value(c, "--advertise") == f"https://$(CORIUM_FLEET_NODE_ID).{T}.{NS}.svc:7001"
+    assert arg_value(c, "--zone-file") == "/etc/corium-fleet/zone/zone"
+    # no placement map unless one is given
+    assert "placement_map" not in transactor and "placement_map" not in ingress
+    assert not [d for d in kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("placement-map")]
+    for w in workloads(docs):
+        assert "placement-map" not in {v["name"] for v in w["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_registry_settings_follow_the_values():
+    transactor, _ = _configs(template(*POSTGRES, "--set", "fleet.registryTtlMs=20000",
+                                      "--set", "fleet.registryRenewMs=19999"))
+    assert (transactor["registry_ttl_ms"], transactor["registry_renew_ms"]) == (20000, 19999)
+
+
+def test_static_membership_renders_the_member_list():
+    docs = template(*POSTGRES, "--set", "fleet.membership=static", "--set", "transactor.replicas=4")
+    transactor, ingress = _configs(docs)
+    suffix = f"{T}.{NS}.svc:7001"
+    assert transactor["members"] == [f"{T}-{i}=https://{T}-{i}.{suffix}" for i in range(4)]
+    assert ingress["members"] == transactor["members"]
+    assert "registry_ttl_ms" not in transactor and "registry_renew_ms" not in transactor
+
+
+def test_changing_transactor_replicas_rolls_the_pools_only_in_static_mode():
+    def checksums(*args):
+        docs = template(*POSTGRES, "--set", "tls.mode=certManager", *args)
+        return [w["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+                for w in (one(docs, "StatefulSet"), one(docs, "Deployment"))]
+    assert checksums("--set", "transactor.replicas=3") == checksums("--set", "transactor.replicas=5")
+    static = ("--set", "fleet.membership=static")
+    before = checksums(*static, "--set", "transactor.replicas=3")
+    after = checksums(*static, "--set", "transactor.replicas=5")
+    assert before[0] != after[0] and before[1] != after[1]
+
+
+@pytest.mark.parametrize("membership", ["registry", "static"])
+def test_placement_map_is_mounted_into_both_pools(tmp_path, membership):
+    text = f"# hot tenants\norders = {T}-2, {T}-0\ninvoices = {T}-1,{T}-0  # comment\n"
+    docs = _with_map(tmp_path, text, "--set", f"fleet.membership={membership}")
+    cm = one(docs, "ConfigMap", f"{FULL}-placement-map")
+    assert cm["data"] == {"placement-map": text}
+    mount_dir, key = PLACEMENT_PATH.rsplit("/", 1)
+    assert key == "placement-map"
+    for config in _configs(docs):
+        assert config["placement_map"] == PLACEMENT_PATH
+        assert ("members" in config) == (membership == "static")
+    for component in ("transactor", "ingress"):
+        w = pool(docs, component)
+        pod = w["spec"]["template"]["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "placement-map")
+        assert volume["configMap"]["name"] == cm["metadata"]["name"]
+        mounts = [m for m in container(w, component)["volumeMounts"] if m["name"] == "placement-map"]
+        # a directory mount (no subPath): only those receive the kubelet's ConfigMap updates
+        assert mounts == [{"name": "placement-map", "mountPath": mount_dir, "readOnly": True}]
+
+
+def test_editing_the_placement_map_does_not_roll_the_pods(tmp_path):
+    """The binaries re-read the map live: no checksum of it on the pod templates."""
+    first = _with_map(tmp_path, f"orders = {T}-0, {T}-1\n", "--set", "tls.mode=certManager")
+    second = _with_map(tmp_path, f"orders = {T}-2, {T}-1\n", "--set", "tls.mode=certManager")
+    assert one(first, "ConfigMap", f"{FULL}-placement-map") != one(
+        second, "ConfigMap", f"{FULL}-placement-map")
+    for kind_name in ("StatefulSet", "Deployment"):
+        assert one(first, kind_name) == one(second, kind_name), kind_name
+
+
+def _render_error(*args: str) -> str:
+    result = helm("template", RELEASE, str(CHART), "--namespace", NS, *POSTGRES, *args)
+    assert result.returncode != 0, "rendered"
+    return result.stderr
+
+
+def test_registry_renew_must_be_below_the_ttl():
+    assert ("fleet.registryRenewMs (5000) must be below fleet.registryTtlMs (5000)"
+            in _render_error("--set", "fleet.registryTtlMs=5000", "--set", "fleet.registryRenewMs=5000"))
+    template(*POSTGRES, "--set", "fleet.registryTtlMs=5000", "--set", "fleet.registryRenewMs=4999")
+
+
+def test_unknown_membership_is_refused():
+    assert ('fleet.membership must be one of the following: "registry", "static"'
+            in _render_error("--set", "fleet.membership=gossip"))
+
+
+@pytest.mark.parametrize("text, message", [
+    (f"orders {T}-0, {T}-1", "line 1: expected `database = node, node`"),
+    (f"# c\nor ders = {T}-0, {T}-1", 'line 2: invalid database name "or ders"'),
+    (f"orders = {T}-0, {T}-3", f'line 1: "orders" names "{T}-3", which is not a transactor pod'),
+    (f"orders = {T}-0", 'line 1: "orders" names 1 node(s); placement needs fleet.replicas (2)'),
+    (f"orders = {T}-0, {T}-0", f'line 1: node "{T}-0" is listed twice for "orders"'),
+    (f"orders = {T}-0,, {T}-1", 'line 1: empty node id in the list for "orders"'),
+    (f"orders = {T}-0, {T}-1\n\norders = {T}-1, {T}-2",
+     'line 3: database "orders" is already mapped on line 1'),
+])
+def test_bad_placement_maps_fail_rendering_with_the_line(tmp_path, text, message):
+    values = tmp_path / "map-values.yaml"
+    values.write_text(yaml.safe_dump({"fleet": {"placementMap": text}}))
+    assert f"fleet.placementMap {message}" in _render_error("-f", str(values))
+
+
+def test_placement_map_follows_transactor_replicas(tmp_path):
+    text = f"orders = {T}-3, {T}-0\n"
+    values = tmp_path / "map-values.yaml"
+    values.write_text(yaml.safe_dump({"fleet": {"placementMap": text}}))
+    assert "which is not a transactor pod" in _render_error("-f", str(values))
+    docs = template(*POSTGRES, "-f", str(values), "--set", "transactor.replicas=4")
+    assert one(docs, "ConfigMap", f"{FULL}-placement-map")["data"]["placement-map"] == text
 
 
 # --- bad values ----------------------------------------------------------------------------------

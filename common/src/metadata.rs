@@ -30,6 +30,39 @@ pub enum MetadataError {
          the body is authoritative"
     )]
     RouteMismatch { route: String, body: String },
+    #[error("{REQUEST_ID} is empty; send a UUID or leave it out")]
+    EmptyRequestId,
+    #[error("{REQUEST_ID} is {0} bytes; a UUID is at most 45")]
+    RequestIdTooLong(usize),
+    #[error("{REQUEST_ID} {0:?} is not a UUID")]
+    RequestIdNotUuid(String),
+}
+
+/// The longest `corium-request-id` accepted (a braced URN-form UUID is 45).
+pub const MAX_REQUEST_ID_BYTES: usize = 45;
+
+/// Parses `corium-request-id`: absent → `None`; otherwise it must be a UUID
+/// in any of its text forms.
+///
+/// # Errors
+/// An empty, oversized, non-text or non-UUID value.
+pub fn request_id(map: &tonic::metadata::MetadataMap) -> Result<Option<uuid::Uuid>, MetadataError> {
+    let Some(value) = map.get(REQUEST_ID) else {
+        return Ok(None);
+    };
+    let bytes = value.as_bytes();
+    if bytes.is_empty() {
+        return Err(MetadataError::EmptyRequestId);
+    }
+    if bytes.len() > MAX_REQUEST_ID_BYTES {
+        return Err(MetadataError::RequestIdTooLong(bytes.len()));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| MetadataError::NotText { key: REQUEST_ID })?;
+    uuid::Uuid::parse_str(text.trim())
+        .map(Some)
+        .map_err(|_| MetadataError::RequestIdNotUuid(text.to_owned()))
 }
 
 fn text<'a>(
@@ -132,6 +165,27 @@ mod tests {
                 body: "a".into()
             })
         );
+    }
+
+    #[test]
+    fn request_ids_must_be_uuids() {
+        let with = |value: &'static str| {
+            let mut map = tonic::metadata::MetadataMap::new();
+            map.insert(REQUEST_ID, value.parse().unwrap());
+            request_id(&map)
+        };
+        assert_eq!(request_id(&tonic::metadata::MetadataMap::new()), Ok(None));
+        let id = "67e55044-10b1-426f-9247-bb680e5fe0c8";
+        assert_eq!(with(id).unwrap().unwrap().to_string(), id);
+        assert_eq!(with(""), Err(MetadataError::EmptyRequestId));
+        assert!(matches!(
+            with("not-a-uuid"),
+            Err(MetadataError::RequestIdNotUuid(_))
+        ));
+        assert!(matches!(
+            with("67e55044-10b1-426f-9247-bb680e5fe0c8-67e55044-10b1-426f"),
+            Err(MetadataError::RequestIdTooLong(_))
+        ));
     }
 
     #[test]

@@ -171,6 +171,62 @@ impl Map {
     }
 }
 
+impl Map {
+    /// Loads a map at process start. `strict` (static members: the list is
+    /// the whole fleet) applies every check. Otherwise (registry: members
+    /// come and go, and a mapped node may simply not have started yet) a
+    /// named node that is not live is returned as a warning instead of an
+    /// error, so pods do not crash-loop while a mapped node is down; every
+    /// other check still applies, and later reloads are strict.
+    ///
+    /// # Errors
+    /// A message naming the file and, for bad content, the line.
+    pub fn load_at_start(
+        path: &Path,
+        members: &[Member],
+        replicas: usize,
+        strict: bool,
+    ) -> Result<(Self, Vec<String>), String> {
+        if strict {
+            return Self::load(path, members, replicas).map(|map| (map, Vec::new()));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read placement map {}: {error}", path.display()))?;
+        let map = Self::parse(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+        let mut warnings = Vec::new();
+        let mut by_line: Vec<(&String, &Entry)> = map.entries.iter().collect();
+        by_line.sort_by_key(|(_, entry)| entry.line);
+        for (db, entry) in by_line {
+            if entry.nodes.len() < replicas {
+                return Err(format!(
+                    "{}: {}",
+                    path.display(),
+                    at(
+                        entry.line,
+                        format!(
+                            "{db:?} names {} node(s); placement needs {replicas} candidates",
+                            entry.nodes.len()
+                        )
+                    )
+                ));
+            }
+            for node in &entry.nodes {
+                if !members.iter().any(|member| &member.node_id == node) {
+                    warnings.push(format!(
+                        "{}: {}",
+                        path.display(),
+                        at(
+                            entry.line,
+                            format!("{db:?} names {node:?}, which is not live yet")
+                        )
+                    ));
+                }
+            }
+        }
+        Ok((map, warnings))
+    }
+}
+
 /// The candidates of `database`: the map's entry when there is one (its live
 /// members in map order, filled from rendezvous order if some have left),
 /// else rendezvous placement.
@@ -375,6 +431,31 @@ mod tests {
             ids(&candidates("orders", &fewer, 2, &map)),
             vec!["node-2", "node-1"]
         );
+    }
+
+    #[test]
+    fn registry_start_warns_about_nodes_not_yet_live() {
+        let dir = std::env::temp_dir().join(format!("placement-map-start-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("map");
+        std::fs::write(&path, "orders = node-1, node-9\n").unwrap();
+        let members = fleet();
+        assert!(
+            Map::load_at_start(&path, &members, 2, true)
+                .unwrap_err()
+                .contains("line 1")
+        );
+        let (map, warnings) = Map::load_at_start(&path, &members, 2, false).unwrap();
+        assert_eq!(map.len(), 1);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("node-9"), "{warnings:?}");
+        std::fs::write(&path, "orders = node-1\n").unwrap();
+        assert!(
+            Map::load_at_start(&path, &members, 2, false)
+                .unwrap_err()
+                .contains("needs 2")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

@@ -118,8 +118,16 @@ pub async fn run(
         if config.members.is_empty() {
             corium_fleet_transactor::registry::refresh(store.as_ref(), &members).await;
         }
-        let loaded = corium_fleet_common::placement_map::Map::load(&path, &members.get(), config.replicas)
-            .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
+        let (loaded, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
+            &path,
+            &members.get(),
+            config.replicas,
+            !config.members.is_empty(),
+        )
+        .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
+        for warning in warnings {
+            tracing::warn!(%warning, "placement map names a node that is not live; it is skipped until it joins");
+        }
         map.replace(loaded);
         let members = members.clone();
         tokio::spawn(map.clone().follow(

@@ -19,6 +19,8 @@ pub struct Metrics {
     pub resolution_failures: AtomicU64,
     pub connect_retries: AtomicU64,
     pub ambiguous_failures: AtomicU64,
+    /// Ambiguous failures of a `Transact` with a request id, retried once.
+    pub ambiguous_retries: AtomicU64,
     pub rejected_route_mismatch: AtomicU64,
     pub rejected_unroutable: AtomicU64,
     pub rejected_too_large: AtomicU64,
@@ -78,6 +80,11 @@ impl Metrics {
                 "corium_fleet_ingress_ambiguous_failures_total",
                 "Forwarded requests whose outcome is unknown (connection lost after sending).",
                 &self.ambiguous_failures,
+            ),
+            (
+                "corium_fleet_ingress_ambiguous_retries_total",
+                "Ambiguous failures of a Transact carrying corium-request-id, retried once (safe: the owner commits an id at most once).",
+                &self.ambiguous_retries,
             ),
             (
                 "corium_fleet_ingress_rejected_route_mismatch_total",

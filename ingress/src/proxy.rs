@@ -253,7 +253,13 @@ impl Proxy {
             None
         };
         let response = match (target, db.as_deref()) {
-            (Target::Owner, Some(db)) => self.to_owner(&parts, &body, db, deadline).await,
+            (Target::Owner, Some(db)) => {
+                // A `Transact` with a request id is idempotent at the owner:
+                // an ambiguous failure may be retried (same id, same bytes).
+                let idempotent = path == "/corium.v1.Transactor/Transact"
+                    && parts.headers.contains_key(metadata::REQUEST_ID);
+                self.to_owner(&parts, &body, db, deadline, idempotent).await
+            }
             (Target::Candidate, Some(db)) => {
                 self.to_any(&parts, &body, &self.candidate_hops(db), deadline)
                     .await
@@ -343,13 +349,16 @@ impl Proxy {
     /// replays exactly the same bytes) after a typed `NotOwner` — learning
     /// the hinted owner — or after every target refused the connection —
     /// re-reading the owner from storage. Nothing is retried once a node may
-    /// have accepted the request.
+    /// have accepted the request, unless it is `idempotent` (a `Transact`
+    /// carrying `corium-request-id`, which the owner commits at most once):
+    /// then an ambiguous failure is retried once after re-resolving the owner.
     async fn to_owner(
         &self,
         parts: &Parts,
         body: &Bytes,
         db: &str,
         deadline: Instant,
+        idempotent: bool,
     ) -> Result<Response<Body>, Status> {
         let mut retried = false;
         // Set by a `NotOwner` that names no owner but lists candidates (a
@@ -362,6 +371,7 @@ impl Proxy {
             };
             let mut connect_error = String::new();
             let mut answered = None;
+            let mut ambiguous = None;
             for hop in &hops {
                 match self.send(parts, body, hop, deadline).await {
                     Ok(response) => {
@@ -369,8 +379,21 @@ impl Proxy {
                         break;
                     }
                     Err(SendError::Connect(error)) => connect_error = error,
+                    Err(SendError::Ambiguous(error)) if idempotent && !retried => {
+                        ambiguous = Some(error);
+                        break;
+                    }
                     Err(error) => return Err(self.failure(error)),
                 }
+            }
+            if let Some(error) = ambiguous {
+                // The owner may have committed; the request id makes the
+                // retry safe. Look the owner up again and send once more.
+                tracing::info!(db, %error, "ambiguous failure of an idempotent transaction; retrying once");
+                self.cache.invalidate(db).await;
+                self.metrics.ambiguous_retries.fetch_add(1, Ordering::Relaxed);
+                retried = true;
+                continue;
             }
             match answered {
                 None => {

@@ -111,6 +111,8 @@ pub struct Node {
     pub grpc: u16,
     pub admin: u16,
     args: Vec<String>,
+    /// Extra environment (fault injection).
+    env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -135,6 +137,7 @@ impl Node {
             .unwrap();
         let child = Command::new(binary)
             .args(&self.args)
+            .envs(self.env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
             .env("CORIUM_FLEET_LOG", "info,corium_transactor=warn")
             .stdout(Stdio::null())
             .stderr(log)
@@ -281,26 +284,36 @@ impl Fleet {
     /// # Panics
     /// When a node does not become ready within 60 s.
     pub async fn start(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, false, &[], true).await
+        Self::launch(backend, count, lease_ttl, false, &[], true, &[]).await
     }
 
     /// Like [`Fleet::start`], with `extra` flags on every node.
     pub async fn start_with(backend: Backend, count: usize, lease_ttl: Duration, extra: &[&str]) -> Self {
-        Self::launch(backend, count, lease_ttl, false, extra, true).await
+        Self::launch(backend, count, lease_ttl, false, extra, true, &[]).await
     }
 
     /// Like [`Fleet::start`], but the nodes get no `--member` list: they
     /// find each other through the node registry in storage (and so must
     /// ingresses started on this fleet).
     pub async fn start_registry(backend: Backend, count: usize, lease_ttl: Duration, extra: &[&str]) -> Self {
-        Self::launch(backend, count, lease_ttl, false, extra, false).await
+        Self::launch(backend, count, lease_ttl, false, extra, false, &[]).await
+    }
+
+    /// Like [`Fleet::start`], with `env` set for every node (fault injection).
+    pub async fn start_with_env(
+        backend: Backend,
+        count: usize,
+        lease_ttl: Duration,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::launch(backend, count, lease_ttl, false, &[], true, env).await
     }
 
     /// Like [`Fleet::start`], with the internal hop on mTLS: certificates
     /// from `corium-fleet certs`, nodes serving mTLS only, and ingresses
     /// presenting the ingress certificate.
     pub async fn start_mtls(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, true, &[], true).await
+        Self::launch(backend, count, lease_ttl, true, &[], true, &[]).await
     }
 
     /// The certificate directory of an mTLS fleet.
@@ -316,6 +329,7 @@ impl Fleet {
         mtls: bool,
         extra: &[&str],
         static_members: bool,
+        env: &[(&str, &str)],
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
@@ -410,6 +424,10 @@ impl Fleet {
                 grpc: *grpc,
                 admin: *admin,
                 args,
+                env: env
+                    .iter()
+                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                    .collect(),
                 child: None,
                 log: dir.path().join(format!("{}.log", member.node_id)),
             };
@@ -487,6 +505,7 @@ impl Fleet {
                 grpc,
                 admin,
                 args,
+                env: Vec::new(),
                 child: None,
             };
             ingress.spawn();
@@ -534,6 +553,7 @@ impl Fleet {
             grpc,
             admin,
             args,
+            env: Vec::new(),
             child: None,
             log: self.dir.path().join(format!("{}.log", member.node_id)),
         };

@@ -91,6 +91,9 @@ pub struct Cell {
     last_used: AtomicU64,
     /// Live subscriptions: a subscribed database is never idle.
     subscribers: AtomicUsize,
+    /// Request ids in flight on this cell (the durable record is in the
+    /// database; see `request_id.rs`).
+    pub ledger: crate::request_id::Ledger,
 }
 
 /// Keeps a cell from looking idle while a subscription streams from it.
@@ -148,16 +151,19 @@ impl Cell {
     }
 
     /// Creates the database through Corium's own catalog service (so its
-    /// validation and error statuses are Corium's) and opens its cell.
+    /// validation and error statuses are Corium's), with the request-id
+    /// attributes added to its schema, and opens its cell.
     /// `Ok(None)` when the database already existed.
     ///
     /// # Errors
     /// Corium's status for an invalid name, schema or key, or storage.
     pub async fn create(
         template: &Template,
-        request: pb::CreateDatabaseRequest,
+        mut request: pb::CreateDatabaseRequest,
     ) -> Result<Option<Arc<Self>>, tonic::Status> {
         let db = request.db.clone();
+        // Every fleet database can take request ids (`request_id.rs`).
+        request.schema = crate::request_id::with_schema(&request.schema)?;
         let node = TransactorNode::open(template.node_config(Some(&db)))
             .await
             .map_err(|error| corium_transactor::server::to_status(&error))?;
@@ -192,6 +198,7 @@ impl Cell {
             opened: std::time::Instant::now(),
             last_used: AtomicU64::new(0),
             subscribers: AtomicUsize::new(0),
+            ledger: crate::request_id::Ledger::default(),
         }))
     }
 

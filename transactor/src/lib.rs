@@ -12,12 +12,14 @@
 //! - [`registry`] — node records in storage: live members, unique node ids;
 //! - [`counting`] — the shared store, counting root operations per database;
 //! - [`peer`] — calls to other nodes' admin service (handoff, drain);
+//! - [`request_id`] — exactly-once `Transact`: durable request ids at the owner;
 //! - [`standby`] — standing of each database and the takeover watcher;
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
 //! - [`principal`] — who may carry `corium-principal` (ingress peers only);
-//! - [`error`] — the crate's error and its kind.
+//! - [`error`] — the crate's error and its kind;
+//! - [`fault`] — process-level fault injection for the fault tests (environment only).
 //!
 //! [`run`] starts a node on given listeners until a shutdown future resolves;
 //! the binary and the tests start nodes the same way.
@@ -27,11 +29,13 @@ pub mod cell;
 pub mod config;
 pub mod counting;
 pub mod error;
+pub mod fault;
 pub mod host;
 pub mod metrics;
 pub mod peer;
 pub mod principal;
 pub mod registry;
+pub mod request_id;
 pub mod service;
 pub mod standby;
 pub mod view;
@@ -127,6 +131,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     corium_fleet_common::tls::install_default_provider();
+    fault::announce();
     let spec = config.storage.spec();
     let describe = config.storage.describe();
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
@@ -185,8 +190,16 @@ pub async fn run(
                 endpoint: host.config.advertise.clone(),
             });
         }
-        let map = corium_fleet_common::placement_map::Map::load(&path, &members, host.config.replicas)
-            .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
+        let (map, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
+            &path,
+            &members,
+            host.config.replicas,
+            host.config.static_members,
+        )
+        .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
+        for warning in warnings {
+            tracing::warn!(%warning, "placement map names a node that is not live; it is skipped until it joins");
+        }
         tracing::info!(path = %path.display(), databases = map.len(), "placement map loaded");
         host.map.replace(map);
         let members = host.members.clone();

@@ -23,6 +23,11 @@ pub struct Metrics {
     pub evictions: AtomicU64,
     pub idle_evictions: AtomicU64,
     pub handoffs: AtomicU64,
+    /// `Transact` calls with a request id that committed.
+    pub request_id_commits: AtomicU64,
+    /// `Transact` calls with a request id already committed: answered from
+    /// the durable record.
+    pub request_id_replays: AtomicU64,
     pub handoff_failures: AtomicU64,
     /// Handoffs started because this node stopped being a candidate.
     pub rebalances: AtomicU64,
@@ -129,6 +134,18 @@ impl Metrics {
             "corium_fleet_storage_unavailable_total",
             "Requests answered UNAVAILABLE because ownership could not be verified.",
             load(&self.storage_unavailable),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_request_id_commits_total",
+            "Transactions with a corium-request-id that committed.",
+            load(&self.request_id_commits),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_request_id_replays_total",
+            "Transactions with an already-committed corium-request-id, answered from the durable record.",
+            load(&self.request_id_replays),
         );
         counter(
             &mut out,

@@ -98,6 +98,21 @@ app.kubernetes.io/component: ingress
 {{- printf "%s.%s.svc" (include "corium-fleet.transactor.headless" .) .Release.Namespace }}
 {{- end }}
 
+{{/* "true" when fleet.membership is static (a rendered `members` list), else empty. */}}
+{{- define "corium-fleet.staticMembership" -}}
+{{- if eq .Values.fleet.membership "static" }}true{{ end }}
+{{- end }}
+
+{{/* The node ids of the transactor pods ("<transactor fullname>-N"), as a JSON array. */}}
+{{- define "corium-fleet.transactor.nodeIds" -}}
+{{- $ids := list }}
+{{- $name := include "corium-fleet.transactor.fullname" . }}
+{{- range $i := until (int .Values.transactor.replicas) }}
+{{- $ids = append $ids (printf "%s-%d" $name $i) }}
+{{- end }}
+{{- toJson $ids }}
+{{- end }}
+
 {{/* The members list, one "NODE_ID=ENDPOINT" per transactor pod, as a JSON array. */}}
 {{- define "corium-fleet.members" -}}
 {{- $members := list }}
@@ -107,6 +122,92 @@ app.kubernetes.io/component: ingress
 {{- $members = append $members (printf "%s-%d=https://%s-%d.%s:7001" $name $i $name $i $suffix) }}
 {{- end }}
 {{- toJson $members }}
+{{- end }}
+
+{{/* Placement map ----------------------------------------------------------- */}}
+
+{{/* "true" when fleet.placementMap has content, else empty. */}}
+{{- define "corium-fleet.placementMap.enabled" -}}
+{{- if trim (toString .Values.fleet.placementMap) }}true{{ end }}
+{{- end }}
+
+{{- define "corium-fleet.placementMap.name" -}}
+{{- printf "%s-placement-map" (include "corium-fleet.fullname" .) }}
+{{- end }}
+
+{{/* Where both pools read the map (`placement_map` in their node.toml). */}}
+{{- define "corium-fleet.placementMap.path" -}}
+/etc/corium-fleet/placement/placement-map
+{{- end }}
+
+{{/*
+The map's volumeMount and volume. The ConfigMap is mounted as a directory, never with subPath:
+only a directory mount receives the kubelet's updates, which the binaries re-read live.
+*/}}
+{{- define "corium-fleet.placementMap.volumeMount" -}}
+{{- if include "corium-fleet.placementMap.enabled" . -}}
+- name: placement-map
+  mountPath: /etc/corium-fleet/placement
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.placementMap.volume" -}}
+{{- if include "corium-fleet.placementMap.enabled" . -}}
+- name: placement-map
+  configMap:
+    name: {{ include "corium-fleet.placementMap.name" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The chart's own check of fleet.placementMap, mirroring the binaries' (which refuse a bad map at
+start with exit 2, and keep the previous map when a live edit is bad): every node must be a
+transactor pod of this release, so a map that names a pod scaled away fails `helm upgrade`
+instead of making restarted pods exit.
+*/}}
+{{- define "corium-fleet.placementMap.validate" -}}
+{{- if include "corium-fleet.placementMap.enabled" . }}
+{{- $pods := include "corium-fleet.transactor.nodeIds" . | fromJsonArray }}
+{{- $want := int .Values.fleet.replicas }}
+{{- $range := printf "%s … %s" (first $pods) (last $pods) }}
+{{- $seen := dict }}
+{{- range $index, $raw := splitList "\n" (toString .Values.fleet.placementMap) }}
+{{- $line := add1 $index }}
+{{- $content := trim (first (splitList "#" $raw)) }}
+{{- if $content }}
+{{- if not (contains "=" $content) }}
+{{- fail (printf "fleet.placementMap line %d: expected `database = node, node`, got %q" $line $content) }}
+{{- end }}
+{{- $parts := splitn "=" 2 $content }}
+{{- $db := trim $parts._0 }}
+{{- if not (regexMatch "^[A-Za-z0-9_-]{1,128}$" $db) }}
+{{- fail (printf "fleet.placementMap line %d: invalid database name %q: use 1-128 letters, digits, '-' or '_'" $line $db) }}
+{{- end }}
+{{- if hasKey $seen $db }}
+{{- fail (printf "fleet.placementMap line %d: database %q is already mapped on line %d" $line $db (get $seen $db)) }}
+{{- end }}
+{{- $_ := set $seen $db $line }}
+{{- $nodes := list }}
+{{- range $node := splitList "," $parts._1 }}
+{{- $node = trim $node }}
+{{- if not $node }}
+{{- fail (printf "fleet.placementMap line %d: empty node id in the list for %q" $line $db) }}
+{{- end }}
+{{- if has $node $nodes }}
+{{- fail (printf "fleet.placementMap line %d: node %q is listed twice for %q" $line $node $db) }}
+{{- end }}
+{{- if not (has $node $pods) }}
+{{- fail (printf "fleet.placementMap line %d: %q names %q, which is not a transactor pod of this release (%s)" $line $db $node $range) }}
+{{- end }}
+{{- $nodes = append $nodes $node }}
+{{- end }}
+{{- if lt (len $nodes) $want }}
+{{- fail (printf "fleet.placementMap line %d: %q names %d node(s); placement needs fleet.replicas (%d)" $line $db (len $nodes) $want) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Images ------------------------------------------------------------------ */}}
@@ -256,6 +357,11 @@ topologySpreadConstraints:
 {{- if lt (int $t.terminationGracePeriodSeconds) (add (int $t.preStopSleepSeconds) 10 | int) }}
 {{- fail (printf "transactor.terminationGracePeriodSeconds (%d) must be at least transactor.preStopSleepSeconds (%d) + 10 so the SIGTERM drain has time to release the leases" (int $t.terminationGracePeriodSeconds) (int $t.preStopSleepSeconds)) }}
 {{- end }}
+{{- $f := .Values.fleet }}
+{{- if ge (int64 $f.registryRenewMs) (int64 $f.registryTtlMs) }}
+{{- fail (printf "fleet.registryRenewMs (%d) must be below fleet.registryTtlMs (%d): a transactor renews its registry record before it expires" (int64 $f.registryRenewMs) (int64 $f.registryTtlMs)) }}
+{{- end }}
+{{- include "corium-fleet.placementMap.validate" . }}
 {{- if and .Values.ingress.autoscaling.enabled (gt (int .Values.ingress.autoscaling.minReplicas) (int .Values.ingress.autoscaling.maxReplicas)) }}
 {{- fail "ingress.autoscaling.minReplicas cannot exceed ingress.autoscaling.maxReplicas" }}
 {{- end }}

@@ -1,6 +1,7 @@
 //! `corium.v1.Transactor`, dispatched to the owning cell through Corium's
 //! own `TransactorSvc`, except `Subscribe`, which the fleet serves itself
-//! (see `subscribe.rs`).
+//! (see `subscribe.rs`), and a `Transact` carrying `corium-request-id`,
+//! which goes through the exactly-once path (`request_id.rs`).
 
 use std::sync::Arc;
 
@@ -10,8 +11,25 @@ use corium_protocol::pb::transactor_server::Transactor;
 use corium_transactor::server::TransactorSvc;
 use tonic::{Request, Response, Status};
 
+use corium_fleet_common::metadata;
+
 use super::dispatch;
 use crate::host::Host;
+use crate::request_id::Outcome;
+
+/// Corium's protocol-version rule for requests (its own check is private).
+fn check_version(version: u32) -> Result<(), Status> {
+    let supported = corium_protocol::MIN_SUPPORTED_PROTOCOL_VERSION..=corium_protocol::PROTOCOL_VERSION;
+    if supported.contains(&version) {
+        Ok(())
+    } else {
+        Err(Status::failed_precondition(format!(
+            "protocol version {version} is not supported; supported range is {}..={}",
+            supported.start(),
+            supported.end()
+        )))
+    }
+}
 
 /// The fleet's `Transactor` service.
 pub struct FleetTransactor(pub Arc<Host>);
@@ -26,11 +44,36 @@ impl Transactor for FleetTransactor {
         &self,
         request: Request<pb::TransactRequest>,
     ) -> Result<Response<pb::TransactResponse>, Status> {
+        // A malformed id is refused before anything else is looked at.
+        let id = metadata::request_id(request.metadata())
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let db = request.get_ref().db.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).transact(request).await
-        })
-        .await
+        let Some(id) = id else {
+            return dispatch(&self.0, request, &db, |node, request| async move {
+                svc(node).transact(request).await
+            })
+            .await;
+        };
+        let host = &self.0;
+        let cell = host.owner(request.metadata(), &db).await?;
+        let Some(_permit) = cell.admit() else {
+            return Err(host.not_owner(&db, None));
+        };
+        let request = request.into_inner();
+        check_version(request.protocol_version)?;
+        let (response, outcome) = cell.ledger.transact(&cell.node, &db, id, &request).await?;
+        let counter = match outcome {
+            Outcome::Committed => {
+                crate::fault::after_commit(&id);
+                &host.metrics.request_id_commits
+            }
+            Outcome::Replayed => {
+                tracing::info!(db, request_id = %id, basis_t = response.basis_t, "duplicate request id; replayed the committed answer");
+                &host.metrics.request_id_replays
+            }
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Response::new(response))
     }
 
     async fn saga_commit(

@@ -1,0 +1,377 @@
+//! Exactly-once `Transact` with `corium-request-id`, over real processes:
+//! replays return the first answer byte for byte, reuse with other bytes is
+//! refused, concurrent duplicates commit once, and the record survives owner
+//! crashes (including one between the log append and the reply), failover,
+//! handoffs and restarts.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::metadata::REQUEST_ID;
+use corium_fleet_proto::fleet::HandoffRequest;
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_tests::corium::{self, channel};
+use corium_fleet_tests::{Backend, Fleet, http_get};
+use corium_protocol::pb;
+
+const TTL: Duration = Duration::from_millis(1500);
+
+/// Transacts item `name` into `db` through `address` under request id `id`.
+async fn with_id(
+    address: &str,
+    db: &str,
+    name: &str,
+    id: &str,
+) -> Result<pb::TransactResponse, tonic::Status> {
+    corium::transact(address, db, name, &[(REQUEST_ID, id)]).await
+}
+
+/// Retries `with_id` on retryable statuses until it succeeds (bounded).
+async fn until_ok(address: &str, db: &str, name: &str, id: &str, fleet: &Fleet) -> pb::TransactResponse {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        match with_id(address, db, name, id).await {
+            Ok(response) => return response,
+            Err(status) => {
+                assert!(
+                    matches!(
+                        status.code(),
+                        tonic::Code::Unavailable
+                            | tonic::Code::FailedPrecondition
+                            | tonic::Code::DeadlineExceeded
+                    ),
+                    "{db} {id}: not retryable: {status:?}"
+                );
+                assert!(
+                    Instant::now() < deadline,
+                    "{db} {id}: no success: {status:?}\n{}",
+                    fleet.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        }
+    }
+}
+
+/// `t`s of the log of `db` carrying item `name`.
+async fn ts_of(address: &str, db: &str, name: &str) -> Vec<u64> {
+    corium::log(address, db)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|(_, names)| names.iter().any(|n| n == name))
+        .map(|(t, _)| t)
+        .collect()
+}
+
+fn tempid_keys(response: &pb::TransactResponse) -> Vec<String> {
+    match corium_protocol::codec::decode_edn(&response.tempids).unwrap() {
+        corium_query::edn::Edn::Map(pairs) => pairs
+            .into_iter()
+            .map(|(key, _)| match key {
+                corium_query::edn::Edn::Str(key) => key,
+                other => panic!("tempid key {other:?}"),
+            })
+            .collect(),
+        other => panic!("tempids {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let db = "once";
+        assert!(corium::create(&address, db).await.unwrap());
+        corium::transact(&address, db, "plain", &[]).await.unwrap();
+
+        let id = uuid::Uuid::new_v4().to_string();
+        let first = with_id(&address, db, "a", &id).await.unwrap();
+        let again = with_id(&address, db, "a", &id).await.unwrap();
+        assert_eq!(
+            first, again,
+            "{backend:?}: a replay is the first answer, byte for byte"
+        );
+        assert_eq!(
+            tempid_keys(&first),
+            ["x"],
+            "{backend:?}: the caller's tempids only"
+        );
+        assert_eq!(
+            ts_of(&address, db, "a").await,
+            [first.basis_t],
+            "{backend:?}: committed once"
+        );
+
+        // Same id, other bytes: refused, nothing committed.
+        let before = corium::log(&address, db).await.unwrap().len();
+        let reused = with_id(&address, db, "b", &id).await.unwrap_err();
+        assert_eq!(reused.code(), tonic::Code::InvalidArgument, "{reused:?}");
+        assert!(reused.message().contains("already used"), "{reused:?}");
+        // Malformed ids: refused before anything is validated.
+        for bad in ["", "not-a-uuid", &"7".repeat(60)] {
+            let status = with_id(&address, db, "c", bad).await.unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}: {status:?}");
+        }
+        assert_eq!(
+            corium::log(&address, db).await.unwrap().len(),
+            before,
+            "{backend:?}: nothing committed"
+        );
+        // An id on a call that is not a Transact is ignored.
+        let mut client = pb::transactor_client::TransactorClient::new(channel(&address).await);
+        let mut status_request = tonic::Request::new(pb::StatusRequest { db: db.to_owned() });
+        status_request
+            .metadata_mut()
+            .insert(REQUEST_ID, "not-a-uuid".parse().unwrap());
+        client.status(status_request).await.unwrap();
+
+        // Concurrent duplicates: one commit, every caller the same answer.
+        let concurrent = uuid::Uuid::new_v4().to_string();
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                let (address, id) = (address.clone(), concurrent.clone());
+                tokio::spawn(async move { with_id(&address, "once", "together", &id).await })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for call in calls {
+            answers.push(call.await.unwrap().unwrap());
+        }
+        assert!(
+            answers.windows(2).all(|pair| pair[0] == pair[1]),
+            "{backend:?}: {answers:?}"
+        );
+        assert_eq!(ts_of(&address, db, "together").await, [answers[0].basis_t]);
+
+        // The owner dies; its successor (fresh process state, no cache)
+        // still knows both ids from the database itself.
+        let owner = fleet.candidates(db)[0];
+        fleet.nodes[owner].kill();
+        until_ok(
+            &address,
+            db,
+            "after-kill",
+            &uuid::Uuid::new_v4().to_string(),
+            &fleet,
+        )
+        .await;
+        assert_eq!(
+            with_id(&address, db, "a", &id).await.unwrap(),
+            first,
+            "{backend:?}: after failover"
+        );
+        assert_eq!(
+            with_id(&address, db, "together", &concurrent).await.unwrap(),
+            answers[0]
+        );
+        let successor = fleet.candidates(db)[1];
+        let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
+        assert!(
+            metrics.contains("corium_fleet_request_id_replays_total 2"),
+            "{metrics}"
+        );
+        // Restarted, the old owner does not preempt; a handoff back and the
+        // record still holds.
+        fleet.nodes[owner].restart().await;
+        let mut admin = FleetAdminClient::new(channel(&fleet.nodes[successor].endpoint()).await);
+        admin
+            .handoff(HandoffRequest {
+                database: db.to_owned(),
+                target_node_id: fleet.nodes[owner].id.clone(),
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            with_id(&address, db, "a", &id).await.unwrap(),
+            first,
+            "{backend:?}: after handoff"
+        );
+        assert_eq!(ts_of(&address, db, "a").await, [first.basis_t]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_dying_between_append_and_reply_is_retried_with_the_same_id_and_commits_once() {
+    for backend in Backend::all() {
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut fleet = Fleet::start_with_env(
+            backend.clone(),
+            3,
+            TTL,
+            &[(corium_fleet_transactor::fault::CRASH_AFTER_COMMIT, &id)],
+        )
+        .await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let db = "crashy";
+        assert!(corium::create(&address, db).await.unwrap());
+        corium::transact(&address, db, "before", &[]).await.unwrap();
+        let owner = fleet.candidates(db)[0];
+
+        // The owner commits, then dies before answering: the caller sees an
+        // ambiguous failure (the ingress's one retry finds the owner gone).
+        let lost = with_id(&address, db, "in-flight", &id).await.unwrap_err();
+        assert_eq!(lost.code(), tonic::Code::Unavailable, "{backend:?}: {lost:?}");
+        assert!(
+            fleet.nodes[owner].log().contains("aborting after the commit"),
+            "{}",
+            fleet.nodes[owner].log()
+        );
+        // Retried with the same id until the successor serves it: the answer
+        // is the committed transaction's, and there is exactly one.
+        let answer = until_ok(&address, db, "in-flight", &id, &fleet).await;
+        let ts = ts_of(&address, db, "in-flight").await;
+        assert_eq!(ts, [answer.basis_t], "{backend:?}: committed exactly once");
+        assert_eq!(answer.basis_before + 1, answer.basis_t);
+        assert_eq!(tempid_keys(&answer), ["x"]);
+        assert_eq!(with_id(&address, db, "in-flight", &id).await.unwrap(), answer);
+        let (_, metrics) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
+        assert!(
+            !metrics.contains("corium_fleet_ingress_ambiguous_retries_total 0"),
+            "{backend:?}: the ingress retried the ambiguous failure once: {metrics}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoffs_exactly_once() {
+    let backend = Backend::all().remove(1);
+    let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+    fleet.start_ingresses(2, &[]).await;
+    let addresses: Vec<String> = fleet
+        .ingresses
+        .iter()
+        .map(corium_fleet_tests::Node::endpoint)
+        .collect();
+    let dbs: Vec<String> = (0..4).map(|i| format!("busy-{i}")).collect();
+    for db in &dbs {
+        assert!(corium::create(&addresses[0], db).await.unwrap());
+    }
+    let started = Instant::now();
+    let clients: Vec<_> = (0..16)
+        .map(|client| {
+            let addresses = addresses.clone();
+            let db = dbs[client % dbs.len()].clone();
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let mut retried = 0usize;
+                for n in 0..63 {
+                    let id = uuid::Uuid::new_v4().to_string();
+                    let name = format!("c{client}-{n}");
+                    let deadline = Instant::now() + Duration::from_secs(60);
+                    let mut attempt = 0usize;
+                    let response = loop {
+                        // A random ingress per attempt.
+                        let address = &addresses[(client + n + attempt) % addresses.len()];
+                        match with_id(address, &db, &name, &id).await {
+                            Ok(response) => break response,
+                            Err(status) => {
+                                assert!(
+                                    matches!(
+                                        status.code(),
+                                        tonic::Code::Unavailable
+                                            | tonic::Code::FailedPrecondition
+                                            | tonic::Code::DeadlineExceeded
+                                    ),
+                                    "{db} {name}: {status:?}"
+                                );
+                                assert!(Instant::now() < deadline, "{db} {name}: {status:?}");
+                                attempt += 1;
+                                tokio::time::sleep(Duration::from_millis(100 * attempt.min(5) as u64)).await;
+                            }
+                        }
+                    };
+                    if attempt > 0 {
+                        retried += 1;
+                    }
+                    acked.push((db.clone(), name, id, response));
+                }
+                (acked, retried)
+            })
+        })
+        .collect();
+    // Chaos while they run: SIGKILL an owner, hand a database off, SIGTERM
+    // (drain) another node, bring everything back.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let victim = fleet.candidates(&dbs[0])[0];
+    fleet.nodes[victim].kill();
+    tokio::time::sleep(TTL * 3).await;
+    fleet.nodes[victim].restart().await;
+    let db1 = &dbs[1];
+    let [holder, other] = fleet.candidates(db1)[..] else {
+        panic!()
+    };
+    let placement = corium::placement(&fleet.nodes[other].endpoint(), db1).await;
+    let (from, to) = if placement.owner_id == fleet.nodes[holder].id {
+        (holder, other)
+    } else {
+        (other, holder)
+    };
+    let handed = FleetAdminClient::new(channel(&fleet.nodes[from].endpoint()).await)
+        .handoff(HandoffRequest {
+            database: db1.clone(),
+            target_node_id: fleet.nodes[to].id.clone(),
+        })
+        .await;
+    eprintln!("handoff of {db1}: {handed:?}");
+    let drained = fleet.candidates(&dbs[2])[0];
+    tokio::task::block_in_place(|| fleet.nodes[drained].terminate());
+    fleet.nodes[drained].restart().await;
+
+    let mut acked = Vec::new();
+    let mut retried = 0;
+    for client in clients {
+        let (mut client_acked, client_retried) = client.await.unwrap();
+        acked.append(&mut client_acked);
+        retried += client_retried;
+    }
+    eprintln!(
+        "{} transactions acknowledged in {:?}, {retried} needed a retry with their id",
+        acked.len(),
+        started.elapsed()
+    );
+    assert_eq!(acked.len(), 16 * 63);
+    let mut logs = BTreeMap::new();
+    for db in &dbs {
+        logs.insert(db.clone(), corium::log(&addresses[0], db).await.unwrap());
+    }
+    for db in &dbs {
+        let mut seen = BTreeMap::new();
+        for (t, names) in &logs[db] {
+            // Item names only (the request record's strings are per-transaction
+            // ids, digests and tempid names).
+            for name in names
+                .iter()
+                .filter(|name| name.starts_with('c') && name.contains('-'))
+            {
+                assert!(
+                    seen.insert(name.clone(), *t).is_none(),
+                    "{db}: {name} committed twice"
+                );
+            }
+        }
+        let ts: Vec<u64> = logs[db].iter().map(|(t, _)| *t).collect();
+        assert!(
+            ts.windows(2).all(|pair| pair[1] == pair[0] + 1),
+            "{db}: gap in {ts:?}"
+        );
+        for (acked_db, name, _, response) in acked.iter().filter(|entry| &entry.0 == db) {
+            assert_eq!(
+                seen.get(name),
+                Some(&response.basis_t),
+                "{acked_db}: {name} at its acknowledged t"
+            );
+        }
+    }
+    // Every id, sent again, returns its original answer.
+    for (db, name, id, response) in acked.iter().step_by(7) {
+        assert_eq!(
+            &with_id(&addresses[1], db, name, id).await.unwrap(),
+            response,
+            "{db} {name}"
+        );
+    }
+}
