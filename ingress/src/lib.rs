@@ -11,6 +11,7 @@
 //! - [`limits`] — concurrency limit and per-client rate limit;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
 //! - [`proxy`] — the forwarding path and its retry rules;
+//! - [`stream_end`] — a stream broken upstream ends `UNAVAILABLE`, not reset;
 //! - [`metrics`] — cache, forwarding and rejection counters;
 //! - [`server`] — HTTP/2 (h2c) client listener and graceful shutdown.
 //!
@@ -24,6 +25,7 @@ pub mod owner_cache;
 pub mod proxy;
 pub mod route;
 pub mod server;
+pub mod stream_end;
 
 use std::future::Future;
 use std::sync::Arc;

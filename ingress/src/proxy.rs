@@ -509,8 +509,7 @@ impl Proxy {
                 Err(SendError::Connect(format!("{}: {error:?}", hop.endpoint)))
             }
             Ok(Err(error)) => Err(SendError::Ambiguous(format!("{}: {error:?}", hop.endpoint))),
-            Ok(Ok(response)) => Ok(response
-                .map(|body: Incoming| body.map_err(|error| Box::new(error) as BoxError).boxed_unsync())),
+            Ok(Ok(response)) => Ok(response.map(crate::stream_end::StreamEnd::boxed)),
         }
     }
 }

@@ -84,11 +84,30 @@ impl Backend {
 /// A free loopback port for a server under test, drawn at random from
 /// 10000–31999: below Linux's ephemeral range (32768–60999), so the outgoing
 /// connections of concurrently running tests cannot take it between this
-/// check and the server's bind.
+/// check and the server's bind. Test processes run concurrently (nextest runs
+/// each test in its own process), so each port is also reserved across
+/// processes with an advisory lock file held until this process exits: two
+/// tests never hand out the same port while their servers start.
 fn free_port() -> u16 {
+    static HELD: std::sync::Mutex<Vec<nix::fcntl::Flock<std::fs::File>>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("corium-fleet-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
     loop {
         let candidate = 10_000 + u16::try_from(uuid::Uuid::new_v4().as_u128() % 22_000).unwrap();
+        let Ok(file) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(candidate.to_string()))
+        else {
+            continue;
+        };
+        let Ok(lock) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) else {
+            // Another test process holds this port.
+            continue;
+        };
         if std::net::TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+            HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(lock);
             return candidate;
         }
     }

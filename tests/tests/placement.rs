@@ -546,3 +546,72 @@ async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_reserves_the_target_and_places_it_on_its_own_candidates() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let source = "fork-src";
+        assert!(corium::create(&address, source).await.unwrap());
+        let mut last = 0;
+        for i in 0..3 {
+            last = corium::transact(&address, source, &format!("item-{i}"), &[])
+                .await
+                .unwrap()
+                .basis_t;
+        }
+        let mut catalog = corium_protocol::pb::catalog_client::CatalogClient::new(channel(&address).await);
+        let fork = |target: &str| corium_protocol::pb::ForkDatabaseRequest {
+            db: source.to_owned(),
+            target: target.to_owned(),
+            as_of_t: 0,
+        };
+        // A target name that cannot exist is refused before anything runs.
+        let bad = catalog.fork_database(fork("bad name!")).await.unwrap_err();
+        assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        let forked = catalog
+            .fork_database(fork("fork-dst"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(forked.created);
+        assert_eq!(forked.basis_t, last, "{backend:?}: forked at the source's basis");
+        // The target is a database of its own, on its own candidates.
+        let after = corium::transact(&address, "fork-dst", "only-in-target", &[])
+            .await
+            .unwrap();
+        assert_eq!(after.basis_before, last);
+        assert_eq!(
+            owner_of(&fleet, "fork-dst").await,
+            fleet.nodes[fleet.candidates("fork-dst")[0]].id
+        );
+        let target_log = corium::log(&address, "fork-dst").await.unwrap();
+        for i in 0..3 {
+            let name = format!("item-{i}");
+            assert!(
+                target_log.iter().any(|(_, names)| names.contains(&name)),
+                "{backend:?}: {name}"
+            );
+        }
+        // The source is untouched and still writable.
+        let source_next = corium::transact(&address, source, "only-in-source", &[])
+            .await
+            .unwrap();
+        assert_eq!(source_next.basis_before, last);
+        let source_log = corium::log(&address, source).await.unwrap();
+        assert!(
+            !source_log
+                .iter()
+                .any(|(_, names)| names.iter().any(|n| n == "only-in-target"))
+        );
+        // Forking into an existing name is ALREADY_EXISTS and changes nothing.
+        let again = catalog.fork_database(fork("fork-dst")).await.unwrap_err();
+        assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
+        assert_eq!(
+            corium::log(&address, "fork-dst").await.unwrap().len(),
+            target_log.len()
+        );
+    }
+}

@@ -54,9 +54,9 @@ impl Template {
             .is_some_and(|rest| rest.starts_with('.'))
     }
 
-    fn node_config(&self, db: Option<&str>) -> NodeConfig {
+    fn node_config(&self, db: Option<&str>, fork_targets: &view::ForkTargets) -> NodeConfig {
         let mut config = NodeConfig::new(self.data_dir.clone());
-        config.store = StoreSpec::new(self.view_kind, view::config(&self.base, db));
+        config.store = StoreSpec::new(self.view_kind, view::config(&self.base, db, fork_targets));
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         config.owner = format!("{}.{generation}", self.owner_prefix);
         config.lease_ttl_ms = self.lease_ttl_ms;
@@ -94,6 +94,8 @@ pub struct Cell {
     /// Request ids in flight on this cell (the durable record is in the
     /// database; see `request_id.rs`).
     pub ledger: crate::request_id::Ledger,
+    /// Databases this cell's view may write while it forks into them.
+    pub fork_targets: view::ForkTargets,
 }
 
 /// Keeps a cell from looking idle while a subscription streams from it.
@@ -130,7 +132,8 @@ impl Cell {
     /// # Errors
     /// [`OpenError::Held`] when another owner holds an unexpired lease.
     pub async fn open(template: &Template, db: &str) -> Result<Arc<Self>, OpenError> {
-        let node = match TransactorNode::open(template.node_config(Some(db))).await {
+        let fork_targets = view::ForkTargets::default();
+        let node = match TransactorNode::open(template.node_config(Some(db), &fork_targets)).await {
             Ok(node) => node,
             Err(NodeError::Lease(lease::LeaseError::Held {
                 owner,
@@ -147,7 +150,7 @@ impl Cell {
         if !node.list_dbs().iter().any(|name| name == db) {
             return Err(OpenError::Unknown(db.to_owned()));
         }
-        Self::wrap(db, node).await
+        Self::wrap(db, node, fork_targets).await
     }
 
     /// Creates the database through Corium's own catalog service (so its
@@ -164,7 +167,8 @@ impl Cell {
         let db = request.db.clone();
         // Every fleet database can take request ids (`request_id.rs`).
         request.schema = crate::request_id::with_schema(&request.schema)?;
-        let node = TransactorNode::open(template.node_config(Some(&db)))
+        let fork_targets = view::ForkTargets::default();
+        let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets))
             .await
             .map_err(|error| corium_transactor::server::to_status(&error))?;
         if !node.list_dbs().is_empty() {
@@ -181,13 +185,17 @@ impl Cell {
         if !created {
             return Ok(None);
         }
-        Self::wrap(&db, node)
+        Self::wrap(&db, node, fork_targets)
             .await
             .map(Some)
             .map_err(|error| tonic::Status::internal(error.to_string()))
     }
 
-    async fn wrap(db: &str, node: Arc<TransactorNode>) -> Result<Arc<Self>, OpenError> {
+    async fn wrap(
+        db: &str,
+        node: Arc<TransactorNode>,
+        fork_targets: view::ForkTargets,
+    ) -> Result<Arc<Self>, OpenError> {
         let lease_version = node.db_state(db).await?.lease().version;
         Ok(Arc::new(Self {
             db: db.to_owned(),
@@ -199,6 +207,7 @@ impl Cell {
             last_used: AtomicU64::new(0),
             subscribers: AtomicUsize::new(0),
             ledger: crate::request_id::Ledger::default(),
+            fork_targets,
         }))
     }
 
@@ -257,40 +266,55 @@ impl Cell {
     }
 
     /// Graceful eviction: stop admitting, wait (bounded) for in-flight calls,
-    /// release the lease, and make sure a renewal already in flight did not
-    /// re-extend it. Returns whether every in-flight call finished in time.
-    pub async fn evict(&self, store: &dyn FullStore, drain_timeout: Duration) -> bool {
+    /// release the lease, and watch in the background (`recheck`) that a
+    /// renewal already in flight did not re-extend it. Returns whether every
+    /// in-flight call finished in time.
+    pub async fn evict(
+        &self,
+        store: &Arc<dyn FullStore>,
+        drain_timeout: Duration,
+        recheck: Duration,
+    ) -> bool {
         let drained = tokio::time::timeout(drain_timeout, self.gate.acquire_many(GATE_PERMITS))
             .await
             .is_ok_and(|permit| permit.is_ok());
         let held = self.lease().await.ok();
         self.close();
         self.node.release_leases().await;
-        let Some(held) = held else {
-            return drained;
-        };
-        // The renewal race: `release_leases` does not take the commit lock, so
-        // a renewal already in flight can re-extend the lease after it. Check
-        // for a bounded while and release again.
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(150);
-        while tokio::time::Instant::now() < deadline {
-            let root = match store.get_root(&db_root_name(&self.db)).await {
-                Ok(root) => root.as_deref().and_then(DbRoot::decode),
-                Err(error) => {
-                    tracing::warn!(db = %self.db, %error, "cannot re-check released lease");
-                    break;
-                }
-            };
-            if let Some(root) = root
-                && root.owner == held.owner
-                && root.lease_version == held.version
-                && root.lease_expires_unix_ms != 0
-                && let Err(error) = lease::release(store, &self.db, &held).await
-            {
-                tracing::warn!(db = %self.db, %error, "lease re-release failed");
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+        if let Some(held) = held {
+            tokio::spawn(rerelease(Arc::clone(store), self.db.clone(), held, recheck));
         }
         drained
+    }
+}
+
+/// The renewal race: `release_leases` does not take the commit lock, so a
+/// renewal already in flight can re-extend a released lease. For `window`
+/// (one renewal period and then some) re-read the root and release again
+/// if the released owner and version are back with a live expiry. A new
+/// owner (another cell, here or elsewhere) is never touched: the check is
+/// on the exact owner id and version.
+async fn rerelease(store: Arc<dyn FullStore>, db: String, held: Lease, window: Duration) {
+    let deadline = tokio::time::Instant::now() + window;
+    while tokio::time::Instant::now() < deadline {
+        let root = match store.get_root(&db_root_name(&db)).await {
+            Ok(root) => root.as_deref().and_then(DbRoot::decode),
+            Err(error) => {
+                tracing::warn!(db = %db, %error, "cannot re-check released lease");
+                return;
+            }
+        };
+        match root {
+            Some(root) if root.owner == held.owner && root.lease_version == held.version => {
+                if root.lease_expires_unix_ms != 0
+                    && let Err(error) = lease::release(store.as_ref(), &db, &held).await
+                {
+                    tracing::warn!(db = %db, %error, "lease re-release failed");
+                }
+            }
+            // Someone else owns it now, or it is gone: nothing to watch.
+            _ => return,
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

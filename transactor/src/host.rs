@@ -80,6 +80,9 @@ pub struct Host {
     /// Databases being handed off, and to whom: requests for them are
     /// answered with a `NotOwner` naming the target until it serves.
     handing_off: Mutex<HashMap<String, Member>>,
+    /// Databases whose cell is draining and releasing (eviction, handoff,
+    /// shutdown): not served, not re-activated, until the release is done.
+    closing: Mutex<std::collections::HashSet<String>>,
     cells: Mutex<HashMap<String, Arc<Cell>>>,
     /// One activation at a time per database on this node.
     activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -104,6 +107,7 @@ impl Host {
             peers,
             root_ops,
             handing_off: Mutex::new(HashMap::new()),
+            closing: Mutex::new(std::collections::HashSet::new()),
             config,
             template,
             base,
@@ -287,6 +291,10 @@ impl Host {
         if let Some(target) = self.handoff_target(db) {
             return Err(self.not_owner_hint(db, &target.node_id, 0, &target.endpoint));
         }
+        if self.is_closing(db) {
+            // Draining and releasing here: retry in a moment.
+            return Err(self.not_owner(db, None));
+        }
         if self.rank(db).is_none() || self.is_stopping() {
             // Not a candidate: never read this database's roots; the
             // candidates know its owner.
@@ -297,15 +305,18 @@ impl Host {
             return Err(Status::not_found(format!("unknown database {db:?}")));
         }
         let now = now_unix_ms();
-        if let Some(owner) = view.live_owner(now) {
-            if self.template.is_own(&owner.owner) || node_of(&owner.owner) == self.config.node_id {
-                // One of this process's cells is being released (idle
-                // eviction, shutdown), or a previous run of this node holds
-                // the lease until it expires: no live owner to name; retry.
+        if let Some(owner) = view.live_owner(now)
+            && !self.template.is_own(&owner.owner)
+        {
+            if node_of(&owner.owner) == self.config.node_id {
+                // A previous run of this node holds the lease until it
+                // expires: no live owner to name; retry.
                 return Err(self.not_owner(db, None));
             }
             return Err(self.not_owner(db, Some(owner)));
         }
+        // No live owner, or only a closed cell of this very process (whose
+        // lease `activate` reclaims).
         let cell = self.activate(db, false).await?;
         self.check_cell(&cell, &routing).await?;
         Ok(cell)
@@ -368,7 +379,20 @@ impl Host {
             )));
         }
         let started = Instant::now();
-        match Cell::open(&self.template, db).await {
+        let mut opened = Cell::open(&self.template, db).await;
+        if let Err(OpenError::Held { owner, .. }) = &opened
+            && self.template.is_own(owner)
+            && !self.is_closing(db)
+        {
+            // A closed cell of this process still holds the lease: a renewal
+            // that was in flight when it was released re-extended it. That
+            // cell is deposed (it commits nothing more), so releasing its
+            // lease here is safe; then open again, once.
+            if self.reclaim_own_lease(db, owner).await {
+                opened = Cell::open(&self.template, db).await;
+            }
+        }
+        match opened {
             Ok(cell) => {
                 self.metrics.recovery_seconds.observe(started.elapsed());
                 self.install(Arc::clone(&cell));
@@ -395,6 +419,54 @@ impl Host {
             Err(OpenError::Node(error)) => {
                 self.metrics.activation_failures.fetch_add(1, Ordering::Relaxed);
                 Err(self.unavailable(db, "activation failed", &error))
+            }
+        }
+    }
+
+    /// Releases `db`'s lease if a closed cell of this process holds it.
+    pub async fn release_own(&self, db: &str) {
+        if self.cell(db).is_some() || self.is_closing(db) {
+            return;
+        }
+        let Ok(view) = self.read_root(db).await else {
+            return;
+        };
+        if let Some(root) = view
+            .root
+            .filter(|root| self.template.is_own(&root.owner) && root.lease_expires_unix_ms != 0)
+        {
+            self.reclaim_own_lease(db, &root.owner).await;
+        }
+    }
+
+    /// Releases the lease a closed cell of this process (`owner`) still
+    /// holds on `db`. Returns whether it was released.
+    async fn reclaim_own_lease(&self, db: &str, owner: &str) -> bool {
+        let Ok(view) = self.read_root(db).await else {
+            return false;
+        };
+        let Some(root) = view.root.filter(|root| root.owner == owner) else {
+            return false;
+        };
+        let held = corium_transactor::lease::Lease {
+            owner: root.owner.clone(),
+            version: root.lease_version,
+            expires_unix_ms: root.lease_expires_unix_ms,
+            endpoint: root.owner_endpoint.clone(),
+        };
+        match corium_transactor::lease::release(self.base.as_ref(), db, &held).await {
+            Ok(()) => {
+                tracing::info!(
+                    db,
+                    owner,
+                    lease_version = held.version,
+                    "released a lease a closed cell of this process still held"
+                );
+                true
+            }
+            Err(error) => {
+                tracing::warn!(db, owner, %error, "cannot release the lease of a closed cell");
+                false
             }
         }
     }
@@ -495,8 +567,12 @@ impl Host {
 
     /// Gracefully evicts one cell: stop routing to it, drain, release, drop.
     pub async fn evict(&self, cell: &Arc<Cell>) {
+        let closing = self.closing_guard(&cell.db);
         self.remove(cell);
-        let drained = cell.evict(self.base.as_ref(), self.config.drain_timeout).await;
+        let drained = cell
+            .evict(&self.base, self.config.drain_timeout, self.rerelease_window())
+            .await;
+        drop(closing);
         self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
         tracing::info!(db = %cell.db, lease_version = cell.lease_version, drained, "lease released");
     }
@@ -505,6 +581,31 @@ impl Host {
     pub fn forget(&self, cell: &Arc<Cell>) {
         cell.close();
         self.remove(cell);
+    }
+
+    /// How long an evicted cell's lease is watched for a late renewal: one
+    /// renewal period plus a second.
+    fn rerelease_window(&self) -> Duration {
+        self.config.lease_ttl / 3 + Duration::from_secs(1)
+    }
+
+    fn is_closing(&self, db: &str) -> bool {
+        self.closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(db)
+    }
+
+    /// Marks `db` closing until the guard drops.
+    fn closing_guard(&self, db: &str) -> Closing<'_> {
+        self.closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(db.to_owned());
+        Closing {
+            host: self,
+            db: db.to_owned(),
+        }
     }
 
     /// The node a database is being handed to, while the handoff runs.
@@ -568,8 +669,12 @@ impl Host {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(db.to_owned(), target.clone());
+        let closing = self.closing_guard(db);
         self.remove(&cell);
-        let drained = cell.evict(self.base.as_ref(), self.config.drain_timeout).await;
+        let drained = cell
+            .evict(&self.base, self.config.drain_timeout, self.rerelease_window())
+            .await;
+        drop(closing);
         self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
         let activated = self.peers.activate(&target.endpoint, db).await;
         self.handing_off
@@ -673,5 +778,21 @@ impl Host {
     #[must_use]
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// Clears a database's closing mark when dropped.
+struct Closing<'a> {
+    host: &'a Host,
+    db: String,
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.host
+            .closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.db);
     }
 }

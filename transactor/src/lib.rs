@@ -8,6 +8,7 @@
 //! - [`config`] — flags, config file, validation;
 //! - [`view`] — the storage view backend that scopes a cell to its database;
 //! - [`cell`] — opening, draining, evicting one database's cell;
+//! - [`fork`] — fleet-wide reservation of fork target names;
 //! - [`host`] — all cells of a node and the ownership decision;
 //! - [`registry`] — node records in storage: live members, unique node ids;
 //! - [`counting`] — the shared store, counting root operations per database;
@@ -30,6 +31,7 @@ pub mod config;
 pub mod counting;
 pub mod error;
 pub mod fault;
+pub mod fork;
 pub mod host;
 pub mod metrics;
 pub mod peer;

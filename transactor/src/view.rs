@@ -31,6 +31,50 @@ use corium_store::{
 #[derive(Clone)]
 pub struct BaseStore(pub Arc<dyn FullStore>);
 
+/// Databases a cell may write besides its own while it forks into them
+/// (fleet fork: the target is reserved fleet-wide first). Shared between the
+/// cell and its view.
+#[derive(Clone, Default)]
+pub struct ForkTargets(pub Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>);
+
+impl ForkTargets {
+    fn contains(&self, db: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(db)
+    }
+
+    /// Allows writes to `db`'s roots until the guard drops.
+    #[must_use]
+    pub fn allow(&self, db: &str) -> ForkAllowance {
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(db.to_owned());
+        ForkAllowance {
+            targets: self.clone(),
+            db: db.to_owned(),
+        }
+    }
+}
+
+/// Revokes a fork target's write allowance when dropped.
+pub struct ForkAllowance {
+    targets: ForkTargets,
+    db: String,
+}
+
+impl Drop for ForkAllowance {
+    fn drop(&mut self) {
+        self.targets
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.db);
+    }
+}
+
 /// A view of the base store limited to one database (or to none, for the
 /// node's garbage-collection cell).
 pub struct CellView {
@@ -38,6 +82,21 @@ pub struct CellView {
     /// The one database this view may write; `None` for the GC view, which
     /// writes nothing but blob deletions.
     db: Option<String>,
+    /// Fork targets the cell is currently allowed to write.
+    fork_targets: ForkTargets,
+}
+
+/// Whether root `name` belongs to database `db` (its saga branches included).
+fn belongs(db: &str, name: &str) -> bool {
+    let Some((prefix, rest)) = name.split_once(':') else {
+        return false;
+    };
+    let saga = format!("{db}.saga.");
+    match prefix {
+        "meta" | "db" | "keys" | "lease" => rest == db || rest.starts_with(&saga),
+        "log" => rest.starts_with(&format!("{db}:")) || rest.starts_with(&saga),
+        _ => false,
+    }
 }
 
 impl CellView {
@@ -45,15 +104,11 @@ impl CellView {
         let Some(db) = &self.db else {
             return false;
         };
-        let Some((prefix, rest)) = name.split_once(':') else {
-            return false;
-        };
-        let saga = format!("{db}.saga.");
-        match prefix {
-            "meta" | "db" | "keys" | "lease" => rest == db || rest.starts_with(&saga),
-            "log" => rest.starts_with(&format!("{db}:")) || rest.starts_with(&saga),
-            _ => false,
+        if belongs(db, name) {
+            return true;
         }
+        crate::counting::database_of(name)
+            .is_some_and(|target| self.fork_targets.contains(target) && belongs(target, name))
     }
 
     fn fenced(&self, name: &str) -> StoreError {
@@ -176,6 +231,10 @@ impl ViewBackend {
         Ok(CellView {
             base: Arc::clone(&base.0),
             db,
+            fork_targets: config
+                .extension::<ForkTargets>()
+                .map(|targets| (*targets).clone())
+                .unwrap_or_default(),
         })
     }
 }
@@ -209,12 +268,14 @@ pub fn kind_for(placement: LogPlacement) -> Result<&'static str, String> {
     }
 }
 
-/// The `StorageConfig` of a view over `base` for `db` (`None`: the GC view).
+/// The `StorageConfig` of a view over `base` for `db` (`None`: the GC view),
+/// allowed to write `fork_targets` too.
 #[must_use]
-pub fn config(base: &Arc<dyn FullStore>, db: Option<&str>) -> StorageConfig {
+pub fn config(base: &Arc<dyn FullStore>, db: Option<&str>, fork_targets: &ForkTargets) -> StorageConfig {
     let mut config = StorageConfig::from_value(serde_json::json!({ "db": db }))
         .unwrap_or_else(|_| unreachable!("a JSON object"));
     config.insert_extension(BaseStore(Arc::clone(base)));
+    config.insert_extension(fork_targets.clone());
     config
 }
 
@@ -227,6 +288,7 @@ mod tests {
         CellView {
             base,
             db: Some(db.into()),
+            fork_targets: ForkTargets::default(),
         }
     }
 
@@ -258,6 +320,12 @@ mod tests {
         assert!(view.cas_root("meta:b", Some(b"y"), b"z").await.is_err());
         assert!(view.delete_root("db:b").await.is_err());
         view.cas_root("db:a", None, b"r").await.unwrap();
+        // A fork target is writable only while allowed.
+        let allowance = view.fork_targets.allow("b");
+        view.cas_root("meta:b", Some(b"y"), b"z").await.unwrap();
+        assert!(view.cas_root("meta:c", None, b"z").await.is_err());
+        drop(allowance);
+        assert!(view.cas_root("meta:b", Some(b"z"), b"w").await.is_err());
         // GC listings pass through whole.
         let mut all = view.list_roots("meta").await.unwrap();
         all.sort();

@@ -10,8 +10,10 @@
 //!   and log, deposing the owner; an unknown database is `NOT_FOUND`;
 //! - `ListDatabases` reads the catalog from storage, `GcDeletedDatabases`
 //!   runs from a view that hosts nothing;
-//! - `ForkDatabase` is refused until the fleet serialises fork targets (a
-//!   fork through a cell can leave an orphan log a later create would adopt).
+//! - `ForkDatabase` runs at the source's owner under a fleet-wide reservation
+//!   of the target name (`fork.rs`); the source cell may write the target's
+//!   roots only for the fork's duration, then hands both leases back, so the
+//!   target activates on its own candidates.
 
 use std::sync::Arc;
 
@@ -122,12 +124,51 @@ impl Catalog for FleetCatalog {
         &self,
         request: Request<pb::ForkDatabaseRequest>,
     ) -> Result<Response<pb::ForkDatabaseResponse>, Status> {
-        let request = request.into_inner();
-        Err(Status::unimplemented(format!(
-            "fork of {:?} into {:?} is not supported by Corium Fleet yet: fork targets must be \
-             serialised fleet-wide first (see docs/design/0002-cells.md)",
-            request.db, request.target
-        )))
+        let host = &self.0;
+        let source = request.get_ref().db.clone();
+        let target = request.get_ref().target.clone();
+        check_name(&source)?;
+        check_name(&target)?;
+        if source == target {
+            return Err(Status::invalid_argument(
+                "fork target must differ from the source",
+            ));
+        }
+        // Source work runs at the source's owner.
+        let cell = host.owner(request.metadata(), &source).await?;
+        // Target creation is serialised fleet-wide by a reservation root, so
+        // two forks into one name never write its log at the same time.
+        let reservation = crate::fork::Reservation::take(host, &target).await?;
+        let result = async {
+            if host.read_root(&target).await?.exists {
+                return Err(already_exists(&target));
+            }
+            let Some(permit) = cell.admit() else {
+                return Err(host.not_owner(&source, None));
+            };
+            let allowance = cell.fork_targets.allow(&target);
+            let response = svc(Arc::clone(&cell.node)).fork_database(request).await;
+            drop(allowance);
+            drop(permit);
+            response
+        }
+        .await;
+        // Corium opened the target inside the source's cell, holding its
+        // lease; hand both back so the target activates on its own
+        // candidates and the source on its next request.
+        if result.is_ok() {
+            host.evict(&cell).await;
+            // A renewal racing the release may have re-extended the target's
+            // lease (only the source's is watched): give it back explicitly.
+            host.release_own(&target).await;
+        }
+        reservation.release().await;
+        let response = result?.into_inner();
+        if !response.created {
+            return Err(already_exists(&target));
+        }
+        tracing::info!(source, target, basis_t = response.basis_t, "database forked");
+        Ok(Response::new(response))
     }
 
     async fn list_databases(
@@ -146,7 +187,10 @@ impl Catalog for FleetCatalog {
         // root (the listing passes through) and deletes unreachable blobs.
         let host = &self.0;
         let mut config = NodeConfig::new(host.template.data_dir.clone());
-        config.store = StoreSpec::new(host.template.view_kind, view::config(&host.base, None));
+        config.store = StoreSpec::new(
+            host.template.view_kind,
+            view::config(&host.base, None, &view::ForkTargets::default()),
+        );
         // This view hosts nothing and takes no lease.
         config.owner = format!("{}.gc", host.template.owner_prefix);
         config.ha = false;

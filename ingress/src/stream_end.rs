@@ -1,0 +1,92 @@
+//! A forwarded response body whose upstream breaks mid-stream ends with a
+//! proper gRPC status instead of an HTTP/2 reset.
+//!
+//! When the owner dies while streaming (a subscription, or a unary answer
+//! cut short), hyper would reset the client's stream with `INTERNAL_ERROR`,
+//! which clients report as an opaque `INTERNAL` "h2 protocol error". The
+//! ingress ends the stream with trailers `grpc-status: 14` (`UNAVAILABLE`)
+//! instead: retryable by every gRPC client, and honest — the outcome of the
+//! stream's last message is unknown, nothing more.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::http::{HeaderMap, HeaderValue};
+
+use crate::proxy::BoxError;
+
+/// The upstream body, ending in `UNAVAILABLE` trailers if it breaks.
+pub struct StreamEnd {
+    inner: Incoming,
+    /// Set once the replacement trailers were sent.
+    ended: bool,
+}
+
+impl StreamEnd {
+    #[must_use]
+    pub const fn new(inner: Incoming) -> Self {
+        Self { inner, ended: false }
+    }
+
+    /// The response body type the proxy returns.
+    #[must_use]
+    pub fn boxed(inner: Incoming) -> crate::proxy::Body {
+        Self::new(inner).boxed_unsync()
+    }
+}
+
+/// `grpc-status: 14` trailers for a stream cut mid-way.
+fn unavailable_trailers(error: &hyper::Error) -> HeaderMap {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("14"));
+    let message = format!("connection to the transactor lost mid-stream; the stream may be resumed: {error}");
+    let encoded: String = message
+        .bytes()
+        .map(|byte| {
+            if byte.is_ascii_alphanumeric() || b" -_.:;,()".contains(&byte) {
+                char::from(byte).to_string()
+            } else {
+                format!("%{byte:02X}")
+            }
+        })
+        .collect();
+    if let Ok(value) = HeaderValue::from_str(&encoded) {
+        trailers.insert("grpc-message", value);
+    }
+    trailers
+}
+
+impl Body for StreamEnd {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Err(error))) => {
+                tracing::info!(%error, "upstream stream broke; ending it with UNAVAILABLE");
+                self.ended = true;
+                Poll::Ready(Some(Ok(Frame::trailers(unavailable_trailers(&error)))))
+            }
+            other => {
+                other.map(|frame| frame.map(|result| result.map_err(|error| Box::new(error) as BoxError)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}

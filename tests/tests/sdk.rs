@@ -1,0 +1,152 @@
+//! The Rust SDK (`corium-fleet-client`) against real fleets: transactions
+//! ride through an owner's SIGKILL on retries with their request ids, a
+//! subscription resumes across the failover with every `t` once and in
+//! order, and the SDK example runs against `corium-fleet dev`.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use corium_fleet_client::{Client, Config, ErrorKind, RetryPolicy};
+use corium_fleet_tests::corium::{self, SCHEMA};
+use corium_fleet_tests::{Backend, Fleet, bin_dir};
+
+const TTL: Duration = Duration::from_millis(1500);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_transactions_and_subscriptions_ride_through_an_owner_kill() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let client = Client::connect(Config::new(&address).with_retry(RetryPolicy {
+            budget: Duration::from_secs(30),
+            ..RetryPolicy::default()
+        }))
+        .await
+        .unwrap();
+        let db = client.database("sdk");
+        assert!(db.create(SCHEMA).await.unwrap());
+        assert!(
+            !db.create(SCHEMA).await.unwrap(),
+            "ALREADY_EXISTS is `false` to SDK callers"
+        );
+        let start = db.status().await.unwrap().basis_t;
+        let mut subscription = db.subscribe(start);
+        let follower = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while seen.len() < 30 {
+                let report = tokio::time::timeout(Duration::from_secs(60), subscription.next())
+                    .await
+                    .expect("a report within 60 s")
+                    .expect("the subscription resumes");
+                seen.push(report.t);
+            }
+            (seen, subscription.reconnects())
+        });
+        let owner = fleet.candidates("sdk")[0];
+        let mut committed = Vec::new();
+        let mut retried = 0;
+        for i in 0..30 {
+            if i == 10 {
+                fleet.nodes[owner].kill();
+            }
+            let done = db
+                .transact_edn(&format!(r#"[{{:db/id "x" :item/name "sdk-{i}"}}]"#))
+                .await
+                .unwrap_or_else(|error| {
+                    panic!(
+                        "{backend:?}: sdk-{i}: {error} ({:?})\n{}",
+                        error.kind(),
+                        fleet.logs()
+                    )
+                });
+            if done.attempts > 1 {
+                retried += 1;
+            }
+            committed.push(done.response.basis_t);
+        }
+        let (seen, reconnects) = follower.await.unwrap();
+        eprintln!(
+            "{backend:?}: 30 SDK transactions across a SIGKILL, {retried} retried; subscription reconnected {reconnects}×"
+        );
+        assert!(retried >= 1, "{backend:?}: the kill was ridden out by retries");
+        assert!(reconnects >= 1, "{backend:?}: the subscription resumed");
+        assert_eq!(
+            seen,
+            (start + 1..=start + 30).collect::<Vec<_>>(),
+            "{backend:?}: every t once, in order"
+        );
+        assert_eq!(seen, committed);
+        let log = corium::log(&address, "sdk").await.unwrap();
+        for i in 0..30 {
+            let name = format!("sdk-{i}");
+            let count = log.iter().filter(|(_, names)| names.contains(&name)).count();
+            assert_eq!(count, 1, "{backend:?}: {name} committed {count} times");
+        }
+        // Errors carry a kind: an unknown database is give-up, not retried.
+        let error = client.database("missing").status().await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::GiveUp, "{error}");
+    }
+}
+
+/// `corium-fleet dev` on a temporary directory; killed on drop.
+struct Dev(std::process::Child);
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap()),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_sdk_example_runs_against_corium_fleet_dev() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin_dir().join("corium-fleet"))
+        .args(["dev", "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let dev = Dev(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(address) = line.split("ready at ").nth(1) {
+                let _ = tx.send(address.trim().to_owned());
+            }
+        }
+    });
+    let address = rx.recv_timeout(Duration::from_secs(90)).expect("dev fleet ready");
+    let example = bin_dir().join("examples").join("fleet_quickstart");
+    assert!(
+        example.exists(),
+        "{} missing: build with --all-targets (make test does)",
+        example.display()
+    );
+    let output = Command::new(example).arg(&address).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("created"), "{stdout}");
+    assert_eq!(stdout.matches("committed t=").count(), 3, "{stdout}");
+    assert_eq!(stdout.matches("report t=").count(), 3, "{stdout}");
+    drop(dev);
+}
