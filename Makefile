@@ -1,7 +1,7 @@
 # Corium Fleet — the two commands a fresh machine needs:
 #   make run    builds and runs a local fleet on loopback
 #   make test   installs what the tests need, starts PostgreSQL, runs every test
-# Others: make lint, make fmt, make chart-test, make clean-run.
+# Others: make bench, make lint, make fmt, make chart-test, make clean-run.
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -9,7 +9,7 @@ WORK ?= $(CURDIR)/target/ci-services
 PG_PORT ?= 54329
 export PG_PORT
 
-.PHONY: run test lint fmt tools chart-test clean-run
+.PHONY: run test bench lint fmt tools chart-test clean-run
 
 run:
 	$(CARGO) build --bins
@@ -27,6 +27,16 @@ test: tools lint chart-test
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg' EXIT && \
 	  CORIUM_FLEET_TEST_PG_URL=$$url $(CARGO) nextest run --workspace --no-fail-fast
+
+## Benchmarks: release build, PostgreSQL on loopback, every scenario against its
+## baseline in one run; tables on stdout, JSON under target/bench/. Never part
+## of `make test`. BENCH_ARGS=--quick for a smoke run.
+bench: tools
+	$(CARGO) build --release --bins
+	@url=$$(scripts/postgres.sh start $(WORK)/pg-bench) && \
+	  trap 'scripts/postgres.sh stop $(WORK)/pg-bench' EXIT && \
+	  CORIUM_FLEET_TEST_PG_URL=$$url target/release/corium-fleet-bench $(BENCH_ARGS) --out target/bench/fleet.json
+	@if [ -x scripts/bench/proxies.sh ]; then scripts/bench/proxies.sh --json target/bench/proxies.json $(BENCH_PROXY_ARGS); fi
 
 ## Helm chart: lint, render, schema-validate (Kubernetes 1.29 and 1.33), rendered-manifest tests.
 chart-test:

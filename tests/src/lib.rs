@@ -42,7 +42,8 @@ impl Backend {
     }
 
     /// A fresh, empty PostgreSQL database on the server at `base`.
-    fn postgres(base: &str) -> Self {
+    #[must_use]
+    pub fn postgres(base: &str) -> Self {
         let name = format!("fleet_{}", uuid::Uuid::new_v4().simple());
         let output = Command::new("psql")
             .arg(base)
@@ -107,7 +108,9 @@ fn free_port() -> u16 {
             continue;
         };
         if std::net::TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
-            HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(lock);
+            HELD.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(lock);
             return candidate;
         }
     }
@@ -117,8 +120,25 @@ fn free_port() -> u16 {
 #[must_use]
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    // target/debug/deps/<test> → target/debug
-    exe.parent().and_then(|deps| deps.parent()).unwrap().to_path_buf()
+    let dir = exe.parent().unwrap();
+    // A test: target/debug/deps/<test> → target/debug. A binary (the
+    // benchmark, target/release/corium-fleet-bench) → its own directory.
+    if dir
+        .file_name()
+        .is_some_and(|name| name == "deps" || name == "examples")
+    {
+        dir.parent().unwrap().to_path_buf()
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+/// The process id of a running node (for CPU and memory readings).
+impl Node {
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
 }
 
 /// One transactor process.

@@ -116,6 +116,22 @@ pub async fn open_store(
     }
 }
 
+/// The accepted gRPC connections, with Nagle's algorithm off: a response's
+/// HEADERS, DATA and trailers frames may leave in separate writes, and with
+/// Nagle on each small write after the first waits for the peer's delayed ACK
+/// (40 ms on Linux). Measured: `Transact` with a request id (a larger
+/// answer) took 44 ms at p50 instead of 0.6 ms before this.
+fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt as _;
+    TcpListenerStream::new(listener).map(|accepted| {
+        accepted.inspect(|stream| {
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "cannot set TCP_NODELAY");
+            }
+        })
+    })
+}
+
 /// Resolves once `flag` is true (or its sender is gone). Never holds the
 /// receiver's borrow across an await, so the future stays `Send`.
 pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
@@ -282,7 +298,7 @@ pub async fn run(
             service::admin::FleetAdminSvc(Arc::clone(&host)),
             guard,
         ))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listeners.grpc), graceful)
+        .serve_with_incoming_shutdown(incoming(listeners.grpc), graceful)
         .await?;
     // Leave the registry before exiting, so the others drop this node now
     // (and a restart under the same id is not refused as a duplicate).

@@ -1,0 +1,193 @@
+//! `corium-fleet-bench`: Corium Fleet's benchmarks, each figure against its
+//! baseline measured in the same run, written as a table and as JSON.
+//!
+//! - `real-path`: `Transact` direct to the owner vs through the ingress,
+//!   with and without request ids, at concurrency 1 and 16;
+//! - `failover`: SIGKILL → first commit, handoff and drain write gaps;
+//! - `activation`: cold vs hot requests, memory per hot/cold database,
+//!   root-store operations with few databases active among many.
+//!
+//! The ingress-vs-HAProxy/Envoy comparison is `scripts/bench/proxies.sh`.
+//! `make bench` runs everything (release build, PostgreSQL on loopback).
+
+mod load;
+mod scenario;
+mod stats;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use corium_fleet_tests::Backend;
+
+#[derive(Parser)]
+#[command(
+    name = "corium-fleet-bench",
+    about = "Corium Fleet benchmarks (ratios inside one run)"
+)]
+struct Args {
+    /// Scenarios to run: real-path, failover, activation, or all.
+    #[arg(default_value = "all")]
+    scenarios: Vec<String>,
+    /// PostgreSQL server URL (a fresh database is made per scenario); without
+    /// it only the filesystem store is measured.
+    #[arg(long, env = "CORIUM_FLEET_TEST_PG_URL")]
+    postgres: Option<String>,
+    /// Rounds per figure (median and spread are reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Requests per round and path in `real-path`.
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
+    /// Databases in `activation`.
+    #[arg(long, default_value_t = 1000)]
+    databases: usize,
+    /// Small sizes for a smoke run.
+    #[arg(long)]
+    quick: bool,
+    /// Where the JSON goes.
+    #[arg(long, default_value = "target/bench/fleet.json")]
+    out: PathBuf,
+}
+
+/// The backends to measure; PostgreSQL gets a fresh database per scenario.
+fn backends(postgres: Option<&str>) -> Vec<Option<&str>> {
+    let mut all = vec![None];
+    if let Some(url) = postgres {
+        all.push(Some(url));
+    }
+    all
+}
+
+fn backend(postgres: Option<&str>) -> Backend {
+    postgres.map_or(Backend::Filesystem, Backend::postgres)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
+    if args.quick {
+        args.rounds = 1;
+        args.requests = args.requests.min(200);
+        args.databases = args.databases.min(60);
+    }
+    let wants = |name: &str| args.scenarios.iter().any(|s| s == name || s == "all");
+    let mut report = serde_json::Map::new();
+    report.insert("load_at_start".into(), stats::load().into());
+    for server in backends(args.postgres.as_deref()) {
+        let label = if server.is_some() {
+            "postgres"
+        } else {
+            "filesystem"
+        };
+        if wants("real-path") {
+            let result = scenario::real_path::run(backend(server), args.rounds, args.requests).await?;
+            println!(
+                "\n== real path ({label}): Transact, {} requests × {} rounds, median (min–max) ==",
+                args.requests, args.rounds
+            );
+            println!(
+                "{:<4} {:<11} {:>22} {:>22} {:>22}",
+                "c", "path", "p50 µs", "p99 µs", "tx/s"
+            );
+            for row in &result.rows {
+                println!(
+                    "{:<4} {:<11} {:>22} {:>22} {:>22}",
+                    row.concurrency,
+                    row.path,
+                    row.p50_us.to_string(),
+                    row.p99_us.to_string(),
+                    row.per_second.to_string()
+                );
+            }
+            for c in [1, 16] {
+                let find = |path: &str| {
+                    result
+                        .rows
+                        .iter()
+                        .find(|row| row.concurrency == c && row.path == path)
+                        .map(|row| row.p50_us.median)
+                };
+                if let (Some(direct), Some(ingress), Some(direct_id), Some(ingress_id)) = (
+                    find("direct"),
+                    find("ingress"),
+                    find("direct+id"),
+                    find("ingress+id"),
+                ) {
+                    println!(
+                        "c={c}: ingress/direct p50 {:.2}×; request id cost at p50: direct {:+.1} %, ingress {:+.1} %",
+                        ingress / direct,
+                        (direct_id / direct - 1.0) * 100.0,
+                        (ingress_id / ingress - 1.0) * 100.0
+                    );
+                }
+            }
+            println!(
+                "one-hop share {:.4}, owner-cache hit rate {:.4}, load {}",
+                result.one_hop_share, result.owner_cache_hit_rate, result.load
+            );
+            report.insert(format!("real_path_{label}"), serde_json::to_value(&result)?);
+        }
+        if wants("failover") {
+            let result = scenario::failover::run(backend(server), args.rounds).await?;
+            println!(
+                "\n== failover ({label}), lease TTL {} ms, {} repetitions, median (min–max) ms ==",
+                result.lease_ttl_ms, args.rounds
+            );
+            println!(
+                "SIGKILL → first commit through the ingress  {}",
+                result.sigkill_to_commit_ms
+            );
+            println!(
+                "handoff, owner-reported unavailability     {}",
+                result.handoff_reported_ms
+            );
+            println!(
+                "handoff, longest client gap                {}",
+                result.handoff_client_gap_ms
+            );
+            println!(
+                "SIGTERM drain, longest client gap          {}",
+                result.drain_client_gap_ms
+            );
+            println!(
+                "no event, longest client gap (baseline)    {}",
+                result.quiet_client_gap_ms
+            );
+            println!("load {}", result.load);
+            report.insert(format!("failover_{label}"), serde_json::to_value(&result)?);
+        }
+        if wants("activation") {
+            let result = scenario::activation::run(backend(server), args.databases, 10).await?;
+            println!(
+                "\n== activation ({label}): {} databases, {} active ==",
+                result.databases, result.active
+            );
+            println!(
+                "cold request p50 {:.0} µs p99 {:.0} µs; hot request p50 {:.0} µs p99 {:.0} µs",
+                result.cold_request.p50_us,
+                result.cold_request.p99_us,
+                result.hot_request.p50_us,
+                result.hot_request.p99_us
+            );
+            println!(
+                "RSS per hot database {:.0} KiB; left per evicted database {:.0} KiB",
+                result.rss_per_hot_db_kib, result.rss_per_cold_db_kib
+            );
+            println!(
+                "root ops/s: idle {:.1}, with {} active {:.1} (on the active ones {:.1})",
+                result.root_ops_per_s_idle,
+                result.active,
+                result.root_ops_per_s_active,
+                result.root_ops_per_s_on_active
+            );
+            println!("load {}", result.load);
+            report.insert(format!("activation_{label}"), serde_json::to_value(&result)?);
+        }
+    }
+    if let Some(dir) = args.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&report)?)?;
+    println!("\nwrote {}", args.out.display());
+    Ok(())
+}

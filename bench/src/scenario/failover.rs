@@ -1,0 +1,202 @@
+//! Failover and handoff, measured from a client's side under a steady write
+//! load through the ingress: SIGKILL of the owner → first acknowledged
+//! commit; admin handoff and SIGTERM drain → the longest gap between
+//! acknowledged commits around the event.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use corium_fleet_proto::fleet::HandoffRequest;
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_tests::{Backend, Fleet, corium};
+use serde::Serialize;
+
+use crate::stats::{self, Spread};
+
+/// The scenario's result, in milliseconds.
+#[derive(Debug, Serialize)]
+pub struct Result {
+    pub backend: String,
+    pub lease_ttl_ms: u64,
+    /// SIGKILL of the owner → first commit acknowledged through the ingress.
+    pub sigkill_to_commit_ms: Spread,
+    /// Admin handoff: the owner's own measure (stop admitting → target serves).
+    pub handoff_reported_ms: Spread,
+    /// Admin handoff: longest gap between a client's acknowledged commits.
+    pub handoff_client_gap_ms: Spread,
+    /// SIGTERM drain of the owner: longest client gap.
+    pub drain_client_gap_ms: Spread,
+    /// The client's gap with nothing happening (the baseline).
+    pub quiet_client_gap_ms: Spread,
+    pub load: String,
+}
+
+/// A client committing through the ingress in a loop, recording the time of
+/// every acknowledgement.
+struct Writer {
+    acks: Arc<Mutex<Vec<Instant>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(address: String, db: &'static str) -> Self {
+        let acks = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let recorded = Arc::clone(&acks);
+        let task = tokio::spawn(async move {
+            let channel = corium::channel(&address).await;
+            let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(channel);
+            for n in 0u64.. {
+                if *stopped.borrow() {
+                    return;
+                }
+                let mut request = tonic::Request::new(corium::transact_request(db, &format!("w-{n}")));
+                request.set_timeout(Duration::from_secs(10));
+                let id = uuid::Uuid::new_v4().to_string();
+                if let Ok(value) = id.parse() {
+                    request
+                        .metadata_mut()
+                        .insert(corium_fleet_common::metadata::REQUEST_ID, value);
+                }
+                if client.transact(request).await.is_ok() {
+                    recorded
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(Instant::now());
+                } else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        });
+        Self { acks, stop, task }
+    }
+
+    fn first_after(&self, at: Instant) -> Option<Instant> {
+        self.acks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .copied()
+            .find(|ack| *ack > at)
+    }
+
+    /// The longest gap between acknowledgements in `[from, to]`.
+    fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
+        let acks = self
+            .acks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let window: Vec<Instant> = acks
+            .iter()
+            .copied()
+            .filter(|ack| *ack >= from && *ack <= to)
+            .collect();
+        window
+            .windows(2)
+            .map(|pair| pair[1] - pair[0])
+            .max()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.task).await;
+    }
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+async fn owner_index(fleet: &Fleet, db: &str) -> anyhow::Result<usize> {
+    let view = corium::placement(&fleet.ingresses[0].endpoint(), db).await;
+    Ok(fleet.index(&view.owner_id))
+}
+
+/// Waits (bounded) until the writer has acknowledged something after `at`.
+async fn acked_after(writer: &Writer, at: Instant, limit: Duration) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(ack) = writer.first_after(at) {
+            return Ok(ack);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "no commit within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs `reps` repetitions of each event.
+///
+/// # Errors
+/// When the fleet does not recover within bounds.
+pub async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result> {
+    const DB: &str = "bench-failover";
+    let name = match &backend {
+        Backend::Filesystem => "filesystem",
+        Backend::Postgres { .. } => "postgres",
+    };
+    let ttl = Duration::from_secs(5);
+    let mut fleet = Fleet::start(backend, 3, ttl).await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    corium::create(&address, DB).await?;
+    let writer = Writer::start(address.clone(), DB);
+    acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
+    let (mut kill, mut handoff_reported, mut handoff_gap, mut drain_gap, mut quiet_gap) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        // Quiet baseline.
+        let from = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        quiet_gap.push(ms(writer.longest_gap(from, Instant::now())));
+        // SIGKILL.
+        let owner = owner_index(&fleet, DB).await?;
+        fleet.nodes[owner].kill();
+        let killed = Instant::now();
+        let first = acked_after(&writer, killed, ttl * 6).await?;
+        kill.push(ms(first - killed));
+        fleet.nodes[owner].restart().await;
+        // Admin handoff to the other candidate.
+        let owner = owner_index(&fleet, DB).await?;
+        let target = fleet
+            .candidates(DB)
+            .into_iter()
+            .find(|index| *index != owner)
+            .ok_or_else(|| anyhow::anyhow!("no other candidate"))?;
+        let before = Instant::now();
+        let response = FleetAdminClient::new(corium::channel(&fleet.nodes[owner].endpoint()).await)
+            .handoff(HandoffRequest {
+                database: DB.to_owned(),
+                target_node_id: fleet.nodes[target].id.clone(),
+            })
+            .await?
+            .into_inner();
+        handoff_reported.push(f64::from(
+            u32::try_from(response.unavailable_ms).unwrap_or(u32::MAX),
+        ));
+        acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        handoff_gap.push(ms(writer.longest_gap(before, Instant::now())));
+        // SIGTERM drain of the owner.
+        let owner = owner_index(&fleet, DB).await?;
+        let before = Instant::now();
+        let node = &mut fleet.nodes[owner];
+        tokio::task::block_in_place(|| node.terminate());
+        acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drain_gap.push(ms(writer.longest_gap(before, Instant::now())));
+        fleet.nodes[owner].restart().await;
+    }
+    writer.stop().await;
+    Ok(Result {
+        backend: name.to_owned(),
+        lease_ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        sigkill_to_commit_ms: stats::spread(&kill),
+        handoff_reported_ms: stats::spread(&handoff_reported),
+        handoff_client_gap_ms: stats::spread(&handoff_gap),
+        drain_client_gap_ms: stats::spread(&drain_gap),
+        quiet_client_gap_ms: stats::spread(&quiet_gap),
+        load: stats::load(),
+    })
+}
