@@ -615,3 +615,44 @@ async fn fork_reserves_the_target_and_places_it_on_its_own_candidates() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn candidates_take_over_a_dead_owners_databases_without_any_request() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let db = "unattended";
+        let [owner, successor] = fleet.candidates(db)[..] else {
+            panic!()
+        };
+        assert!(corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap());
+        corium::transact(&fleet.nodes[owner].endpoint(), db, "a", &[])
+            .await
+            .unwrap();
+        // The owner publishes what it owns in its registry record; that is
+        // what its databases' candidates watch.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let before = view_of(&fleet.nodes[successor].endpoint(), db)
+            .await
+            .lease_version;
+        fleet.nodes[owner].kill();
+        let deadline = Instant::now() + TTL * 6;
+        loop {
+            let view = view_of(&fleet.nodes[successor].endpoint(), db).await;
+            if view.owner_id == fleet.nodes[successor].id {
+                assert!(view.lease_version > before, "{backend:?}: {view:?}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: no takeover without traffic\n{}",
+                fleet.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
+        assert!(
+            metrics.contains("corium_fleet_takeovers_total 1"),
+            "{backend:?}: {metrics}"
+        );
+    }
+}

@@ -83,6 +83,9 @@ pub struct Host {
     /// Databases whose cell is draining and releasing (eviction, handoff,
     /// shutdown): not served, not re-activated, until the release is done.
     closing: Mutex<std::collections::HashSet<String>>,
+    /// Signalled whenever a cell is installed or removed, so the registry
+    /// record's owned list (what candidates watch) is republished soon.
+    pub owned_changed: Arc<tokio::sync::Notify>,
     cells: Mutex<HashMap<String, Arc<Cell>>>,
     /// One activation at a time per database on this node.
     activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -108,6 +111,7 @@ impl Host {
             root_ops,
             handing_off: Mutex::new(HashMap::new()),
             closing: Mutex::new(std::collections::HashSet::new()),
+            owned_changed: Arc::new(tokio::sync::Notify::new()),
             config,
             template,
             base,
@@ -477,6 +481,7 @@ impl Host {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(cell.db.clone(), Arc::clone(&cell));
+        self.owned_changed.notify_one();
         tokio::spawn(Arc::clone(self).monitor(cell));
     }
 
@@ -491,6 +496,7 @@ impl Host {
             .is_some_and(|current| Arc::ptr_eq(current, cell))
         {
             cells.remove(&cell.db);
+            self.owned_changed.notify_one();
         }
     }
 
@@ -565,8 +571,24 @@ impl Host {
         }
     }
 
-    /// Gracefully evicts one cell: stop routing to it, drain, release, drop.
+    /// Publishes `cell`'s indexes (bounded by the drain timeout), so the
+    /// next owner's recovery replays a short log tail. Failures only cost
+    /// that owner a longer recovery.
+    async fn publish_indexes(&self, cell: &Cell) {
+        let started = Instant::now();
+        match tokio::time::timeout(self.config.drain_timeout, cell.node.request_index(&cell.db)).await {
+            Ok(Ok(basis)) => {
+                tracing::debug!(db = %cell.db, index_basis_t = basis, elapsed_ms = started.elapsed().as_millis(), "indexes published before release")
+            }
+            Ok(Err(error)) => tracing::warn!(db = %cell.db, %error, "cannot publish indexes before release"),
+            Err(_) => tracing::warn!(db = %cell.db, "publishing indexes before release timed out"),
+        }
+    }
+
+    /// Gracefully evicts one cell: publish its indexes, stop routing to it,
+    /// drain, release, drop.
     pub async fn evict(&self, cell: &Arc<Cell>) {
+        self.publish_indexes(cell).await;
         let closing = self.closing_guard(&cell.db);
         self.remove(cell);
         let drained = cell
@@ -664,6 +686,11 @@ impl Host {
             let view = self.read_root(db).await?;
             return Err(self.not_owner(db, view.live_owner(now_unix_ms())));
         };
+        // Publish the indexes first, while still serving: the target then
+        // recovers from a fresh index instead of replaying the whole log
+        // tail, which is most of a handoff's unavailability on storage
+        // where the log is one root per record.
+        self.publish_indexes(&cell).await;
         let started = Instant::now();
         self.handing_off
             .lock()

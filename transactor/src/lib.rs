@@ -237,6 +237,7 @@ pub async fn run(
         endpoint: host.config.advertise.clone(),
         expires_unix_ms: corium_fleet_common::owner::now_unix_ms()
             .saturating_add(i64::try_from(host.config.registry_ttl.as_millis()).unwrap_or(i64::MAX)),
+        owned: Vec::new(),
     };
     registry::register(host.base.as_ref(), &record)
         .await
@@ -247,11 +248,14 @@ pub async fn run(
                 source,
             },
         })?;
+    let owner_of = Arc::clone(&host);
     let registration = tokio::spawn(registry::keep(
         Arc::clone(&host.base),
         record,
         host.config.registry_ttl,
         host.config.registry_renew,
+        move || owner_of.cells().iter().map(|cell| cell.db.clone()).collect(),
+        Arc::clone(&host.owned_changed),
         stop_rx.clone(),
     ));
     if !host.config.static_members {

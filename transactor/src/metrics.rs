@@ -10,9 +10,8 @@ use corium_fleet_common::prometheus::{Histogram, counter, gauge};
 /// Counters and histograms of one node.
 #[derive(Default)]
 pub struct Metrics {
-    /// Gauges refreshed by each standby-watcher pass.
+    /// Gauge refreshed by each standby-watcher pass.
     pub standby: AtomicU64,
-    pub cold: AtomicU64,
     pub lease_renewals: AtomicU64,
     pub lease_renewal_failures: AtomicU64,
     pub not_owner: AtomicU64,
@@ -54,14 +53,8 @@ impl Metrics {
         gauge(
             &mut out,
             "corium_fleet_databases_standby",
-            "Databases this node is a candidate for, held by another live owner.",
+            "Databases this node is a candidate for that another live node owns (watched for a lapse).",
             load(&self.standby),
-        );
-        gauge(
-            &mut out,
-            "corium_fleet_databases_cold",
-            "Databases this node is a candidate for with no live owner.",
-            load(&self.cold),
         );
         counter(
             &mut out,

@@ -3,7 +3,8 @@
 //! `fleet-node:<node-id>` in the shared root store, renewed like a lease.
 //! The live members are the unexpired records; a node that stops renewing
 //! drops out of everyone's view within one TTL, and one that stops
-//! gracefully deletes its record at once. A second process with a live
+//! gracefully deletes its record at once. Each record also lists the
+//! databases the node owns, which is what standby candidates watch. A second process with a live
 //! node id is refused at start. With static `--member`s the registry still
 //! guards node ids but placement uses the static list.
 
@@ -29,6 +30,12 @@ pub struct Record {
     /// Internal endpoint.
     pub endpoint: String,
     pub expires_unix_ms: i64,
+    /// The databases this node owned at its last renewal. Candidates watch
+    /// exactly these for a lapsed lease (the record of a node that died stays
+    /// readable after it expires), so standby work follows the number of
+    /// active databases, not the size of the catalog.
+    #[serde(default)]
+    pub owned: Vec<String>,
 }
 
 impl Record {
@@ -174,6 +181,21 @@ pub async fn refresh(store: &dyn RootStore, members: &Members) {
     }
 }
 
+/// Every record in the registry, expired ones included (a dead node's last
+/// owned list is what its databases' candidates watch). O(nodes) reads.
+///
+/// # Errors
+/// Storage.
+pub async fn records(store: &dyn RootStore) -> Result<Vec<Record>, StoreError> {
+    let mut records = Vec::new();
+    for name in store.list_roots(PREFIX).await? {
+        if let Some(record) = store.get_root(&name).await?.as_deref().and_then(Record::decode) {
+            records.push(record);
+        }
+    }
+    Ok(records)
+}
+
 /// Refreshes `members` from the registry every `every` until `stop`.
 pub async fn follow(
     store: Arc<dyn FullStore>,
@@ -202,15 +224,24 @@ pub async fn keep(
     mut record: Record,
     ttl: Duration,
     renew: Duration,
+    owned: impl Fn() -> Vec<String> + Send + Sync,
+    changed: Arc<tokio::sync::Notify>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     loop {
-        tokio::select! {
-            () = tokio::time::sleep(renew) => {}
+        let kicked = tokio::select! {
+            () = tokio::time::sleep(renew) => false,
+            () = changed.notified() => true,
             _ = stop.wait_for(|stop| *stop) => break,
+        };
+        if kicked {
+            // The owned set changed: publish it soon, coalescing a burst.
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         record.expires_unix_ms = now_unix_ms().saturating_add(ttl_ms);
+        record.owned = owned();
+        record.owned.sort();
         let write = async {
             let current = store.get_root(&record.name()).await?;
             if let Some(existing) = current.as_deref().and_then(Record::decode)
@@ -257,6 +288,7 @@ mod tests {
             weight: 1,
             endpoint: format!("http://{id}"),
             expires_unix_ms: expires,
+            owned: Vec::new(),
         }
     }
 

@@ -1,9 +1,10 @@
 //! Standby: how a node sees the databases it is a candidate for, and the
 //! watcher that takes one over when its owner's lease lapses.
 //!
-//! Only candidates watch (invariant 5): the watcher lists the catalog, keeps
-//! the databases for which this node is a candidate, and reads only their
-//! roots. A lease that *lapsed* (expiry passed, never released) means its
+//! Only candidates watch (invariant 5), and only databases some other
+//! process owns: the watcher reads the node registry (each record lists its
+//! node's owned databases), keeps those this node is a candidate for, and
+//! reads only their roots. A lease that *lapsed* (expiry passed, never released) means its
 //! owner died or was partitioned: the candidates take over, staggered by
 //! rank so the preferred one normally wins without a race (the root CAS
 //! decides if they do race). A *released* lease (expiry 0) is a graceful
@@ -15,7 +16,6 @@ use std::time::Duration;
 use corium_store::DbRoot;
 
 use crate::host::{Host, RootView, node_of, now_unix_ms};
-use crate::service::catalog::catalog;
 
 /// A database as this node sees it.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
@@ -80,6 +80,21 @@ pub fn takeover_due(
     lapsed && now_ms >= root.lease_expires_unix_ms.saturating_add(wait)
 }
 
+/// The databases to watch: those the registry says another process owns
+/// (its last published owned list, kept readable after a node dies), of
+/// which this node is a candidate. O(nodes + owned) reads per tick, never a
+/// catalog scan: a database nobody owns needs no watching (its next request
+/// activates it), so standby work follows the active databases.
+async fn watched(host: &Host) -> Result<std::collections::BTreeSet<String>, corium_store::StoreError> {
+    let records = crate::registry::records(host.base.as_ref()).await?;
+    Ok(records
+        .into_iter()
+        .filter(|record| !(record.node_id == host.config.node_id && record.incarnation == host.incarnation))
+        .flat_map(|record| record.owned)
+        .filter(|db| host.cell(db).is_none() && host.rank(db).is_some())
+        .collect())
+}
+
 /// The watcher loop: every third of the lease TTL, until `shutdown`.
 pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let period = (host.config.lease_ttl / 3).max(Duration::from_millis(50));
@@ -93,17 +108,18 @@ pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<b
         if host.is_stopping() {
             return;
         }
-        let dbs = match catalog(&host).await {
-            Ok(dbs) => dbs,
-            Err(status) => {
-                tracing::warn!(
-                    error = status.message(),
-                    "standby watcher cannot list the catalog"
-                );
+        let dbs = match tokio::time::timeout(host.config.storage_timeout, watched(&host)).await {
+            Ok(Ok(dbs)) => dbs,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "standby watcher cannot read the node registry");
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!("standby watcher: node registry read timed out");
                 continue;
             }
         };
-        let (mut standby, mut cold) = (0, 0);
+        let mut standby = 0;
         for db in dbs {
             let Some(rank) = host.rank(&db) else { continue };
             if host.cell(&db).is_some() {
@@ -112,10 +128,8 @@ pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<b
             let Ok(view) = host.read_root(&db).await else {
                 continue;
             };
-            match standing(&host, &db, &view, now_unix_ms()) {
-                Standing::Standby => standby += 1,
-                Standing::Cold => cold += 1,
-                Standing::Owned | Standing::Elsewhere => {}
+            if standing(&host, &db, &view, now_unix_ms()) == Standing::Standby {
+                standby += 1;
             }
             let Some(root) = &view.root else { continue };
             if !takeover_due(
@@ -141,9 +155,6 @@ pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<b
         host.metrics
             .standby
             .store(standby, std::sync::atomic::Ordering::Relaxed);
-        host.metrics
-            .cold
-            .store(cold, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
