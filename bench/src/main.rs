@@ -5,7 +5,8 @@
 //!   with and without request ids, at concurrency 1 and 16;
 //! - `failover`: SIGKILL → first commit, handoff and drain write gaps;
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
-//!   root-store operations with few databases active among many.
+//!   root-store operations with few databases active among many;
+//! - `recovery`: handoff unavailability against a database's history length.
 //!
 //! The ingress-vs-HAProxy/Envoy comparison is `scripts/bench/proxies.sh`.
 //! `make bench` runs everything (release build, PostgreSQL on loopback).
@@ -25,7 +26,7 @@ use corium_fleet_tests::Backend;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// PostgreSQL server URL (a fresh database is made per scenario); without
@@ -182,6 +183,24 @@ async fn main() -> anyhow::Result<()> {
             );
             println!("load {}", result.load);
             report.insert(format!("activation_{label}"), serde_json::to_value(&result)?);
+        }
+        if wants("recovery") {
+            let lengths: &[usize] = if args.quick {
+                &[0, 200]
+            } else {
+                &[0, 1000, 4000, 16000]
+            };
+            let points = scenario::recovery::run(backend(server), lengths, args.rounds).await?;
+            println!("\n== recovery ({label}): handoff unavailability against history length ==");
+            for point in &points {
+                let ms: Vec<f64> = point.handoff_ms.iter().map(|ms| *ms as f64).collect();
+                println!(
+                    "{:>6} transactions: {} ms",
+                    point.transactions,
+                    stats::spread(&ms)
+                );
+            }
+            report.insert(format!("recovery_{label}"), serde_json::to_value(&points)?);
         }
     }
     if let Some(dir) = args.out.parent() {

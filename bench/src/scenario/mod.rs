@@ -3,6 +3,7 @@
 pub mod activation;
 pub mod failover;
 pub mod real_path;
+pub mod recovery;
 
 /// One counter from a Prometheus text exposition (0 when absent).
 #[must_use]
