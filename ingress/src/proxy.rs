@@ -135,8 +135,13 @@ impl Proxy {
             .timer(hyper_util::rt::TokioTimer::new())
             .http2_only(true)
             .pool_idle_timeout(Duration::from_secs(90))
-            .http2_keep_alive_interval(Duration::from_secs(20))
-            .http2_keep_alive_timeout(Duration::from_secs(10))
+            // A frozen owner (paused process, stalled VM) still accepts
+            // bytes into its socket; HTTP/2 PINGs notice it within ~5 s and
+            // fail what is in flight on that connection instead of letting
+            // every call wait out its deadline.
+            .http2_keep_alive_interval(Duration::from_secs(2))
+            .http2_keep_alive_timeout(Duration::from_secs(3))
+            .http2_keep_alive_while_idle(true)
             .build(connector);
         let limits = crate::limits::Limits::new(config.max_concurrent_requests, config.rate_limit_per_client);
         Ok(Self {

@@ -581,3 +581,85 @@ async fn futures_views(fleet: &Fleet, db: &str) -> Vec<Vec<String>> {
     }
     views
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let db = "zombie";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let successor = fleet.candidates(db)[1];
+        let before = corium::transact(&address, db, "before", &[]).await.unwrap();
+        // Its candidates learn from the registry that it owns the database.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
+            if metrics.contains("corium_fleet_databases_standby 1\n") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{backend:?}: the successor never watched it: {metrics}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Freeze the owner past its lease: it cannot renew, and cannot know.
+        fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGSTOP);
+        let deadline = Instant::now() + TTL * 10;
+        let during = loop {
+            // With a deadline, as real callers have: a call caught by the
+            // frozen owner ends at its deadline, and the next one moves on.
+            match corium::transact(&address, db, "during", &[("grpc-timeout", "2000m")]).await {
+                Ok(response) => break response,
+                Err(status) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{backend:?}: no takeover: {status:?}\n{}",
+                        fleet.logs()
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        assert_eq!(
+            placement(&fleet.nodes[successor].endpoint(), db).await.owner_id,
+            fleet.nodes[successor].id
+        );
+        // The zombie wakes up still holding its cell: it must refuse, never
+        // acknowledge, whatever it is asked.
+        fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGCONT);
+        for attempt in 0..5 {
+            let status = corium::transact(
+                &fleet.nodes[owner].endpoint(),
+                db,
+                &format!("zombie-{attempt}"),
+                &[],
+            )
+            .await
+            .unwrap_err();
+            assert!(
+                matches!(
+                    status.code(),
+                    tonic::Code::FailedPrecondition | tonic::Code::Unavailable | tonic::Code::Internal
+                ),
+                "{backend:?}: the woken owner answered {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let log: BTreeMap<u64, Vec<String>> = corium::log(&address, db).await.unwrap().into_iter().collect();
+        assert!(
+            log.get(&before.basis_t)
+                .is_some_and(|names| names.contains(&"before".to_owned()))
+        );
+        assert!(
+            log.get(&during.basis_t)
+                .is_some_and(|names| names.contains(&"during".to_owned()))
+        );
+        assert!(
+            !log.values().flatten().any(|name| name.starts_with("zombie-")),
+            "{backend:?}: a fenced owner's write reached the log: {log:?}"
+        );
+    }
+}
