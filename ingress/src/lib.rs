@@ -12,6 +12,7 @@
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
 //! - [`proxy`] — the forwarding path and its retry rules;
 //! - [`stream_end`] — a stream broken upstream ends `UNAVAILABLE`, not reset;
+//! - [`suspects`] — nodes whose calls hung are tried last (outlier detection);
 //! - [`metrics`] — cache, forwarding and rejection counters;
 //! - [`server`] — HTTP/2 (h2c) client listener and graceful shutdown.
 //!
@@ -26,6 +27,7 @@ pub mod proxy;
 pub mod route;
 pub mod server;
 pub mod stream_end;
+pub mod suspects;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -21,6 +21,8 @@ pub struct Metrics {
     pub ambiguous_failures: AtomicU64,
     /// Ambiguous failures of a `Transact` with a request id, retried once.
     pub ambiguous_retries: AtomicU64,
+    /// Nodes marked suspect after a call to them hung or broke.
+    pub suspect_marks: AtomicU64,
     pub rejected_route_mismatch: AtomicU64,
     pub rejected_unroutable: AtomicU64,
     pub rejected_too_large: AtomicU64,
@@ -85,6 +87,11 @@ impl Metrics {
                 "corium_fleet_ingress_ambiguous_retries_total",
                 "Ambiguous failures of a Transact carrying corium-request-id, retried once (safe: the owner commits an id at most once).",
                 &self.ambiguous_retries,
+            ),
+            (
+                "corium_fleet_ingress_suspect_marks_total",
+                "Calls that hung or broke after sending; the node is tried last by candidate routing for 5 s.",
+                &self.suspect_marks,
             ),
             (
                 "corium_fleet_ingress_rejected_route_mismatch_total",

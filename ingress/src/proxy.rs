@@ -73,6 +73,8 @@ pub struct Proxy {
     /// The operator placement map (empty without `--placement-map`).
     map: corium_fleet_common::placement_map::Watched,
     next_any: AtomicUsize,
+    /// Nodes whose calls recently hung: tried last by candidate routing.
+    suspects: crate::suspects::Suspects,
 }
 
 /// A gRPC error as a trailers-only HTTP response.
@@ -153,6 +155,7 @@ impl Proxy {
             members,
             map,
             next_any: AtomicUsize::new(0),
+            suspects: crate::suspects::Suspects::default(),
         })
     }
 
@@ -279,7 +282,7 @@ impl Proxy {
     }
 
     fn candidate_hops(&self, db: &str) -> Vec<Hop> {
-        corium_fleet_common::placement_map::candidates(
+        let hops: Vec<Hop> = corium_fleet_common::placement_map::candidates(
             db,
             &self.members.get(),
             self.config.replicas,
@@ -290,7 +293,8 @@ impl Proxy {
             endpoint: member.endpoint.clone(),
             lease_version: None,
         })
-        .collect()
+        .collect();
+        self.suspects.order(hops, |hop: &Hop| hop.endpoint.as_str())
     }
 
     /// Every member, starting at a rotating offset.
@@ -300,7 +304,7 @@ impl Proxy {
             return Vec::new();
         }
         let start = self.next_any.fetch_add(1, Ordering::Relaxed) % members.len();
-        members
+        let hops: Vec<Hop> = members
             .iter()
             .cycle()
             .skip(start)
@@ -309,7 +313,8 @@ impl Proxy {
                 endpoint: member.endpoint.clone(),
                 lease_version: None,
             })
-            .collect()
+            .collect();
+        self.suspects.order(hops, |hop: &Hop| hop.endpoint.as_str())
     }
 
     /// Tries `hops` in order, moving on only after a proven connect failure.
@@ -444,6 +449,12 @@ impl Proxy {
         not_owner::from_status(&status)
     }
 
+    /// Marks a node whose call hung or broke after sending.
+    fn suspect(&self, endpoint: &str) {
+        self.suspects.mark(endpoint);
+        self.metrics.suspect_marks.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn failure(&self, error: SendError) -> Status {
         match error {
             SendError::Connect(error) => {
@@ -509,12 +520,21 @@ impl Proxy {
             .map_err(|error| SendError::Connect(error.to_string()))?;
         self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(remaining, self.client.request(request)).await {
-            Err(_) => Err(SendError::Deadline),
+            Err(_) => {
+                self.suspect(&hop.endpoint);
+                Err(SendError::Deadline)
+            }
             Ok(Err(error)) if error.is_connect() => {
                 Err(SendError::Connect(format!("{}: {error:?}", hop.endpoint)))
             }
-            Ok(Err(error)) => Err(SendError::Ambiguous(format!("{}: {error:?}", hop.endpoint))),
-            Ok(Ok(response)) => Ok(response.map(crate::stream_end::StreamEnd::boxed)),
+            Ok(Err(error)) => {
+                self.suspect(&hop.endpoint);
+                Err(SendError::Ambiguous(format!("{}: {error:?}", hop.endpoint)))
+            }
+            Ok(Ok(response)) => {
+                self.suspects.clear(&hop.endpoint);
+                Ok(response.map(crate::stream_end::StreamEnd::boxed))
+            }
         }
     }
 }

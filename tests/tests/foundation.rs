@@ -663,3 +663,54 @@ async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_top_candidate_is_routed_around_once_its_lease_lapses() {
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let db = "frozen";
+        let owner = create_on_top_candidate(&fleet, db).await;
+        let successor = fleet.candidates(db)[1];
+        // Frozen at once, before its registry record lists the database, so
+        // no candidate watches it: only routing can move it. A frozen process
+        // still completes TCP handshakes, so its calls hang instead of being
+        // refused.
+        fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGSTOP);
+        let started = Instant::now();
+        let deadline = started + TTL * 12;
+        let response = loop {
+            match corium::transact(&address, db, "after", &[("grpc-timeout", "2000m")]).await {
+                Ok(response) => break response,
+                Err(status) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "{backend:?}: still routed into the frozen node: {status:?}\n{}",
+                        fleet.logs()
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        eprintln!(
+            "{backend:?}: first commit {:?} after freezing the owner (TTL {TTL:?})",
+            started.elapsed()
+        );
+        assert_eq!(
+            placement(&fleet.nodes[successor].endpoint(), db).await.owner_id,
+            fleet.nodes[successor].id
+        );
+        let (_, metrics) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
+        assert!(
+            !metrics.contains("corium_fleet_ingress_suspect_marks_total 0\n"),
+            "{metrics}"
+        );
+        fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGCONT);
+        let log = corium::log(&address, db).await.unwrap();
+        assert!(
+            log.iter()
+                .any(|(t, names)| *t == response.basis_t && names.contains(&"after".to_owned()))
+        );
+    }
+}
