@@ -13,9 +13,10 @@
 //!   map of the original answer is recovered;
 //! - the attributes are part of the schema of every database the fleet
 //!   creates (Corium installs attributes only through its schema path);
-//! - a retry finds the transaction with one unique-value index read, checks
-//!   the digest (a different request under a used id is refused) and
-//!   rebuilds the answer from the transaction entity and its log record;
+//! - a retry's commit is refused by the uniqueness of the id; the committed
+//!   transaction is then found with one unique-value index read, the digest
+//!   checked (a different request under a used id is refused) and the answer
+//!   rebuilt from the transaction entity and its log record;
 //! - the first answer is normalised the same way (its tempid map lists the
 //!   transaction's own tempids only), so first answer and replay are equal;
 //! - concurrent submissions of one id on the owner queue behind one another
@@ -39,6 +40,10 @@ const ID: (&str, &str) = ("fleet.request", "id");
 const DIGEST: (&str, &str) = ("fleet.request", "digest");
 const TEMPIDS: (&str, &str) = ("fleet.request", "tempids");
 const TEMPID_NAME: (&str, &str) = ("fleet.tempid", "name");
+/// The one tempid of a single-tempid transaction, kept on the transaction
+/// entity itself (no binding entity: two datoms fewer).
+const ONE_TEMPID_NAME: (&str, &str) = ("fleet.request", "tempid-name");
+const ONE_TEMPID: (&str, &str) = ("fleet.request", "tempid");
 const TEMPID_ENTITY: (&str, &str) = ("fleet.tempid", "entity");
 
 /// The schema the fleet installs, as EDN.
@@ -51,6 +56,10 @@ const SCHEMA: &str = "[{:db/ident :fleet.request/id :db/valueType :db.type/strin
      {:db/ident :fleet.tempid/name :db/valueType :db.type/string \
      :db/cardinality :db.cardinality/one} \
      {:db/ident :fleet.tempid/entity :db/valueType :db.type/ref \
+     :db/cardinality :db.cardinality/one} \
+     {:db/ident :fleet.request/tempid-name :db/valueType :db.type/string \
+     :db/cardinality :db.cardinality/one} \
+     {:db/ident :fleet.request/tempid :db/valueType :db.type/ref \
      :db/cardinality :db.cardinality/one}]";
 
 /// The tempid prefix of binding entities (never a user tempid's).
@@ -196,6 +205,18 @@ fn augmented(forms: Vec<Edn>, id: &str, digest: &str, tempids: &BTreeSet<String>
     let mut out = Vec::with_capacity(forms.len() + tempids.len() + 1);
     out.extend(forms);
     let kw = |ident: (&str, &str)| Edn::Keyword(keyword(ident));
+    let mut tx = vec![
+        (kw(("db", "id")), Edn::Str(corium_tx_tempid().to_owned())),
+        (kw(ID), Edn::Str(id.to_owned())),
+        (kw(DIGEST), Edn::Str(digest.to_owned())),
+    ];
+    if tempids.len() == 1 {
+        let tempid = tempids.iter().next().cloned().unwrap_or_default();
+        tx.push((kw(ONE_TEMPID_NAME), Edn::Str(tempid.clone())));
+        tx.push((kw(ONE_TEMPID), Edn::Str(tempid)));
+        out.push(map(tx));
+        return Ok(Edn::Vector(out));
+    }
     let mut bindings = Vec::with_capacity(tempids.len());
     for (n, tempid) in tempids.iter().enumerate() {
         let binding = format!("{BINDING_PREFIX}{n}");
@@ -206,11 +227,6 @@ fn augmented(forms: Vec<Edn>, id: &str, digest: &str, tempids: &BTreeSet<String>
         ]));
         bindings.push(Edn::Str(binding));
     }
-    let mut tx = vec![
-        (kw(("db", "id")), Edn::Str(corium_tx_tempid().to_owned())),
-        (kw(ID), Edn::Str(id.to_owned())),
-        (kw(DIGEST), Edn::Str(digest.to_owned())),
-    ];
     if !bindings.is_empty() {
         tx.push((kw(TEMPIDS), Edn::Vector(bindings)));
     }
@@ -278,6 +294,16 @@ async fn replay(
     let tx_data = codec::encode_datoms(&record.datoms, db.interner())
         .map_err(|error| Status::internal(error.to_string()))?;
     let mut tempids = BTreeMap::new();
+    if let (Some(name_attr), Some(entity_attr)) = (attr(db, ONE_TEMPID_NAME), attr(db, ONE_TEMPID)) {
+        let tempid = db.values(tx, name_attr).into_iter().next();
+        let entity = db.values(tx, entity_attr).into_iter().next();
+        if let (Some(Value::Str(tempid)), Some(Value::Ref(entity))) = (tempid, entity) {
+            tempids.insert(
+                tempid.to_string(),
+                i64::try_from(entity.raw()).unwrap_or(i64::MAX),
+            );
+        }
+    }
     if let (Some(bindings), Some(name_attr), Some(entity_attr)) =
         (attr(db, TEMPIDS), attr(db, TEMPID_NAME), attr(db, TEMPID_ENTITY))
     {
@@ -372,12 +398,9 @@ impl Ledger {
         let id_text = id.hyphenated().to_string();
         let digest = digest(request);
         let state = node.db_state(name).await.map_err(to_status)?;
-        if let Some(found) = self
-            .replay_if_found(node, name, &state.db(), &id_text, &digest)
-            .await?
-        {
-            return Ok((found, Outcome::Replayed));
-        }
+        // No lookup on the way in: the id is `:db.unique/value`, so a
+        // duplicate cannot commit; its commit fails, and only then is the
+        // committed transaction looked up and replayed.
         let forms = match codec::decode_edn(&request.tx_data) {
             Ok(Edn::Vector(forms) | Edn::List(forms)) => forms,
             Ok(_) => return Err(Status::invalid_argument("tx-data must be a vector")),
@@ -409,8 +432,9 @@ impl Ledger {
         match committed {
             Ok(response) => Ok((normalise(response, &named)?, Outcome::Committed)),
             Err(error) => {
-                // Another owner committed this id first (a previous lease
-                // holder): the uniqueness check refused ours. Replay theirs.
+                // A duplicate (committed here earlier, or by a previous lease
+                // holder): the uniqueness check refused ours. Replay the
+                // committed one; any other failure is the caller's.
                 if let Some(found) = self
                     .replay_if_found(node, name, &state.db(), &id_text, &digest)
                     .await?
@@ -510,9 +534,22 @@ mod tests {
         // Idempotent: extending twice adds nothing.
         assert_eq!(with_schema(&extended).unwrap(), extended);
         let text = format!("{tx:?}");
-        for needle in ["fleet.request", "id-1", "d1", "fleet.tempid/0", "datomic.tx"] {
+        for needle in ["fleet.request", "id-1", "d1", "tempid-name", "datomic.tx"] {
             assert!(text.contains(needle), "{needle} missing from {text}");
         }
+        // Two tempids: one binding entity each.
+        let two = augmented(
+            forms(r#"[{:db/id "a" :item/name "x"} {:db/id "b" :item/name "y"}]"#),
+            "id-2",
+            "d2",
+            &["a".to_owned(), "b".to_owned()].into_iter().collect(),
+        )
+        .unwrap();
+        let text = format!("{two:?}");
+        assert!(
+            text.contains("fleet.tempid/0") && text.contains("fleet.tempid/1"),
+            "{text}"
+        );
         // Round-trips through Corium's codec.
         assert_eq!(codec::decode_edn(&codec::encode_edn(&tx)).unwrap(), tx);
     }
