@@ -31,7 +31,11 @@ test: tools lint chart-test
 ## Benchmarks: release build, PostgreSQL on loopback, every scenario against its
 ## baseline in one run; tables on stdout, JSON under target/bench/. Never part
 ## of `make test`. BENCH_ARGS=--quick for a smoke run.
-bench: tools
+## The stock Corium transactor the scaling benchmark compares with (crates.io).
+target/stock/bin/corium:
+	CARGO_TARGET_DIR=$(CURDIR)/target/stock-build $(CARGO) install corium-cli --version =0.1.90 --locked --root $(CURDIR)/target/stock
+
+bench: tools target/stock/bin/corium
 	$(CARGO) build --release --bins
 	@url=$$(scripts/postgres.sh start $(WORK)/pg-bench) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg-bench' EXIT && \

@@ -6,7 +6,9 @@
 //! - `failover`: SIGKILL → first commit, handoff and drain write gaps;
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
 //!   root-store operations with few databases active among many;
-//! - `recovery`: handoff unavailability against a database's history length.
+//! - `recovery`: handoff unavailability against a database's history length;
+//! - `scaling`: aggregate throughput over many databases, fleet with 1–3
+//!   nodes against one stock `corium transactor` (filesystem store).
 //!
 //! The ingress-vs-HAProxy/Envoy comparison is `scripts/bench/proxies.sh`.
 //! `make bench` runs everything (release build, PostgreSQL on loopback).
@@ -26,7 +28,7 @@ use corium_fleet_tests::Backend;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// PostgreSQL server URL (a fresh database is made per scenario); without
@@ -202,6 +204,22 @@ async fn main() -> anyhow::Result<()> {
             }
             report.insert(format!("recovery_{label}"), serde_json::to_value(&points)?);
         }
+    }
+    if wants("scaling") {
+        let per_client = if args.quick { 50 } else { 300 };
+        let rows = scenario::scaling::run(12, args.rounds, per_client).await?;
+        println!("\n== scaling (filesystem): 12 databases, 16 clients, {per_client} transactions each ==");
+        let stock = rows.first().map_or(1.0, |row| row.transactions_per_second.median);
+        for row in &rows {
+            println!(
+                "{:<28} {:>22} tx/s  {:.2}× stock  (load {})",
+                row.target,
+                row.transactions_per_second.to_string(),
+                row.transactions_per_second.median / stock,
+                row.load
+            );
+        }
+        report.insert("scaling_filesystem".into(), serde_json::to_value(&rows)?);
     }
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;

@@ -206,13 +206,16 @@ impl Proxy {
         }
         let (parts, body) = request.into_parts();
         let deadline = started
-            + parts
-                .headers
-                .get("grpc-timeout")
-                .and_then(parse_timeout)
-                .map_or(self.config.max_deadline, |timeout| {
-                    timeout.min(self.config.max_deadline)
-                });
+            + parts.headers.get("grpc-timeout").and_then(parse_timeout).map_or(
+                self.config.max_deadline,
+                |timeout| {
+                    // Answer a little before the caller gives up, so the
+                    // caller gets this ingress's status (and the ingress
+                    // learns the node was slow) rather than a cancellation.
+                    let margin = (timeout / 20).min(Duration::from_millis(50));
+                    timeout.min(self.config.max_deadline).saturating_sub(margin)
+                },
+            );
         // The body arrives within the call's deadline, or not at all.
         let collect = Limited::new(body, self.config.max_request_bytes).collect();
         let Ok(collected) =
@@ -450,6 +453,7 @@ impl Proxy {
     }
 
     /// Marks a node whose call hung or broke after sending.
+    /// (Also called by [`SlowGuard`] when a caller cancels a long wait.)
     fn suspect(&self, endpoint: &str) {
         self.suspects.mark(endpoint);
         self.metrics.suspect_marks.fetch_add(1, Ordering::Relaxed);
@@ -519,7 +523,17 @@ impl Proxy {
             .body(Full::new(body.clone()))
             .map_err(|error| SendError::Connect(error.to_string()))?;
         self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
-        match tokio::time::timeout(remaining, self.client.request(request)).await {
+        // If the caller goes away while this node keeps us waiting, that
+        // still counts against the node (see `SlowGuard`).
+        let mut waiting = SlowGuard {
+            proxy: self,
+            endpoint: &hop.endpoint,
+            since: Instant::now(),
+            armed: true,
+        };
+        let outcome = tokio::time::timeout(remaining, self.client.request(request)).await;
+        waiting.armed = false;
+        match outcome {
             Err(_) => {
                 self.suspect(&hop.endpoint);
                 Err(SendError::Deadline)
@@ -535,6 +549,26 @@ impl Proxy {
                 self.suspects.clear(&hop.endpoint);
                 Ok(response.map(crate::stream_end::StreamEnd::boxed))
             }
+        }
+    }
+}
+
+/// Marks a node suspect when the call waiting on it is dropped (the caller
+/// cancelled) after waiting longer than [`SLOW`] for response headers.
+struct SlowGuard<'a> {
+    proxy: &'a Proxy,
+    endpoint: &'a str,
+    since: Instant,
+    armed: bool,
+}
+
+/// A wait for response headers this long, abandoned, marks the node.
+const SLOW: Duration = Duration::from_secs(1);
+
+impl Drop for SlowGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.since.elapsed() >= SLOW {
+            self.proxy.suspect(self.endpoint);
         }
     }
 }

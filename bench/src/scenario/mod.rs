@@ -4,6 +4,7 @@ pub mod activation;
 pub mod failover;
 pub mod real_path;
 pub mod recovery;
+pub mod scaling;
 
 /// One counter from a Prometheus text exposition (0 when absent).
 #[must_use]

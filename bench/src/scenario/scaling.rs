@@ -1,0 +1,159 @@
+//! Fleet throughput over many databases against one stock Corium transactor
+//! (`corium transactor` from the crates.io package `corium-cli` 0.1.90)
+//! hosting the same databases on the same storage kind: aggregate
+//! transactions per second with 1, 2 and 3 fleet nodes (through the ingress)
+//! and with the stock process, all in one run.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use corium_fleet_tests::{Backend, Fleet, corium};
+use corium_protocol::pb::transactor_client::TransactorClient;
+use serde::Serialize;
+
+use crate::stats::{self, Spread};
+
+/// One configuration's throughput.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub target: String,
+    pub transactions_per_second: Spread,
+    pub load: String,
+}
+
+/// Where the stock `corium` binary is looked for (installed by `make bench`).
+#[must_use]
+pub fn stock_binary() -> std::path::PathBuf {
+    std::env::var_os("CORIUM_STOCK_BIN").map_or_else(
+        || std::path::PathBuf::from("target/stock/bin/corium"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// A stock Corium transactor process; killed on drop.
+struct Stock {
+    child: Child,
+    _dir: tempfile::TempDir,
+    endpoint: String,
+}
+
+impl Drop for Stock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_stock() -> anyhow::Result<Stock> {
+    let dir = tempfile::tempdir()?;
+    let port = {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        listener.local_addr()?.port()
+    };
+    let child = Command::new(stock_binary())
+        .args(["transactor", "--store", "fs", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--gc-interval", "off"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "stock corium transactor did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(Stock {
+        child,
+        _dir: dir,
+        endpoint,
+    })
+}
+
+/// `concurrency` clients, client `i` writing to database `i % dbs.len()`,
+/// `per_client` transactions each; aggregate transactions per second.
+async fn drive(
+    endpoint: &str,
+    dbs: &[String],
+    concurrency: usize,
+    per_client: usize,
+    round: usize,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for client in 0..concurrency {
+        let channel = corium::channel(endpoint).await;
+        let db = dbs[client % dbs.len()].clone();
+        clients.push(tokio::spawn(async move {
+            let mut transactor = TransactorClient::new(channel);
+            for n in 0..per_client {
+                let mut request =
+                    tonic::Request::new(corium::transact_request(&db, &format!("s{round}-{client}-{n}")));
+                request.set_timeout(Duration::from_secs(30));
+                request
+                    .metadata_mut()
+                    .insert(corium_fleet_common::metadata::DATABASE_ROUTE, db.parse()?);
+                transactor.transact(request).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for client in clients {
+        client.await??;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    Ok((concurrency * per_client) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Runs stock and fleet (1, 2, 3 nodes) over `databases` databases.
+///
+/// # Errors
+/// A failed request, or no stock binary.
+pub async fn run(databases: usize, rounds: usize, per_client: usize) -> anyhow::Result<Vec<Row>> {
+    const CONCURRENCY: usize = 16;
+    let dbs: Vec<String> = (0..databases).map(|i| format!("scale-{i}")).collect();
+    let mut rows = Vec::new();
+    anyhow::ensure!(
+        stock_binary().exists(),
+        "{} missing: `make bench` installs corium-cli 0.1.90 there",
+        stock_binary().display()
+    );
+    {
+        let stock = start_stock().await?;
+        for db in &dbs {
+            corium::create(&stock.endpoint, db).await?;
+        }
+        let mut tps = Vec::new();
+        drive(&stock.endpoint, &dbs, CONCURRENCY, 20, 99).await?;
+        for round in 0..rounds {
+            tps.push(drive(&stock.endpoint, &dbs, CONCURRENCY, per_client, round).await?);
+        }
+        rows.push(Row {
+            target: "stock corium (1 process)".into(),
+            transactions_per_second: stats::spread(&tps),
+            load: stats::load(),
+        });
+    }
+    for nodes in 1..=3 {
+        let mut fleet = Fleet::start(Backend::Filesystem, nodes, Duration::from_secs(5)).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        for db in &dbs {
+            corium::create(&address, db).await?;
+        }
+        drive(&address, &dbs, CONCURRENCY, 20, 99).await?;
+        let mut tps = Vec::new();
+        for round in 0..rounds {
+            tps.push(drive(&address, &dbs, CONCURRENCY, per_client, round).await?);
+        }
+        rows.push(Row {
+            target: format!("fleet, {nodes} node(s) + ingress"),
+            transactions_per_second: stats::spread(&tps),
+            load: stats::load(),
+        });
+    }
+    Ok(rows)
+}
