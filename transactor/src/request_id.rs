@@ -270,6 +270,20 @@ fn normalise(
     Ok(response)
 }
 
+/// The tempid recorded on entity `e` (its name and the entity it resolved
+/// to), if both attributes are there.
+fn tempid_of(db: &Db, e: EntityId, name_attr: EntityId, entity_attr: EntityId) -> Option<(String, i64)> {
+    let tempid = db.values(e, name_attr).into_iter().next();
+    let entity = db.values(e, entity_attr).into_iter().next();
+    match (tempid, entity) {
+        (Some(Value::Str(tempid)), Some(Value::Ref(entity))) => Some((
+            tempid.to_string(),
+            i64::try_from(entity.raw()).unwrap_or(i64::MAX),
+        )),
+        _ => None,
+    }
+}
+
 /// Rebuilds the answer of the committed transaction `tx` from the database
 /// value and the transaction's log record.
 async fn replay(
@@ -294,28 +308,17 @@ async fn replay(
     let tx_data = codec::encode_datoms(&record.datoms, db.interner())
         .map_err(|error| Status::internal(error.to_string()))?;
     let mut tempids = BTreeMap::new();
+    // One tempid: on the transaction entity itself.
     if let (Some(name_attr), Some(entity_attr)) = (attr(db, ONE_TEMPID_NAME), attr(db, ONE_TEMPID)) {
-        let tempid = db.values(tx, name_attr).into_iter().next();
-        let entity = db.values(tx, entity_attr).into_iter().next();
-        if let (Some(Value::Str(tempid)), Some(Value::Ref(entity))) = (tempid, entity) {
-            tempids.insert(
-                tempid.to_string(),
-                i64::try_from(entity.raw()).unwrap_or(i64::MAX),
-            );
-        }
+        tempids.extend(tempid_of(db, tx, name_attr, entity_attr));
     }
+    // Several: one binding entity each.
     if let (Some(bindings), Some(name_attr), Some(entity_attr)) =
         (attr(db, TEMPIDS), attr(db, TEMPID_NAME), attr(db, TEMPID_ENTITY))
     {
         for binding in db.values(tx, bindings) {
-            let Value::Ref(binding) = binding else { continue };
-            let tempid = db.values(binding, name_attr).into_iter().next();
-            let entity = db.values(binding, entity_attr).into_iter().next();
-            if let (Some(Value::Str(tempid)), Some(Value::Ref(entity))) = (tempid, entity) {
-                tempids.insert(
-                    tempid.to_string(),
-                    i64::try_from(entity.raw()).unwrap_or(i64::MAX),
-                );
+            if let Value::Ref(binding) = binding {
+                tempids.extend(tempid_of(db, binding, name_attr, entity_attr));
             }
         }
     }
