@@ -154,6 +154,20 @@ pub async fn run(databases: usize, rounds: usize, per_client: usize) -> anyhow::
             transactions_per_second: stats::spread(&tps),
             load: stats::load(),
         });
+        if nodes == 1 {
+            // The same node without the ingress hop: the cell layer alone
+            // against the stock transactor.
+            let direct = fleet.nodes[0].endpoint();
+            let mut tps = Vec::new();
+            for round in 0..rounds {
+                tps.push(drive(&direct, &dbs, CONCURRENCY, per_client, round + 100).await?);
+            }
+            rows.push(Row {
+                target: "fleet, 1 node, direct".into(),
+                transactions_per_second: stats::spread(&tps),
+                load: stats::load(),
+            });
+        }
     }
     Ok(rows)
 }
