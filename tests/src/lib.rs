@@ -133,14 +133,6 @@ pub fn bin_dir() -> PathBuf {
     }
 }
 
-/// The process id of a running node (for CPU and memory readings).
-impl Node {
-    #[must_use]
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(std::process::Child::id)
-    }
-}
-
 /// One transactor process.
 pub struct Node {
     /// The binary this process runs.
@@ -160,6 +152,12 @@ impl Node {
     #[must_use]
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.grpc)
+    }
+
+    /// The process id while it runs (for CPU and memory readings).
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
     }
 
     fn spawn(&mut self) {
@@ -667,6 +665,17 @@ pub async fn wait_ready(node: &mut Node) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("{} not ready within 60 s; log:\n{}", node.id, node.log());
+}
+
+/// One sample of a Prometheus text exposition, by its full series name
+/// (`name` or `name{labels}`); `None` when the series is absent, so a check
+/// on a counter fails if the counter is not exported at all.
+#[must_use]
+pub fn metric(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|line| {
+        let (key, value) = line.rsplit_once(' ')?;
+        (key == series).then(|| value.trim().parse().ok()).flatten()
+    })
 }
 
 /// A plain HTTP/1.1 GET on loopback: `(status, body)`.

@@ -9,13 +9,7 @@ pub mod scaling;
 /// One counter from a Prometheus text exposition (0 when absent).
 #[must_use]
 pub fn counter(metrics: &str, name: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|line| {
-            let (key, value) = line.split_once(' ')?;
-            (key == name).then(|| value.trim().parse().ok()).flatten()
-        })
-        .unwrap_or(0.0)
+    corium_fleet_tests::metric(metrics, name).unwrap_or(0.0)
 }
 
 /// The admin `/metrics` of the process on `port`.
