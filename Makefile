@@ -1,7 +1,7 @@
 # Corium Fleet — the two commands a fresh machine needs:
 #   make run    builds and runs a local fleet on loopback
 #   make test   installs what the tests need, starts PostgreSQL, runs every test
-# Others: make bench, make lint, make fmt, make chart-test, make clean-run.
+# Others: make bench, make soak, make lint, make fmt, make chart-test, make clean-run.
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -9,7 +9,7 @@ WORK ?= $(CURDIR)/target/ci-services
 PG_PORT ?= 54329
 export PG_PORT
 
-.PHONY: run test bench lint fmt tools chart-test clean-run
+.PHONY: run test bench soak lint fmt tools chart-test clean-run
 
 run:
 	$(CARGO) build --bins
@@ -27,6 +27,22 @@ test: tools lint chart-test
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg' EXIT && \
 	  CORIUM_FLEET_TEST_PG_URL=$$url $(CARGO) nextest run --workspace --no-fail-fast
+
+## Long-run fault suite (never part of `make test`): SOAK_SEEDS simulation
+## seeds (default 2000, from SOAK_FIRST_SEED) and the process tier over
+## SOAK_PROCESS_SEEDS (comma-separated). Every failing seed prints its plan and
+## the command that replays it; see docs/testing.md.
+SOAK_SEEDS ?= 2000
+SOAK_FIRST_SEED ?= 100
+SOAK_PROCESS_SEEDS ?= 1,2,3,4,5,6,7,8,9,10
+soak: tools
+	$(CARGO) build --workspace --all-targets
+	@url=$$(scripts/postgres.sh start $(WORK)/pg-soak) && \
+	  trap 'scripts/postgres.sh stop $(WORK)/pg-soak' EXIT && \
+	  CORIUM_FLEET_TEST_PG_URL=$$url CORIUM_FLEET_SIM_SEEDS=$(SOAK_SEEDS) CORIUM_FLEET_SIM_FIRST_SEED=$(SOAK_FIRST_SEED) \
+	  CORIUM_FLEET_FAULT_SEEDS=$(SOAK_PROCESS_SEEDS) \
+	  $(CARGO) nextest run -p corium-fleet-tests --test simulation --test faults --no-fail-fast --no-capture \
+	    --test-threads 1
 
 ## Benchmarks: release build, PostgreSQL on loopback, every scenario against its
 ## baseline in one run; tables on stdout, JSON under target/bench/. Never part

@@ -28,7 +28,7 @@ use corium_fleet_tests::Backend;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// PostgreSQL server URL (a fresh database is made per scenario); without
@@ -158,6 +158,34 @@ async fn main() -> anyhow::Result<()> {
             );
             println!("load {}", result.load);
             report.insert(format!("failover_{label}"), serde_json::to_value(&result)?);
+        }
+        if wants("owner-cache") {
+            let result = scenario::owner_cache::run(backend(server), args.rounds).await?;
+            let share =
+                |spread: stats::Spread| format!("{:.4} ({:.4}–{:.4})", spread.median, spread.min, spread.max);
+            println!(
+                "\n== owner cache ({label}): {} databases through one ingress, 3 s per phase, {} rounds, median (min–max) ==",
+                result.databases, args.rounds
+            );
+            println!(
+                "hit rate, owners steady                   {}",
+                share(result.steady_hit_rate)
+            );
+            println!(
+                "hit rate, an owner moving every 250 ms    {}  ({} handoffs, {} stale entries found, one-hop share {}, {} errors in {} requests)",
+                share(result.churn_hit_rate),
+                result.churn_handoffs,
+                result.churn_stale,
+                share(result.churn_one_hop_share),
+                result.churn_errors,
+                result.churn_requests
+            );
+            println!(
+                "storage reads for a burst of {} requests to an unseen database: {}",
+                result.burst_requests, result.burst_storage_reads
+            );
+            println!("load {}", result.load);
+            report.insert(format!("owner_cache_{label}"), serde_json::to_value(&result)?);
         }
         if wants("activation") {
             let result = scenario::activation::run(backend(server), args.databases, 10).await?;

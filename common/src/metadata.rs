@@ -9,8 +9,13 @@ pub const REQUEST_ID: &str = "corium-request-id";
 /// `1` on a forwarded request; a node never forwards a request carrying it.
 pub const HOP: &str = "corium-hop";
 /// The lease version the ingress routed on; the owner accepts only if it
-/// holds exactly that version.
+/// holds exactly that version. On a response: the lease version of the
+/// owner that answered.
 pub const LEASE_VERSION: &str = "corium-lease-version";
+/// On a `Transact` response: `1` when the answer is the replay of a
+/// transaction committed earlier under the same request id (possibly by an
+/// earlier owner, under an earlier lease version).
+pub const REPLAYED: &str = "corium-replayed";
 /// Authenticated caller, trusted only from an ingress mTLS peer.
 pub const PRINCIPAL: &str = "corium-principal";
 /// Correlation id carried across client, ingress and owner.

@@ -110,29 +110,35 @@ pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, to
         })
         .await?
         .into_inner();
+    read_log(&mut stream).await
+}
+
+/// Reads a `Subscribe` stream from basis 0 until it has delivered every
+/// transaction up to the basis its handshake named: `(t, strings
+/// asserted)`, in log order. Each message waits at most 30 s.
+///
+/// # Errors
+/// The stream's status, or `DEADLINE_EXCEEDED` when it stalls.
+pub async fn read_log<S>(stream: &mut S) -> Result<Vec<(u64, Vec<String>)>, tonic::Status>
+where
+    S: futures::Stream<Item = Result<pb::SubscribeItem, tonic::Status>> + Unpin,
+{
+    use futures::StreamExt as _;
     let mut interner = corium_core::KeywordInterner::default();
     let mut basis = None;
     let mut records = Vec::new();
     loop {
-        let next = tokio::time::timeout(Duration::from_secs(30), stream.message())
+        let next = tokio::time::timeout(Duration::from_secs(30), stream.next())
             .await
-            .map_err(|_| tonic::Status::deadline_exceeded("subscription stalled"))??;
+            .map_err(|_| tonic::Status::deadline_exceeded("subscription stalled"))?
+            .transpose()?;
         let Some(item) = next.and_then(|item| item.item) else {
             break;
         };
         match item {
             pb::subscribe_item::Item::Handshake(handshake) => basis = Some(handshake.basis_t),
             pb::subscribe_item::Item::Report(report) => {
-                let datoms = codec::decode_datoms(&report.datoms, &mut interner)
-                    .map_err(|error| tonic::Status::internal(error.to_string()))?;
-                let names = datoms
-                    .iter()
-                    .filter_map(|datom| match &datom.v {
-                        corium_core::Value::Str(name) => Some(name.to_string()),
-                        _ => None,
-                    })
-                    .collect();
-                records.push((report.t, names));
+                records.push((report.t, report_strings(&report, &mut interner)?));
             }
             _ => {}
         }
@@ -141,6 +147,25 @@ pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, to
         }
     }
     Ok(records)
+}
+
+/// The strings a reported transaction asserted (item names, request ids).
+///
+/// # Errors
+/// The report does not decode.
+pub fn report_strings(
+    report: &pb::TxReport,
+    interner: &mut corium_core::KeywordInterner,
+) -> Result<Vec<String>, tonic::Status> {
+    let datoms = codec::decode_datoms(&report.datoms, interner)
+        .map_err(|error| tonic::Status::internal(error.to_string()))?;
+    Ok(datoms
+        .iter()
+        .filter_map(|datom| match &datom.v {
+            corium_core::Value::Str(name) => Some(name.to_string()),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Sends raw bytes as a gRPC request body over HTTP/2 to `endpoint` + `path`

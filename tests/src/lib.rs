@@ -8,11 +8,17 @@
 //!   starts);
 //! - [`Fleet`] / [`Node`] — process control: start, SIGKILL, SIGTERM;
 //! - [`corium`] — small helpers over the stock `corium.v1` clients;
-//! - [`proxy`] — a cuttable TCP path between a node and PostgreSQL.
+//! - [`proxy`] — a cuttable TCP path between a node and PostgreSQL;
+//! - [`checker`] — the fault suite's judge of the fleet's promises and its
+//!   per-run report (both tiers);
+//! - [`sim`] — the in-process simulation tier: seeded plans over hosts
+//!   sharing one store through `FaultyStore`s.
 
+pub mod checker;
 pub mod corium;
 pub mod load;
 pub mod proxy;
+pub mod sim;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -89,7 +95,7 @@ impl Backend {
 /// each test in its own process), so each port is also reserved across
 /// processes with an advisory lock file held until this process exits: two
 /// tests never hand out the same port while their servers start.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static HELD: std::sync::Mutex<Vec<nix::fcntl::Flock<std::fs::File>>> = std::sync::Mutex::new(Vec::new());
     let dir = std::env::temp_dir().join("corium-fleet-test-ports");
     let _ = std::fs::create_dir_all(&dir);
@@ -282,6 +288,15 @@ impl Node {
         assert!(self.child.is_none(), "{} is still running", self.id);
         self.spawn();
         wait_ready(self).await;
+    }
+
+    /// Sets (`Some`) or clears (`None`) an environment variable for the
+    /// next start of this process (fault injection per incarnation).
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(value) = value {
+            self.env.push((key.to_owned(), value.to_owned()));
+        }
     }
 
     /// The node's log so far (for failure messages).

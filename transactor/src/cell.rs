@@ -96,6 +96,9 @@ pub struct Cell {
     pub ledger: crate::request_id::Ledger,
     /// Databases this cell's view may write while it forks into them.
     pub fork_targets: view::ForkTargets,
+    /// Set when a commit failed in storage: the cell's in-memory log state
+    /// may no longer match storage, so it must be reset (`Host::reset`).
+    storage_failed: std::sync::atomic::AtomicBool,
 }
 
 /// Keeps a cell from looking idle while a subscription streams from it.
@@ -170,7 +173,7 @@ impl Cell {
         let fork_targets = view::ForkTargets::default();
         let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets))
             .await
-            .map_err(|error| corium_transactor::server::to_status(&error))?;
+            .map_err(|error| crate::error::node_status(&error))?;
         if !node.list_dbs().is_empty() {
             // The catalog entry already exists and opening just acquired it;
             // give the lease straight back.
@@ -208,6 +211,7 @@ impl Cell {
             subscribers: AtomicUsize::new(0),
             ledger: crate::request_id::Ledger::default(),
             fork_targets,
+            storage_failed: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -260,6 +264,46 @@ impl Cell {
     }
 
     /// Marks the cell closed without releasing anything (deposition).
+    /// Commits `tx_data` on this cell, in a task of its own.
+    ///
+    /// Corium's group commit runs in the leading caller's future: a caller
+    /// that goes away (its deadline, a reset stream) while the batch's log
+    /// append is in flight cancels the leader after the append may have
+    /// landed and before the log's next `t` advances, and every later append
+    /// then fails as a "corrupt transaction log" until the lease moves. A
+    /// spawned commit runs to its end whatever the caller does. Found by the
+    /// simulation tier (docs/design/0007-fault-suite.md).
+    ///
+    /// A commit that fails in storage marks the cell for reset: whether the
+    /// append landed is unknown (a lost acknowledgement leaves the same
+    /// stale next `t`), and only recovery from storage knows.
+    ///
+    /// # Errors
+    /// Corium's error for the transaction.
+    pub async fn commit(
+        &self,
+        tx_data: Vec<u8>,
+        expected_basis_t: Option<u64>,
+    ) -> Result<pb::TransactResponse, NodeError> {
+        let node = Arc::clone(&self.node);
+        let db = self.db.clone();
+        let result = tokio::spawn(async move { node.transact_at(&db, &tx_data, expected_basis_t).await })
+            .await
+            .unwrap_or_else(|error| Err(NodeError::GroupCommit(format!("commit task failed: {error}"))));
+        if let Err(error) = &result
+            && crate::error::is_storage_failure(error)
+        {
+            self.storage_failed.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// Whether a commit failed in storage since the cell opened.
+    #[must_use]
+    pub fn storage_failed(&self) -> bool {
+        self.storage_failed.load(Ordering::Acquire)
+    }
+
     pub fn close(&self) {
         self.gate.close();
         let _ = self.closed.send(true);

@@ -599,6 +599,34 @@ impl Host {
         tracing::info!(db = %cell.db, lease_version = cell.lease_version, drained, "lease released");
     }
 
+    /// Resets `cell` in the background if a commit on it failed in storage
+    /// (see `Cell::commit`).
+    pub fn reset_if_failed(self: &Arc<Self>, cell: &Arc<Cell>) {
+        if cell.storage_failed() {
+            let (host, cell) = (Arc::clone(self), Arc::clone(cell));
+            tokio::spawn(async move { host.reset(&cell).await });
+        }
+    }
+
+    /// Drops a cell whose in-memory state may no longer match storage and
+    /// releases its lease, so the next request recovers the database from
+    /// storage (crash-only: recovery is the one path that knows what is
+    /// durable). No index publication first: storage just failed.
+    pub async fn reset(&self, cell: &Arc<Cell>) {
+        let current = self.cell(&cell.db);
+        if !current.is_some_and(|current| Arc::ptr_eq(&current, cell)) {
+            return;
+        }
+        let closing = self.closing_guard(&cell.db);
+        self.remove(cell);
+        let drained = cell
+            .evict(&self.base, self.config.drain_timeout, self.rerelease_window())
+            .await;
+        drop(closing);
+        self.metrics.resets.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(db = %cell.db, lease_version = cell.lease_version, drained, "cell reset after a commit failed in storage; the next request recovers it from storage");
+    }
+
     /// Drops a cell whose database was deleted (its lease record is gone).
     pub fn forget(&self, cell: &Arc<Cell>) {
         cell.close();

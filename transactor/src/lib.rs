@@ -20,7 +20,8 @@
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
 //! - [`principal`] — who may carry `corium-principal` (ingress peers only);
 //! - [`error`] — the crate's error and its kind;
-//! - [`fault`] — process-level fault injection for the fault tests (environment only).
+//! - [`fault`] — process-level fault injection for the fault tests (environment only);
+//! - [`faulty`] — `FaultyStore`: seeded storage fault schedules (simulation and fault tests).
 //!
 //! [`run`] starts a node on given listeners until a shutdown future resolves;
 //! the binary and the tests start nodes the same way.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod counting;
 pub mod error;
 pub mod fault;
+pub mod faulty;
 pub mod fork;
 pub mod host;
 pub mod metrics;
@@ -138,31 +140,47 @@ pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = flag.wait_for(|value| *value).await;
 }
 
-/// Runs a node until `shutdown` resolves, then releases every held lease
-/// (draining in-flight calls first) and stops serving.
+/// A node's host and background work (registry, standby watcher, placement
+/// map, admin HTTP), started without its gRPC server: [`run`] serves it, the
+/// simulation tier calls its services in-process.
+pub struct Running {
+    pub host: Arc<host::Host>,
+    stop: tokio::sync::watch::Sender<bool>,
+    registration: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the background work and leaves the registry (after a drain:
+    /// [`host::Host::release_all`]).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.registration).await;
+    }
+
+    /// Stops the background work at once, releasing nothing and leaving the
+    /// registry record to expire: what a crash leaves behind (the simulation
+    /// also cuts the node's storage, so its cells' renewals fail).
+    pub fn abandon(self) {
+        let _ = self.stop.send(true);
+        self.registration.abort();
+    }
+}
+
+/// Starts a node's host over `store` (already opened, and wrapped as the
+/// caller wants), with cells opened through the storage view `view_kind`.
 ///
 /// # Errors
-/// When storage cannot be opened or the server fails.
-pub async fn run(
+/// A bad placement map, or the registry refuses this node (a live duplicate
+/// id) or cannot be written.
+pub async fn start(
     config: Config,
-    listeners: Listeners,
-    shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), Error> {
-    corium_fleet_common::tls::install_default_provider();
-    fault::announce();
-    let spec = config.storage.spec();
+    store: Arc<dyn corium_store::FullStore>,
+    view_kind: &'static str,
+    admin: Option<TcpListener>,
+) -> Result<Running, Error> {
     let describe = config.storage.describe();
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
-        storage: format!("data directory {}", config.data_dir.display()),
-        source: source.into(),
-    })?;
-    let opened = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
-    let root_ops = Arc::new(counting::CountingStore::new(opened));
+    let root_ops = Arc::new(counting::CountingStore::new(store));
     let base: Arc<dyn corium_store::FullStore> = Arc::clone(&root_ops) as Arc<dyn corium_store::FullStore>;
-    let placement = corium_store::storage_backend(spec.kind())
-        .map(|backend| backend.capabilities().log_placement)
-        .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
-    let view_kind = view::kind_for(placement).map_err(Error::Config)?;
     let incarnation = uuid::Uuid::new_v4().simple().to_string();
     let template = cell::Template {
         base: Arc::clone(&base),
@@ -187,8 +205,7 @@ pub async fn run(
         zone = %host.config.zone,
         incarnation = %host.incarnation,
         storage = %describe,
-        grpc = ?listeners.grpc.local_addr().ok(),
-        admin = ?listeners.admin.local_addr().ok(),
+        admin = ?admin.as_ref().and_then(|listener| listener.local_addr().ok()),
         members = host.config.members.len(),
         "node serving"
     );
@@ -267,11 +284,50 @@ pub async fn run(
         ));
     }
     tokio::spawn(standby::watch(Arc::clone(&host), stop_rx.clone()));
-    tokio::spawn(corium_fleet_common::admin_http::serve(
-        listeners.admin,
-        admin_http::handler(Arc::clone(&host)),
-        stop_rx,
-    ));
+    if let Some(admin) = admin {
+        tokio::spawn(corium_fleet_common::admin_http::serve(
+            admin,
+            admin_http::handler(Arc::clone(&host)),
+            stop_rx,
+        ));
+    }
+    Ok(Running {
+        host,
+        stop: stop_tx,
+        registration,
+    })
+}
+
+/// Runs a node until `shutdown` resolves, then releases every held lease
+/// (draining in-flight calls first) and stops serving.
+///
+/// # Errors
+/// When storage cannot be opened or the server fails.
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
+    corium_fleet_common::tls::install_default_provider();
+    fault::announce();
+    let spec = config.storage.spec();
+    let describe = config.storage.describe();
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
+        storage: format!("data directory {}", config.data_dir.display()),
+        source: source.into(),
+    })?;
+    let opened = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
+    let store = fault::wrap_store(opened).map_err(Error::Config)?;
+    let placement = corium_store::storage_backend(spec.kind())
+        .map(|backend| backend.capabilities().log_placement)
+        .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
+    let view_kind = view::kind_for(placement).map_err(Error::Config)?;
+    tracing::info!(grpc = ?listeners.grpc.local_addr().ok(), "serving gRPC");
+    let Running {
+        host,
+        stop: stop_tx,
+        registration,
+    } = start(config, store, view_kind, Some(listeners.admin)).await?;
 
     let releasing = Arc::clone(&host);
     let graceful = async move {

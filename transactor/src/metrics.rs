@@ -20,6 +20,8 @@ pub struct Metrics {
     pub takeovers: AtomicU64,
     pub depositions: AtomicU64,
     pub evictions: AtomicU64,
+    /// Cells dropped after a commit failed in storage (`Host::reset`).
+    pub resets: AtomicU64,
     pub idle_evictions: AtomicU64,
     pub handoffs: AtomicU64,
     /// `Transact` calls with a request id that committed.
@@ -103,6 +105,12 @@ impl Metrics {
             "corium_fleet_evictions_total",
             "Cells released gracefully (idle, shutdown).",
             load(&self.evictions),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_cell_resets_total",
+            "Cells dropped and recovered from storage after a commit failed in storage.",
+            load(&self.resets),
         );
         counter(
             &mut out,

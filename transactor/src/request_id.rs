@@ -295,12 +295,12 @@ async fn replay(
     let state = node
         .db_state(name)
         .await
-        .map_err(|error| corium_transactor::server::to_status(&error))?;
+        .map_err(|error| crate::error::node_status(&error))?;
     let t = tx.sequence();
     let records = state
         .tx_range(t, Some(t + 1))
         .await
-        .map_err(|error| corium_transactor::server::to_status(&error))?;
+        .map_err(|error| crate::error::node_status(&error))?;
     let record = records
         .into_iter()
         .find(|record| record.t == t)
@@ -367,8 +367,8 @@ impl Ledger {
         }
     }
 
-    /// Commits `request` under `id` at most once on database `name` of
-    /// `node`, or replays the answer of the transaction that already
+    /// Commits `request` under `id` at most once on `cell`'s database, or
+    /// replays the answer of the transaction that already
     /// carries `id`.
     ///
     /// # Errors
@@ -376,15 +376,14 @@ impl Ledger {
     /// otherwise Corium's status for the transaction.
     pub async fn transact(
         &self,
-        node: &TransactorNode,
-        name: &str,
+        cell: &crate::cell::Cell,
         id: uuid::Uuid,
         request: &pb::TransactRequest,
     ) -> Result<(pb::TransactResponse, Outcome), Status> {
         let lock = self.lock_for(id);
         let result = {
             let _turn = lock.lock().await;
-            self.transact_locked(node, name, id, request).await
+            self.transact_locked(cell, id, request).await
         };
         self.release(id, &lock);
         result
@@ -392,12 +391,12 @@ impl Ledger {
 
     async fn transact_locked(
         &self,
-        node: &TransactorNode,
-        name: &str,
+        cell: &crate::cell::Cell,
         id: uuid::Uuid,
         request: &pb::TransactRequest,
     ) -> Result<(pb::TransactResponse, Outcome), Status> {
-        let to_status = |error: NodeError| corium_transactor::server::to_status(&error);
+        let (node, name) = (cell.node.as_ref(), cell.db.as_str());
+        let to_status = |error: NodeError| crate::error::node_status(&error);
         let id_text = id.hyphenated().to_string();
         let digest = digest(request);
         let state = node.db_state(name).await.map_err(to_status)?;
@@ -429,8 +428,8 @@ impl Ledger {
             )));
         }
         let tx = augmented(forms, &id_text, &digest, &named)?;
-        let committed = node
-            .transact_at(name, &codec::encode_edn(&tx), request.expected_basis_t)
+        let committed = cell
+            .commit(codec::encode_edn(&tx), request.expected_basis_t)
             .await;
         match committed {
             Ok(response) => Ok((normalise(response, &named)?, Outcome::Committed)),

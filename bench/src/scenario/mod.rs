@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod failover;
+pub mod owner_cache;
 pub mod real_path;
 pub mod recovery;
 pub mod scaling;

@@ -198,7 +198,7 @@ impl Catalog for FleetCatalog {
         config.saga_sweep_interval = None;
         let node = TransactorNode::open(config)
             .await
-            .map_err(|error| corium_transactor::server::to_status(&error))?;
+            .map_err(|error| crate::error::node_status(&error))?;
         svc(node).gc_deleted_databases(request).await
     }
 
@@ -240,7 +240,7 @@ impl Catalog for FleetCatalog {
             let basis_t = node
                 .sync(&name, 0)
                 .await
-                .map_err(|error| corium_transactor::server::to_status(&error))?;
+                .map_err(|error| crate::error::node_status(&error))?;
             let storage = spec
                 .connection_info(&data_dir, &corium_transactor::StorageInfoConfig::default())
                 .await

@@ -31,5 +31,17 @@ where
         // Draining or deposed between the decision and admission.
         return Err(host.not_owner(db, None));
     };
-    call(Arc::clone(&cell.node), request).await
+    let mut response = call(Arc::clone(&cell.node), request).await?;
+    stamp_lease_version(&mut response, cell.lease_version);
+    Ok(response)
+}
+
+/// Names the lease version that answered, so a caller (and the fault
+/// suite's checker) can tell which writer acknowledged: versions of
+/// acknowledgements in `t` order never go down.
+pub(crate) fn stamp_lease_version<T>(response: &mut Response<T>, lease_version: u64) {
+    response.metadata_mut().insert(
+        corium_fleet_common::metadata::LEASE_VERSION,
+        tonic::metadata::MetadataValue::from(lease_version),
+    );
 }

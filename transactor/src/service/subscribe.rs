@@ -42,7 +42,7 @@ pub async fn stream(
         .node
         .db_state(&cell.db)
         .await
-        .map_err(|error| corium_transactor::server::to_status(&error))?;
+        .map_err(|error| crate::error::node_status(&error))?;
     // Register for live items before taking the basis snapshot, and drop
     // live reports at or below the last backfilled `t`: nothing falls
     // between backfill and live.
@@ -75,7 +75,7 @@ pub async fn stream(
             let records = match state.tx_range(from_basis_t + 1, Some(basis + 1)).await {
                 Ok(records) => records,
                 Err(error) => {
-                    let _ = tx.send(Err(corium_transactor::server::to_status(&error))).await;
+                    let _ = tx.send(Err(crate::error::node_status(&error))).await;
                     return;
                 }
             };

@@ -48,20 +48,29 @@ impl Transactor for FleetTransactor {
         let id = metadata::request_id(request.metadata())
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
         let db = request.get_ref().db.clone();
-        let Some(id) = id else {
-            return dispatch(&self.0, request, &db, |node, request| async move {
-                svc(node).transact(request).await
-            })
-            .await;
-        };
         let host = &self.0;
         let cell = host.owner(request.metadata(), &db).await?;
-        let Some(_permit) = cell.admit() else {
+        let Some(permit) = cell.admit() else {
             return Err(host.not_owner(&db, None));
         };
         let request = request.into_inner();
         check_version(request.protocol_version)?;
-        let (response, outcome) = cell.ledger.transact(&cell.node, &db, id, &request).await?;
+        let Some(id) = id else {
+            // The cell's own commit rather than Corium's service: it cannot
+            // be cancelled half-way, and a storage failure maps to
+            // `UNAVAILABLE` (`error::node_status`). Authorization is
+            // disabled in cells, so nothing is skipped.
+            let committed = cell.commit(request.tx_data, request.expected_basis_t).await;
+            drop(permit);
+            host.reset_if_failed(&cell);
+            let mut response = Response::new(committed.map_err(|error| crate::error::node_status(&error))?);
+            super::stamp_lease_version(&mut response, cell.lease_version);
+            return Ok(response);
+        };
+        let answered = cell.ledger.transact(&cell, id, &request).await;
+        drop(permit);
+        host.reset_if_failed(&cell);
+        let (response, outcome) = answered?;
         let counter = match outcome {
             Outcome::Committed => {
                 crate::fault::after_commit(&id);
@@ -73,7 +82,15 @@ impl Transactor for FleetTransactor {
             }
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Response::new(response))
+        let mut response = Response::new(response);
+        super::stamp_lease_version(&mut response, cell.lease_version);
+        if outcome == Outcome::Replayed {
+            response.metadata_mut().insert(
+                metadata::REPLAYED,
+                tonic::metadata::MetadataValue::from_static("1"),
+            );
+        }
+        Ok(response)
     }
 
     async fn saga_commit(

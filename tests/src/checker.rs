@@ -1,0 +1,513 @@
+//! The fault suite's checker: one judge of the fleet's promises for both
+//! tiers (the in-process simulation and the multi-process fault tests),
+//! reading what was acknowledged and what is durable at the end of a run.
+//!
+//! Per database it checks that:
+//! - every `t` of the durable log has exactly one record, with no gaps;
+//! - every acknowledged transaction is in the log at the `t` it was
+//!   acknowledged with, and a request id sent again answers exactly the
+//!   response it was acknowledged with;
+//! - no item and no request id was committed twice;
+//! - no node acknowledged while another held the lease: acknowledgements in
+//!   `t` order carry lease versions that never go down, and each is backed
+//!   by a durable log record written under that version (when the record
+//!   keys are known);
+//! - every subscription delivered every `t` in order, with no gap or
+//!   repeat across its reconnects;
+//! - databases named as unaffected saw no error at all.
+//!
+//! [`Report`] prints operations, faults, failovers, the longest
+//! unavailability per database and the verdict.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+/// One acknowledged transaction.
+#[derive(Clone, Debug)]
+pub struct Ack {
+    pub db: String,
+    /// The unique item the transaction asserted.
+    pub item: String,
+    pub request_id: String,
+    pub t: u64,
+    /// `corium-lease-version` of the answer (the fleet stamps it).
+    pub lease_version: Option<u64>,
+    /// The answer was a replay (`corium-replayed`): committed earlier,
+    /// possibly under an earlier lease, so its version says who answered,
+    /// not who wrote.
+    pub replayed: bool,
+    /// The encoded `TransactResponse` the caller received.
+    pub response: Vec<u8>,
+    /// Since the run started.
+    pub at: Duration,
+}
+
+/// Everything a run's clients observed.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub acks: Vec<Ack>,
+    /// Failed attempts: database, since start, status code.
+    pub errors: Vec<(String, Duration, tonic::Code)>,
+    /// Attempts made (acknowledged or not).
+    pub attempts: usize,
+    /// Transactions abandoned after their retry budget: database, item.
+    pub abandoned: Vec<(String, String)>,
+    /// Statuses no caller should ever see (a bug, whatever failed).
+    pub unexpected: Vec<String>,
+    /// `t`s each subscription delivered, in delivery order, across its
+    /// reconnects: (database, subscriber) → `t`s.
+    pub deliveries: BTreeMap<(String, usize), Vec<u64>>,
+    /// Faults and process events injected, in order, as text.
+    pub faults: Vec<String>,
+}
+
+/// What is durable at the end of a run, per database.
+#[derive(Clone, Debug, Default)]
+pub struct Durable {
+    /// The log read back from a node: `(t, strings asserted)`, log order.
+    pub logs: BTreeMap<String, Vec<(u64, Vec<String>)>>,
+    /// Native log record keys `(lease version, last t of the batch)`, when
+    /// the run can list storage.
+    pub record_keys: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Request ids sent again at the end: the ack's index in
+    /// `History::acks` → the encoded response the replay returned.
+    pub replays: Vec<(usize, Result<Vec<u8>, String>)>,
+}
+
+/// A run's outcome.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub label: String,
+    pub attempts: usize,
+    pub acked: usize,
+    pub errors: usize,
+    pub faults: Vec<String>,
+    /// Lease versions seen per database beyond the first (ownership moves).
+    pub failovers: BTreeMap<String, usize>,
+    /// Per database: the longest time from the last acknowledgement before a
+    /// failed attempt to the first acknowledgement after it, and when (since
+    /// the run started) that stretch began.
+    pub longest_unavailable: BTreeMap<String, (Duration, Duration)>,
+    /// Subscription reconnects that resumed (sum over subscribers).
+    pub delivered: usize,
+    pub replays: usize,
+    /// Log records written by deposed writers and never acknowledged
+    /// (fenced), when record keys are known.
+    pub superseded_records: usize,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// Checks a run. `unaffected` names databases that must have seen no error.
+#[must_use]
+pub fn check(label: &str, history: &History, durable: &Durable, unaffected: &BTreeSet<String>) -> Report {
+    let mut report = Report {
+        label: label.to_owned(),
+        attempts: history.attempts,
+        acked: history.acks.len(),
+        errors: history.errors.len(),
+        faults: history.faults.clone(),
+        replays: durable.replays.len(),
+        ..Report::default()
+    };
+    let violations = &mut report.violations;
+    for status in &history.unexpected {
+        violations.push(format!("unexpected status: {status}"));
+    }
+    for (db, item) in &history.abandoned {
+        violations.push(format!(
+            "{db}: {item} was never acknowledged within its retry budget"
+        ));
+    }
+    let mut dbs: BTreeSet<&String> = history.acks.iter().map(|ack| &ack.db).collect();
+    dbs.extend(durable.logs.keys());
+    for db in dbs {
+        let acks: Vec<&Ack> = history.acks.iter().filter(|ack| &ack.db == db).collect();
+        let Some(log) = durable.logs.get(db) else {
+            violations.push(format!("{db}: acknowledged writes but no log was read back"));
+            continue;
+        };
+        check_log(db, log, &acks, violations);
+        check_versions(
+            db,
+            &acks,
+            durable.record_keys.get(db),
+            violations,
+            &mut report.superseded_records,
+        );
+        let versions: BTreeSet<u64> = acks.iter().filter_map(|ack| ack.lease_version).collect();
+        report
+            .failovers
+            .insert(db.clone(), versions.len().saturating_sub(1));
+        report
+            .longest_unavailable
+            .insert(db.clone(), longest_unavailable(db, history));
+        if unaffected.contains(db) {
+            let count = history.errors.iter().filter(|(d, ..)| d == db).count();
+            if count > 0 {
+                violations.push(format!("{db}: {count} errors, though no fault touched it"));
+            }
+        }
+    }
+    for (index, replayed) in &durable.replays {
+        let ack = &history.acks[*index];
+        match replayed {
+            Ok(bytes) if *bytes == ack.response => {}
+            Ok(_) => violations.push(format!(
+                "{}: request id {} (t={}) answered a different response on replay",
+                ack.db, ack.request_id, ack.t
+            )),
+            Err(error) => violations.push(format!(
+                "{}: request id {} could not be replayed: {error}",
+                ack.db, ack.request_id
+            )),
+        }
+    }
+    for ((db, subscriber), ts) in &history.deliveries {
+        report.delivered += ts.len();
+        if let Some(pair) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
+            violations.push(format!(
+                "{db}: subscriber {subscriber} delivered t={} after t={} (gap, repeat or disorder)",
+                pair[1], pair[0]
+            ));
+        }
+        if let (Some(first), Some(log)) = (ts.first(), durable.logs.get(db))
+            && log.first().is_some_and(|(t, _)| t < first)
+            && *first != 1
+        {
+            violations.push(format!(
+                "{db}: subscriber {subscriber} started at t={first}, not at the log's start"
+            ));
+        }
+    }
+    report
+}
+
+fn check_log(db: &str, log: &[(u64, Vec<String>)], acks: &[&Ack], violations: &mut Vec<String>) {
+    let ts: Vec<u64> = log.iter().map(|(t, _)| *t).collect();
+    if let Some(pair) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
+        violations.push(format!(
+            "{db}: log t={} follows t={} (each t must have exactly one record)",
+            pair[1], pair[0]
+        ));
+    }
+    let by_t: BTreeMap<u64, &Vec<String>> = log.iter().map(|(t, strings)| (*t, strings)).collect();
+    let mut where_item: BTreeMap<&str, u64> = BTreeMap::new();
+    let acked_items: BTreeSet<&str> = acks.iter().map(|ack| ack.item.as_str()).collect();
+    let acked_ids: BTreeSet<&str> = acks.iter().map(|ack| ack.request_id.as_str()).collect();
+    let mut where_id: BTreeMap<&str, u64> = BTreeMap::new();
+    for (t, strings) in log {
+        for string in strings {
+            if acked_items.contains(string.as_str())
+                && let Some(previous) = where_item.insert(string, *t)
+            {
+                violations.push(format!(
+                    "{db}: item {string} committed twice (t={previous} and t={t})"
+                ));
+            }
+            if acked_ids.contains(string.as_str())
+                && let Some(previous) = where_id.insert(string, *t)
+                && previous != *t
+            {
+                violations.push(format!(
+                    "{db}: request id {string} recorded twice (t={previous} and t={t})"
+                ));
+            }
+        }
+    }
+    for ack in acks {
+        match by_t.get(&ack.t) {
+            Some(strings) if strings.contains(&ack.item) => {}
+            Some(_) => violations.push(format!(
+                "{db}: {} acknowledged at t={} but t={} holds another transaction (lost write)",
+                ack.item, ack.t, ack.t
+            )),
+            None => violations.push(format!(
+                "{db}: {} acknowledged at t={} is not in the log",
+                ack.item, ack.t
+            )),
+        }
+    }
+}
+
+fn check_versions(
+    db: &str,
+    acks: &[&Ack],
+    keys: Option<&Vec<(u64, u64)>>,
+    violations: &mut Vec<String>,
+    superseded: &mut usize,
+) {
+    // Replays name the lease that answered, not the one that committed.
+    let mut by_t: Vec<&&Ack> = acks.iter().filter(|ack| !ack.replayed).collect();
+    by_t.sort_by_key(|ack| ack.t);
+    let mut highest: Option<&Ack> = None;
+    for ack in by_t {
+        let Some(version) = ack.lease_version else {
+            continue;
+        };
+        if let Some(previous) = highest
+            && previous.lease_version.is_some_and(|v| v > version)
+        {
+            violations.push(format!(
+                "{db}: t={} was acknowledged under lease version {version} after t={} under version {:?} (two writers)",
+                ack.t, previous.t, previous.lease_version
+            ));
+        }
+        if highest.is_none_or(|h| h.lease_version < Some(version)) {
+            highest = Some(ack);
+        }
+        if let Some(keys) = keys
+            && !keys.iter().any(|(v, last)| *v == version && *last >= ack.t)
+        {
+            violations.push(format!(
+                "{db}: t={} acknowledged under lease version {version} has no durable record of that version",
+                ack.t
+            ));
+        }
+    }
+    if let Some(keys) = keys {
+        // A record batch of a version whose last t is at or above the first
+        // batch of a higher version was written by a deposed writer: fenced
+        // (never part of the log), counted for the report.
+        let mut first_of: BTreeMap<u64, u64> = BTreeMap::new();
+        for (version, last) in keys {
+            let first = first_of.entry(*version).or_insert(*last);
+            *first = (*first).min(*last);
+        }
+        *superseded += keys
+            .iter()
+            .filter(|(version, last)| {
+                first_of
+                    .range(version + 1..)
+                    .any(|(_, first_higher)| last >= first_higher)
+            })
+            .count();
+    }
+}
+
+/// The longest stretch from the last acknowledgement before a failed
+/// attempt to the next acknowledgement, for one database: (length, start).
+fn longest_unavailable(db: &str, history: &History) -> (Duration, Duration) {
+    let mut events: Vec<(Duration, bool)> = history
+        .acks
+        .iter()
+        .filter(|ack| ack.db == db)
+        .map(|ack| (ack.at, true))
+        .chain(
+            history
+                .errors
+                .iter()
+                .filter(|(d, ..)| d == db)
+                .map(|(_, at, _)| (*at, false)),
+        )
+        .collect();
+    events.sort();
+    let mut longest = (Duration::ZERO, Duration::ZERO);
+    let mut last_ok = Duration::ZERO;
+    let mut failing = false;
+    for (at, ok) in events {
+        if ok {
+            if failing && at.saturating_sub(last_ok) > longest.0 {
+                longest = (at.saturating_sub(last_ok), last_ok);
+            }
+            failing = false;
+            last_ok = at;
+        } else {
+            failing = true;
+        }
+    }
+    longest
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "run {}: {} attempts, {} acknowledged, {} failed attempts, {} replays checked, {} subscription deliveries, {} superseded (fenced) log records",
+            self.label,
+            self.attempts,
+            self.acked,
+            self.errors,
+            self.replays,
+            self.delivered,
+            self.superseded_records
+        )?;
+        for fault in &self.faults {
+            writeln!(f, "  fault: {fault}")?;
+        }
+        for (db, (longest, from)) in &self.longest_unavailable {
+            writeln!(
+                f,
+                "  {db}: {} ownership moves, longest unavailability {} ms (from @{}ms)",
+                self.failovers.get(db).copied().unwrap_or(0),
+                longest.as_millis(),
+                from.as_millis()
+            )?;
+        }
+        if self.violations.is_empty() {
+            write!(f, "  verdict: PASS")
+        } else {
+            writeln!(f, "  verdict: FAIL ({} violations)", self.violations.len())?;
+            for violation in &self.violations {
+                writeln!(f, "  - {violation}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ack(db: &str, item: &str, t: u64, version: u64) -> Ack {
+        Ack {
+            db: db.into(),
+            item: item.into(),
+            request_id: format!("id-{item}"),
+            t,
+            lease_version: Some(version),
+            replayed: false,
+            response: vec![u8::try_from(t).unwrap()],
+            at: Duration::from_millis(t * 10),
+        }
+    }
+
+    fn log(entries: &[(u64, &str)]) -> Vec<(u64, Vec<String>)> {
+        entries
+            .iter()
+            .map(|(t, item)| (*t, vec![(*item).to_owned(), format!("id-{item}")]))
+            .collect()
+    }
+
+    fn run(acks: Vec<Ack>, log_entries: &[(u64, &str)], keys: Vec<(u64, u64)>) -> Report {
+        let history = History {
+            acks,
+            ..History::default()
+        };
+        let durable = Durable {
+            logs: BTreeMap::from([("a".to_owned(), log(log_entries))]),
+            record_keys: BTreeMap::from([("a".to_owned(), keys)]),
+            replays: vec![(0, Ok(vec![1]))],
+        };
+        check("unit", &history, &durable, &BTreeSet::new())
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        let report = run(
+            vec![ack("a", "x", 1, 1), ack("a", "y", 2, 1), ack("a", "z", 3, 2)],
+            &[(1, "x"), (2, "y"), (3, "z")],
+            vec![(1, 2), (2, 3)],
+        );
+        assert!(report.passed(), "{report}");
+        assert_eq!(report.failovers["a"], 1);
+    }
+
+    #[test]
+    fn each_promise_is_checked() {
+        // Lost write: t=2 holds another transaction.
+        let report = run(
+            vec![ack("a", "x", 1, 1), ack("a", "y", 2, 1)],
+            &[(1, "x"), (2, "w")],
+            vec![(1, 2)],
+        );
+        assert!(
+            report.violations.iter().any(|v| v.contains("lost write")),
+            "{report}"
+        );
+        // Gap.
+        let report = run(vec![ack("a", "x", 1, 1)], &[(1, "x"), (3, "w")], vec![(1, 3)]);
+        assert!(
+            report.violations.iter().any(|v| v.contains("exactly one record")),
+            "{report}"
+        );
+        // Twice.
+        let report = run(vec![ack("a", "x", 1, 1)], &[(1, "x"), (2, "x")], vec![(1, 2)]);
+        assert!(
+            report.violations.iter().any(|v| v.contains("committed twice")),
+            "{report}"
+        );
+        // Two writers: t=3 under version 1 after t=2 under version 2.
+        let report = run(
+            vec![ack("a", "x", 1, 1), ack("a", "y", 2, 2), ack("a", "z", 3, 1)],
+            &[(1, "x"), (2, "y"), (3, "z")],
+            vec![(1, 1), (2, 2), (1, 3)],
+        );
+        assert!(
+            report.violations.iter().any(|v| v.contains("two writers")),
+            "{report}"
+        );
+        // … unless the late answer was a replay by a later owner.
+        let mut replay = ack("a", "x", 1, 2);
+        replay.replayed = true;
+        let report = run(
+            vec![replay, ack("a", "y", 2, 1), ack("a", "z", 3, 2)],
+            &[(1, "x"), (2, "y"), (3, "z")],
+            vec![(1, 1), (1, 2), (2, 3)],
+        );
+        assert!(report.passed(), "{report}");
+        // No durable record under the acknowledging version.
+        let report = run(vec![ack("a", "x", 1, 3)], &[(1, "x")], vec![(2, 1)]);
+        assert!(
+            report.violations.iter().any(|v| v.contains("no durable record")),
+            "{report}"
+        );
+        // A replay that differs.
+        let mut bad = run(vec![ack("a", "x", 1, 1)], &[(1, "x")], vec![(1, 1)]);
+        assert!(bad.passed(), "{bad}");
+        let history = History {
+            acks: vec![ack("a", "x", 1, 1)],
+            deliveries: BTreeMap::from([(("a".to_owned(), 0), vec![1, 2, 2])]),
+            errors: vec![("b".to_owned(), Duration::from_millis(5), tonic::Code::Unavailable)],
+            ..History::default()
+        };
+        let durable = Durable {
+            logs: BTreeMap::from([("a".to_owned(), log(&[(1, "x")])), ("b".to_owned(), Vec::new())]),
+            replays: vec![(0, Ok(vec![9]))],
+            ..Durable::default()
+        };
+        bad = check("unit", &history, &durable, &BTreeSet::from(["b".to_owned()]));
+        assert!(
+            bad.violations.iter().any(|v| v.contains("different response")),
+            "{bad}"
+        );
+        assert!(bad.violations.iter().any(|v| v.contains("subscriber 0")), "{bad}");
+        assert!(
+            bad.violations.iter().any(|v| v.contains("no fault touched it")),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn superseded_batches_are_counted_and_unavailability_measured() {
+        let report = run(
+            vec![ack("a", "x", 1, 1), ack("a", "y", 2, 2)],
+            &[(1, "x"), (2, "y")],
+            // Version 1 also wrote a batch ending at 2 after version 2 began at 2.
+            vec![(1, 1), (1, 2), (2, 2)],
+        );
+        assert!(report.passed(), "{report}");
+        assert_eq!(report.superseded_records, 1);
+        let history = History {
+            acks: vec![ack("a", "x", 1, 1), ack("a", "y", 50, 1)],
+            errors: vec![(
+                "a".to_owned(),
+                Duration::from_millis(200),
+                tonic::Code::Unavailable,
+            )],
+            ..History::default()
+        };
+        assert_eq!(
+            longest_unavailable("a", &history),
+            (Duration::from_millis(490), Duration::from_millis(10))
+        );
+    }
+}
