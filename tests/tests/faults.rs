@@ -9,7 +9,8 @@
 //!
 //! - `CORIUM_FLEET_FAULT_SEEDS=a,b,c` picks the seeds (default: 1); odd
 //!   seeds run on PostgreSQL, even seeds on the filesystem store; `make
-//!   soak` runs ten.
+//!   soak` runs ten; `CORIUM_FLEET_FAULT_LOGS=1` prints every process's log
+//!   even when the run passes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -400,7 +401,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     }
     let quiet: BTreeSet<String> = quiet.into_iter().collect();
     let report = checker::check(&format!("seed {seed} on {backend:?}"), &history, &durable, &quiet);
-    if !report.passed() {
+    if !report.passed() || std::env::var_os("CORIUM_FLEET_FAULT_LOGS").is_some() {
         eprintln!("{}", fleet.logs());
     }
     report

@@ -134,6 +134,29 @@ fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Resul
     })
 }
 
+/// Until `ready` resolves (storage opened, the node registered — which waits
+/// out a crashed predecessor's registry record, up to its TTL), every
+/// connection to the gRPC port is accepted and closed at once. A bound
+/// listener completes TCP handshakes by itself, so without this a caller
+/// (the ingress routing to a restarted top candidate) would send a call
+/// into a socket nobody reads and wait out its keepalive or deadline; a
+/// closed connection sends it to the next candidate at once. Found by the
+/// process tier of the fault suite (docs/design/0007-fault-suite.md).
+async fn refuse_until<T>(listener: TcpListener, ready: impl Future<Output = T>) -> (TcpListener, T) {
+    let mut ready = std::pin::pin!(ready);
+    loop {
+        tokio::select! {
+            output = &mut ready => return (listener, output),
+            accepted = listener.accept() => {
+                if let Ok((stream, peer)) = accepted {
+                    tracing::debug!(%peer, "not ready yet; connection closed");
+                    drop(stream);
+                }
+            }
+        }
+    }
+}
+
 /// Resolves once `flag` is true (or its sender is gone). Never holds the
 /// receiver's borrow across an await, so the future stays `Send`.
 pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
@@ -316,18 +339,23 @@ pub async fn run(
         storage: format!("data directory {}", config.data_dir.display()),
         source: source.into(),
     })?;
-    let opened = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
-    let store = fault::wrap_store(opened).map_err(Error::Config)?;
-    let placement = corium_store::storage_backend(spec.kind())
-        .map(|backend| backend.capabilities().log_placement)
-        .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
-    let view_kind = view::kind_for(placement).map_err(Error::Config)?;
-    tracing::info!(grpc = ?listeners.grpc.local_addr().ok(), "serving gRPC");
+    let Listeners { grpc, admin } = listeners;
+    let ready = async {
+        let opened = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
+        let store = fault::wrap_store(opened).map_err(Error::Config)?;
+        let placement = corium_store::storage_backend(spec.kind())
+            .map(|backend| backend.capabilities().log_placement)
+            .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
+        let view_kind = view::kind_for(placement).map_err(Error::Config)?;
+        start(config, store, view_kind, Some(admin)).await
+    };
+    let (grpc, started) = refuse_until(grpc, ready).await;
     let Running {
         host,
         stop: stop_tx,
         registration,
-    } = start(config, store, view_kind, Some(listeners.admin)).await?;
+    } = started?;
+    tracing::info!(grpc = ?grpc.local_addr().ok(), "serving gRPC");
 
     let releasing = Arc::clone(&host);
     let graceful = async move {
@@ -358,11 +386,35 @@ pub async fn run(
             service::admin::FleetAdminSvc(Arc::clone(&host)),
             guard,
         ))
-        .serve_with_incoming_shutdown(incoming(listeners.grpc), graceful)
+        .serve_with_incoming_shutdown(incoming(grpc), graceful)
         .await?;
     // Leave the registry before exiting, so the others drop this node now
     // (and a restart under the same id is not refused as a duplicate).
     let _ = tokio::time::timeout(Duration::from_secs(5), registration).await;
     tracing::info!(node = %host.config.node_id, "node stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt as _;
+
+    #[tokio::test]
+    async fn connections_before_ready_are_closed_then_the_listener_is_handed_back() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<u8>();
+        let refusing = tokio::spawn(super::refuse_until(listener, async { ready_rx.await.unwrap() }));
+        let mut early = tokio::net::TcpStream::connect(address).await.unwrap();
+        let mut buffer = [0u8; 1];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(5), early.read(&mut buffer))
+            .await
+            .expect("closed at once, not left hanging");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        ready_tx.send(7).unwrap();
+        let (listener, output) = refusing.await.unwrap();
+        assert_eq!(output, 7);
+        let (_late, accepted) = tokio::join!(tokio::net::TcpStream::connect(address), listener.accept());
+        assert!(accepted.is_ok(), "the same listener serves once ready");
+    }
 }
