@@ -24,6 +24,9 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::view;
 
+/// One call's admission to a cell (see `Cell::admit`).
+pub type Admission = tokio::sync::OwnedSemaphorePermit;
+
 /// Permits in a cell's admission gate. Drain takes them all.
 const GATE_PERMITS: u32 = 1 << 20;
 
@@ -82,7 +85,7 @@ pub struct Cell {
     pub lease_version: u64,
     /// Admission gate: every call holds a permit; drain takes all permits so
     /// nothing is in flight when the lease is released.
-    gate: Semaphore,
+    gate: Arc<Semaphore>,
     /// Flips to true when the cell stops serving; ends its subscriptions.
     closed: watch::Sender<bool>,
     /// When the cell was opened; `last_used` counts milliseconds from here.
@@ -204,7 +207,7 @@ impl Cell {
             db: db.to_owned(),
             node,
             lease_version,
-            gate: Semaphore::new(GATE_PERMITS as usize),
+            gate: Arc::new(Semaphore::new(GATE_PERMITS as usize)),
             closed: watch::channel(false).0,
             opened: std::time::Instant::now(),
             last_used: AtomicU64::new(0),
@@ -223,9 +226,10 @@ impl Cell {
         Ok(self.node.db_state(&self.db).await?.lease())
     }
 
-    /// Admits one call, or `None` when the cell is draining or closed.
-    pub fn admit(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        let permit = self.gate.try_acquire().ok()?;
+    /// Admits one call, or `None` when the cell is draining or closed. The
+    /// permit is owned, so a commit task can keep it past its caller.
+    pub fn admit(&self) -> Option<Admission> {
+        let permit = Arc::clone(&self.gate).try_acquire_owned().ok()?;
         self.touch();
         Some(permit)
     }
@@ -280,22 +284,36 @@ impl Cell {
     ///
     /// # Errors
     /// Corium's error for the transaction.
+    ///
+    /// The task holds the call's admission permit while it runs, so a drain
+    /// (handoff, eviction, shutdown) waits for a commit whose caller left;
+    /// the permit comes back with the answer.
     pub async fn commit(
         &self,
+        permit: Admission,
         tx_data: Vec<u8>,
         expected_basis_t: Option<u64>,
-    ) -> Result<pb::TransactResponse, NodeError> {
+    ) -> (Result<pb::TransactResponse, NodeError>, Option<Admission>) {
         let node = Arc::clone(&self.node);
         let db = self.db.clone();
-        let result = tokio::spawn(async move { node.transact_at(&db, &tx_data, expected_basis_t).await })
-            .await
-            .unwrap_or_else(|error| Err(NodeError::GroupCommit(format!("commit task failed: {error}"))));
+        let (result, permit) = match tokio::spawn(async move {
+            let result = node.transact_at(&db, &tx_data, expected_basis_t).await;
+            (result, permit)
+        })
+        .await
+        {
+            Ok((result, permit)) => (result, Some(permit)),
+            Err(error) => (
+                Err(NodeError::GroupCommit(format!("commit task failed: {error}"))),
+                None,
+            ),
+        };
         if let Err(error) = &result
             && crate::error::is_storage_failure(error)
         {
             self.storage_failed.store(true, Ordering::Release);
         }
-        result
+        (result, permit)
     }
 
     /// Whether a commit failed in storage since the cell opened.

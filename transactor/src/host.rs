@@ -42,6 +42,9 @@ pub use corium_fleet_common::owner::{node_of, now_unix_ms};
 
 /// Databases handed off at once during a drain.
 const DRAIN_PARALLELISM: usize = 16;
+/// How often a handoff asks its target again when the target still saw
+/// this node's released lease (a late renewal; see `hand`).
+const RELEASE_RACE_RETRIES: usize = 5;
 
 /// What storage says about one database.
 #[derive(Clone, Debug)]
@@ -731,7 +734,24 @@ impl Host {
             .await;
         drop(closing);
         self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
-        let activated = self.peers.activate(&target.endpoint, db).await;
+        let mut activated = self.peers.activate(&target.endpoint, db).await;
+        for _ in 0..RELEASE_RACE_RETRIES {
+            // The target still saw this node's lease: a renewal in flight
+            // re-extended it after the release (the race `cell::rerelease`
+            // clears within its next pass, ~100 ms). Ask again shortly.
+            let ours = activated
+                .as_ref()
+                .err()
+                .and_then(not_owner::from_status)
+                .is_some_and(|detail| {
+                    detail.owner_id == self.config.node_id && detail.lease_version == cell.lease_version
+                });
+            if !ours {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            activated = self.peers.activate(&target.endpoint, db).await;
+        }
         self.handing_off
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -377,13 +377,14 @@ impl Ledger {
     pub async fn transact(
         &self,
         cell: &crate::cell::Cell,
+        permit: crate::cell::Admission,
         id: uuid::Uuid,
         request: &pb::TransactRequest,
     ) -> Result<(pb::TransactResponse, Outcome), Status> {
         let lock = self.lock_for(id);
         let result = {
             let _turn = lock.lock().await;
-            self.transact_locked(cell, id, request).await
+            self.transact_locked(cell, permit, id, request).await
         };
         self.release(id, &lock);
         result
@@ -392,6 +393,7 @@ impl Ledger {
     async fn transact_locked(
         &self,
         cell: &crate::cell::Cell,
+        permit: crate::cell::Admission,
         id: uuid::Uuid,
         request: &pb::TransactRequest,
     ) -> Result<(pb::TransactResponse, Outcome), Status> {
@@ -428,8 +430,9 @@ impl Ledger {
             )));
         }
         let tx = augmented(forms, &id_text, &digest, &named)?;
-        let committed = cell
-            .commit(codec::encode_edn(&tx), request.expected_basis_t)
+        // The permit rides with the commit and comes back for the replay.
+        let (committed, _permit) = cell
+            .commit(permit, codec::encode_edn(&tx), request.expected_basis_t)
             .await;
         match committed {
             Ok(response) => Ok((normalise(response, &named)?, Outcome::Committed)),

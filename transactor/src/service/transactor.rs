@@ -60,15 +60,16 @@ impl Transactor for FleetTransactor {
             // be cancelled half-way, and a storage failure maps to
             // `UNAVAILABLE` (`error::node_status`). Authorization is
             // disabled in cells, so nothing is skipped.
-            let committed = cell.commit(request.tx_data, request.expected_basis_t).await;
+            let (committed, permit) = cell
+                .commit(permit, request.tx_data, request.expected_basis_t)
+                .await;
             drop(permit);
             host.reset_if_failed(&cell);
             let mut response = Response::new(committed.map_err(|error| crate::error::node_status(&error))?);
             super::stamp_lease_version(&mut response, cell.lease_version);
             return Ok(response);
         };
-        let answered = cell.ledger.transact(&cell, id, &request).await;
-        drop(permit);
+        let answered = cell.ledger.transact(&cell, permit, id, &request).await;
         host.reset_if_failed(&cell);
         let (response, outcome) = answered?;
         let counter = match outcome {
