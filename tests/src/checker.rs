@@ -55,9 +55,9 @@ pub struct History {
     pub abandoned: Vec<(String, String)>,
     /// Statuses no caller should ever see (a bug, whatever failed).
     pub unexpected: Vec<String>,
-    /// `t`s each subscription delivered, in delivery order, across its
-    /// reconnects: (database, subscriber) → `t`s.
-    pub deliveries: BTreeMap<(String, usize), Vec<u64>>,
+    /// What each subscription delivered, in delivery order, across its
+    /// reconnects: (database, subscriber) → (`t`, strings asserted).
+    pub deliveries: BTreeMap<(String, usize), Vec<(u64, Vec<String>)>>,
     /// Faults and process events injected, in order, as text.
     pub faults: Vec<String>,
 }
@@ -170,21 +170,32 @@ pub fn check(label: &str, history: &History, durable: &Durable, unaffected: &BTr
             )),
         }
     }
-    for ((db, subscriber), ts) in &history.deliveries {
-        report.delivered += ts.len();
+    for ((db, subscriber), delivered) in &history.deliveries {
+        report.delivered += delivered.len();
+        let ts: Vec<u64> = delivered.iter().map(|(t, _)| *t).collect();
         if let Some(pair) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
             violations.push(format!(
                 "{db}: subscriber {subscriber} delivered t={} after t={} (gap, repeat or disorder)",
                 pair[1], pair[0]
             ));
         }
-        if let (Some(first), Some(log)) = (ts.first(), durable.logs.get(db))
-            && log.first().is_some_and(|(t, _)| t < first)
-            && *first != 1
+        let Some(log) = durable.logs.get(db) else { continue };
+        if let (Some(first), Some((log_first, _))) = (ts.first(), log.first())
+            && first != log_first
         {
             violations.push(format!(
-                "{db}: subscriber {subscriber} started at t={first}, not at the log's start"
+                "{db}: subscriber {subscriber} started at t={first}, not at the log's start (t={log_first})"
             ));
+        }
+        // Every delivered transaction is the durable one at its t: a
+        // subscriber must never see a transaction the log does not hold.
+        let by_t: BTreeMap<u64, &Vec<String>> = log.iter().map(|(t, strings)| (*t, strings)).collect();
+        for (t, strings) in delivered {
+            if by_t.get(t).is_none_or(|durable| *durable != strings) {
+                violations.push(format!(
+                    "{db}: subscriber {subscriber} was delivered at t={t} a transaction the log does not hold there ({strings:?})"
+                ));
+            }
         }
     }
     report
@@ -465,7 +476,13 @@ mod tests {
         assert!(bad.passed(), "{bad}");
         let history = History {
             acks: vec![ack("a", "x", 1, 1)],
-            deliveries: BTreeMap::from([(("a".to_owned(), 0), vec![1, 2, 2])]),
+            deliveries: BTreeMap::from([
+                (
+                    ("a".to_owned(), 0),
+                    vec![(1, vec!["x".to_owned(), "id-x".to_owned()]), (1, Vec::new())],
+                ),
+                (("a".to_owned(), 1), vec![(1, vec!["phantom".to_owned()])]),
+            ]),
             errors: vec![("b".to_owned(), Duration::from_millis(5), tonic::Code::Unavailable)],
             ..History::default()
         };
@@ -480,6 +497,12 @@ mod tests {
             "{bad}"
         );
         assert!(bad.violations.iter().any(|v| v.contains("subscriber 0")), "{bad}");
+        assert!(
+            bad.violations
+                .iter()
+                .any(|v| v.contains("subscriber 1") && v.contains("does not hold")),
+            "{bad}"
+        );
         assert!(
             bad.violations.iter().any(|v| v.contains("no fault touched it")),
             "{bad}"

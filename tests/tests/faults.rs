@@ -264,14 +264,16 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
         .await
         .unwrap();
     let mut subscription = sdk.database(moved[0].clone()).subscribe(0);
-    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let delivered: Arc<Mutex<Vec<(u64, Vec<String>)>>> = Arc::new(Mutex::new(Vec::new()));
     let follower = {
         let delivered = Arc::clone(&delivered);
         tokio::spawn(async move {
+            let mut interner = corium_core::KeywordInterner::default();
             while let Ok(Ok(report)) =
                 tokio::time::timeout(Duration::from_secs(90), subscription.next()).await
             {
-                delivered.lock().unwrap().push(report.t);
+                let strings = corium::report_strings(&report, &mut interner).unwrap_or_default();
+                delivered.lock().unwrap().push((report.t, strings));
             }
         })
     };
@@ -342,7 +344,8 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     // The subscription has caught up once it delivered the log's last t.
     let last_t = durable.logs[&moved[0]].last().map_or(0, |(t, _)| *t);
     let caught_up = Instant::now() + Duration::from_secs(30);
-    while delivered.lock().unwrap().last().copied().unwrap_or(0) < last_t && Instant::now() < caught_up {
+    let last_delivered = || delivered.lock().unwrap().last().map_or(0, |(t, _)| *t);
+    while last_delivered() < last_t && Instant::now() < caught_up {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     follower.abort();
@@ -350,12 +353,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     history
         .deliveries
         .insert((moved[0].clone(), 0), delivered.lock().unwrap().clone());
-    if history.deliveries[&(moved[0].clone(), 0)]
-        .last()
-        .copied()
-        .unwrap_or(0)
-        < last_t
-    {
+    if last_delivered() < last_t {
         history
             .unexpected
             .push(format!("the SDK subscription did not catch up to t={last_t}"));

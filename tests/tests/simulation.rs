@@ -20,8 +20,11 @@ use corium_fleet_tests::sim::{self, Options, Plan};
 /// frozen after a log append, whose caller's deadline cancelled Corium's
 /// group-commit leader half-way, wedged its database for good ("corrupt
 /// transaction log"; fixed: `Cell::commit` runs in its own task, and a cell
-/// whose commit failed in storage is reset).
-const REGRESSIONS: &[u64] = &[2, 7, 12, 1028];
+/// whose commit failed in storage is reset); 2008: an owner frozen at its
+/// post-append fence was deposed and then answered its own refused batch as
+/// a request-id replay — an acknowledged write the log does not hold (fixed:
+/// replays only on the id's uniqueness refusal, fenced by a lease check).
+const REGRESSIONS: &[u64] = &[2, 7, 12, 1028, 2008];
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name)

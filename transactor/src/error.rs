@@ -47,6 +47,17 @@ pub fn is_storage_failure(error: &corium_transactor::node::NodeError) -> bool {
     }
 }
 
+/// Whether a Corium node error says this node lost the database's lease.
+#[must_use]
+pub fn is_deposed(error: &corium_transactor::node::NodeError) -> bool {
+    use corium_transactor::TransactError;
+    use corium_transactor::node::NodeError;
+    matches!(
+        error,
+        NodeError::Deposed(_) | NodeError::Transact(TransactError::Deposed { .. })
+    )
+}
+
 /// The status a client sees for a Corium node error (every call the fleet
 /// makes into a cell maps its errors here).
 ///

@@ -31,6 +31,7 @@ use corium_db::Db;
 use corium_protocol::codec;
 use corium_protocol::pb;
 use corium_query::edn::Edn;
+use corium_store::RootStore;
 use corium_transactor::node::{NodeError, TransactorNode};
 use sha2::{Digest as _, Sha256};
 use tonic::Status;
@@ -284,6 +285,23 @@ fn tempid_of(db: &Db, e: EntityId, name_attr: EntityId, entity_attr: EntityId) -
     }
 }
 
+/// Whether this cell still holds `held` in storage: the replay's fence.
+async fn fence(
+    store: &dyn RootStore,
+    name: &str,
+    held: &corium_transactor::lease::Lease,
+) -> Result<(), Status> {
+    match corium_transactor::lease::verify(store, name, held).await {
+        Ok(()) => Ok(()),
+        Err(corium_transactor::lease::LeaseError::Lost) => Err(Status::unavailable(format!(
+            "this node lost the write lease of {name:?}; retry with the same corium-request-id"
+        ))),
+        Err(error) => Err(Status::unavailable(format!(
+            "cannot verify the write lease of {name:?} ({error}); retry with the same corium-request-id"
+        ))),
+    }
+}
+
 /// Rebuilds the answer of the committed transaction `tx` from the database
 /// value and the transaction's log record.
 async fn replay(
@@ -378,13 +396,14 @@ impl Ledger {
         &self,
         cell: &crate::cell::Cell,
         permit: crate::cell::Admission,
+        store: &dyn RootStore,
         id: uuid::Uuid,
         request: &pb::TransactRequest,
     ) -> Result<(pb::TransactResponse, Outcome), Status> {
         let lock = self.lock_for(id);
         let result = {
             let _turn = lock.lock().await;
-            self.transact_locked(cell, permit, id, request).await
+            self.transact_locked(cell, permit, store, id, request).await
         };
         self.release(id, &lock);
         result
@@ -394,6 +413,7 @@ impl Ledger {
         &self,
         cell: &crate::cell::Cell,
         permit: crate::cell::Admission,
+        store: &dyn RootStore,
         id: uuid::Uuid,
         request: &pb::TransactRequest,
     ) -> Result<(pb::TransactResponse, Outcome), Status> {
@@ -437,13 +457,28 @@ impl Ledger {
         match committed {
             Ok(response) => Ok((normalise(response, &named)?, Outcome::Committed)),
             Err(error) => {
-                // A duplicate (committed here earlier, or by a previous lease
-                // holder): the uniqueness check refused ours. Replay the
-                // committed one; any other failure is the caller's.
+                // Only the database refusing ours (the id's uniqueness) can
+                // mean "already committed". A commit that failed in storage
+                // or lost the lease says nothing about the id — and this
+                // cell's value may hold that very batch: Corium installs a
+                // batch in memory before its post-append fence, so a
+                // deposed cell's value contains a transaction nobody may
+                // acknowledge. Found by the simulation tier (seed 2008: an
+                // owner frozen at its fence was deposed, then answered its
+                // own refused batch as a replay — an acknowledged write the
+                // successor's log does not have).
+                if crate::error::is_storage_failure(&error) || crate::error::is_deposed(&error) {
+                    return Err(to_status(error));
+                }
                 if let Some(found) = self
                     .replay_if_found(node, name, &state.db(), &id_text, &digest)
                     .await?
                 {
+                    // Fence the replay as Corium fences a commit: the
+                    // transaction is in this value, so it was durable before
+                    // now; answering is safe only if this cell still holds
+                    // the lease now (a successor's recovery then includes it).
+                    fence(store, name, &state.lease()).await?;
                     return Ok((found, Outcome::Replayed));
                 }
                 Err(to_status(error))

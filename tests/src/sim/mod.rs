@@ -223,18 +223,22 @@ async fn writer(shared: Arc<Shared>, db: String, writer: usize, txs: usize, seed
     }
 }
 
+/// The last `t` a subscriber delivered (0: none yet).
+fn last_t(delivered: &[(u64, Vec<String>)]) -> u64 {
+    delivered.last().map_or(0, |(t, _)| *t)
+}
+
 /// A subscriber: follows `db` from the start across reconnects, recording
-/// every `t` it delivers (skipping what a resumed stream backfills again,
+/// every transaction it delivers (skipping what a resumed stream backfills again,
 /// as the SDK does), until the writers are done and it has caught up.
 async fn subscriber(shared: Arc<Shared>, db: String, seed: u64) {
     let mut rng = Rng::new(seed);
-    let mut delivered: Vec<u64> = Vec::new();
+    let mut delivered: Vec<(u64, Vec<String>)> = Vec::new();
     let mut last_status: Option<tonic::Status> = None;
     let mut done = shared.writers_done.subscribe();
     let mut caught_up_at: Option<u64> = None;
     loop {
-        if *done.borrow() && caught_up_at.is_some_and(|basis| delivered.last().copied().unwrap_or(0) >= basis)
-        {
+        if *done.borrow() && caught_up_at.is_some_and(|basis| last_t(&delivered) >= basis) {
             break;
         }
         let n = next_node(last_status.as_ref(), &*shared.world.read().await, &mut rng);
@@ -242,7 +246,7 @@ async fn subscriber(shared: Arc<Shared>, db: String, seed: u64) {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let from = delivered.last().copied().unwrap_or(0);
+        let from = last_t(&delivered);
         let request = tonic::Request::new(pb::SubscribeRequest {
             db: db.clone(),
             protocol_version: corium_protocol::PROTOCOL_VERSION,
@@ -259,19 +263,23 @@ async fn subscriber(shared: Arc<Shared>, db: String, seed: u64) {
                 Err(_) => continue,
             };
         last_status = None;
+        let mut interner = corium_core::KeywordInterner::default();
         loop {
             let next = tokio::select! {
                 next = tokio::time::timeout(Duration::from_secs(3), stream.next()) => next,
                 _ = done.changed(), if !*done.borrow() => continue,
             };
-            let last = delivered.last().copied().unwrap_or(0);
+            let last = last_t(&delivered);
             match next {
                 Ok(Some(Ok(pb::SubscribeItem {
                     item: Some(pb::subscribe_item::Item::Handshake(handshake)),
                 }))) if *done.borrow() => caught_up_at = Some(handshake.basis_t),
                 Ok(Some(Ok(pb::SubscribeItem {
                     item: Some(pb::subscribe_item::Item::Report(report)),
-                }))) if report.t > last => delivered.push(report.t),
+                }))) if report.t > last => {
+                    let strings = corium::report_strings(&report, &mut interner).unwrap_or_default();
+                    delivered.push((report.t, strings));
+                }
                 Ok(Some(Ok(_))) => {}
                 // Stalled or ended: resubscribe from the last delivered t.
                 Ok(Some(Err(_)) | None) | Err(_) => break,
@@ -281,7 +289,7 @@ async fn subscriber(shared: Arc<Shared>, db: String, seed: u64) {
                     // Resubscribe to learn the basis at the end.
                     break;
                 }
-                if caught_up_at.is_some_and(|basis| delivered.last().copied().unwrap_or(0) >= basis) {
+                if caught_up_at.is_some_and(|basis| last_t(&delivered) >= basis) {
                     break;
                 }
             }

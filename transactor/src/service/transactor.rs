@@ -69,7 +69,10 @@ impl Transactor for FleetTransactor {
             super::stamp_lease_version(&mut response, cell.lease_version);
             return Ok(response);
         };
-        let answered = cell.ledger.transact(&cell, permit, id, &request).await;
+        let answered = cell
+            .ledger
+            .transact(&cell, permit, host.base.as_ref(), id, &request)
+            .await;
         host.reset_if_failed(&cell);
         let (response, outcome) = answered?;
         let counter = match outcome {
