@@ -43,6 +43,9 @@ pub struct Ack {
     pub at: Duration,
 }
 
+/// One transaction a subscription delivered: `t` and the strings asserted.
+pub type Delivered = (u64, Vec<String>);
+
 /// Everything a run's clients observed.
 #[derive(Clone, Debug, Default)]
 pub struct History {
@@ -57,7 +60,7 @@ pub struct History {
     pub unexpected: Vec<String>,
     /// What each subscription delivered, in delivery order, across its
     /// reconnects: (database, subscriber) → (`t`, strings asserted).
-    pub deliveries: BTreeMap<(String, usize), Vec<(u64, Vec<String>)>>,
+    pub deliveries: BTreeMap<(String, usize), Vec<Delivered>>,
     /// Faults and process events injected, in order, as text.
     pub faults: Vec<String>,
 }

@@ -264,7 +264,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
         .await
         .unwrap();
     let mut subscription = sdk.database(moved[0].clone()).subscribe(0);
-    let delivered: Arc<Mutex<Vec<(u64, Vec<String>)>>> = Arc::new(Mutex::new(Vec::new()));
+    let delivered: Arc<Mutex<Vec<checker::Delivered>>> = Arc::new(Mutex::new(Vec::new()));
     let follower = {
         let delivered = Arc::clone(&delivered);
         tokio::spawn(async move {

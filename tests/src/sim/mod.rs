@@ -224,7 +224,7 @@ async fn writer(shared: Arc<Shared>, db: String, writer: usize, txs: usize, seed
 }
 
 /// The last `t` a subscriber delivered (0: none yet).
-fn last_t(delivered: &[(u64, Vec<String>)]) -> u64 {
+fn last_t(delivered: &[checker::Delivered]) -> u64 {
     delivered.last().map_or(0, |(t, _)| *t)
 }
 
@@ -233,7 +233,7 @@ fn last_t(delivered: &[(u64, Vec<String>)]) -> u64 {
 /// as the SDK does), until the writers are done and it has caught up.
 async fn subscriber(shared: Arc<Shared>, db: String, seed: u64) {
     let mut rng = Rng::new(seed);
-    let mut delivered: Vec<(u64, Vec<String>)> = Vec::new();
+    let mut delivered: Vec<checker::Delivered> = Vec::new();
     let mut last_status: Option<tonic::Status> = None;
     let mut done = shared.writers_done.subscribe();
     let mut caught_up_at: Option<u64> = None;
