@@ -108,6 +108,26 @@ impl Report {
     }
 }
 
+/// The native log's record keys of `db` in `store`: `(lease version, last
+/// t of the batch)` from `log:<db>:v<version>:r<t>` (Corium's layout).
+///
+/// # Errors
+/// The listing fails.
+pub async fn record_keys(
+    store: &dyn corium_store::RootStore,
+    db: &str,
+) -> Result<Vec<(u64, u64)>, corium_store::StoreError> {
+    let prefix = format!("log:{db}:v");
+    let names = store.list_roots(&prefix).await?;
+    Ok(names
+        .iter()
+        .filter_map(|name| {
+            let (version, t) = name.strip_prefix(&prefix)?.split_once(":r")?;
+            Some((version.parse().ok()?, t.parse().ok()?))
+        })
+        .collect())
+}
+
 /// Checks a run. `unaffected` names databases that must have seen no error.
 #[must_use]
 pub fn check(label: &str, history: &History, durable: &Durable, unaffected: &BTreeSet<String>) -> Report {

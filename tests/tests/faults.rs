@@ -369,17 +369,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
         .await
         .unwrap();
         for db in moved.iter().chain(&quiet) {
-            let prefix = format!("log:{db}:v");
-            let names = corium_store::RootStore::list_roots(store.as_ref(), &prefix)
-                .await
-                .unwrap();
-            let keys = names
-                .iter()
-                .filter_map(|name| {
-                    let (version, t) = name.strip_prefix(&prefix)?.split_once(":r")?;
-                    Some((version.parse().ok()?, t.parse().ok()?))
-                })
-                .collect();
+            let keys = checker::record_keys(store.as_ref(), db).await.unwrap();
             durable.record_keys.insert(db.clone(), keys);
         }
     }

@@ -592,14 +592,22 @@ impl Host {
     /// drain, release, drop.
     pub async fn evict(&self, cell: &Arc<Cell>) {
         self.publish_indexes(cell).await;
+        let drained = self.close_and_release(cell).await;
+        self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(db = %cell.db, lease_version = cell.lease_version, drained, "lease released");
+    }
+
+    /// Stops routing to `cell` (closing: not served, not re-activated while
+    /// this runs), drains it and releases its lease. Returns whether every
+    /// call in flight finished within the drain timeout.
+    async fn close_and_release(&self, cell: &Arc<Cell>) -> bool {
         let closing = self.closing_guard(&cell.db);
         self.remove(cell);
         let drained = cell
             .evict(&self.base, self.config.drain_timeout, self.rerelease_window())
             .await;
         drop(closing);
-        self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(db = %cell.db, lease_version = cell.lease_version, drained, "lease released");
+        drained
     }
 
     /// Resets `cell` in the background if a commit on it failed in storage
@@ -620,12 +628,7 @@ impl Host {
         if !current.is_some_and(|current| Arc::ptr_eq(&current, cell)) {
             return;
         }
-        let closing = self.closing_guard(&cell.db);
-        self.remove(cell);
-        let drained = cell
-            .evict(&self.base, self.config.drain_timeout, self.rerelease_window())
-            .await;
-        drop(closing);
+        let drained = self.close_and_release(cell).await;
         self.metrics.resets.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(db = %cell.db, lease_version = cell.lease_version, drained, "cell reset after a commit failed in storage; the next request recovers it from storage");
     }

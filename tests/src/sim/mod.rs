@@ -564,19 +564,17 @@ async fn read_back(shared: &Shared, dbs: usize) -> Durable {
                     .push(format!("{db}: log could not be read back: {status:?}"));
             }),
         }
-        let prefix = format!("log:{db}:v");
         let store = Arc::clone(&shared.world.read().await.shared);
-        let names = corium_store::RootStore::list_roots(store.as_ref(), &prefix)
-            .await
-            .unwrap_or_default();
-        let keys = names
-            .iter()
-            .filter_map(|name| {
-                let (version, t) = name.strip_prefix(&prefix)?.split_once(":r")?;
-                Some((version.parse().ok()?, t.parse().ok()?))
-            })
-            .collect();
-        durable.record_keys.insert(db, keys);
+        match checker::record_keys(store.as_ref(), &db).await {
+            Ok(keys) => {
+                durable.record_keys.insert(db, keys);
+            }
+            Err(error) => shared.record(|history| {
+                history
+                    .unexpected
+                    .push(format!("{db}: log records could not be listed: {error}"));
+            }),
+        }
     }
     let acks: Vec<Ack> = shared.record(|history| history.acks.clone());
     for (index, ack) in acks.iter().enumerate().step_by(3) {
