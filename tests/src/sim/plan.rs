@@ -1,4 +1,5 @@
-//! A simulation plan: storage fault schedules per node (first incarnation)
+//! A simulation plan: storage fault schedules per node (armed on its first
+//! incarnation once the databases exist)
 //! and timed process events, generated from a seed or read back from the
 //! one-line text a failing run prints:
 //!
@@ -30,7 +31,8 @@ pub enum Event {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     pub seed: u64,
-    /// Storage schedules of first incarnations, by node.
+    /// Storage schedules of first incarnations, by node (armed once the
+    /// databases exist; a restarted node runs clean).
     pub storage: Vec<(usize, Schedule)>,
     pub events: Vec<(Duration, Event)>,
 }
@@ -158,16 +160,6 @@ impl Plan {
         }
         plan.events.sort_by_key(|(at, _)| *at);
         plan
-    }
-
-    /// The storage schedule of a node's first incarnation.
-    #[must_use]
-    pub fn schedule_of(&self, node: usize) -> Schedule {
-        self.storage
-            .iter()
-            .find(|(n, _)| *n == node)
-            .map(|(_, schedule)| schedule.clone())
-            .unwrap_or_default()
     }
 }
 
