@@ -552,8 +552,6 @@ impl Proxy {
     }
 }
 
-/// Marks a node suspect when the call waiting on it is dropped (the caller
-/// cancelled) after waiting longer than [`SLOW`] for response headers.
 /// A correlation id for a call that arrived without `x-request-id`: 32 hex
 /// digits, a random prefix drawn once per process and a counter. Unique is
 /// all it needs to be; a fresh UUID per call cost a `getrandom` system call
@@ -565,6 +563,8 @@ fn correlation_id() -> String {
     format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Marks a node suspect when the call waiting on it is dropped (the caller
+/// cancelled) after waiting longer than [`SLOW`] for response headers.
 struct SlowGuard<'a> {
     proxy: &'a Proxy,
     endpoint: &'a str,
