@@ -267,7 +267,6 @@ impl Cell {
         self.closed.subscribe()
     }
 
-    /// Marks the cell closed without releasing anything (deposition).
     /// Commits `tx_data` on this cell, in a task of its own.
     ///
     /// Corium's group commit runs in the leading caller's future: a caller
@@ -322,6 +321,7 @@ impl Cell {
         self.storage_failed.load(Ordering::Acquire)
     }
 
+    /// Marks the cell closed without releasing anything (deposition).
     pub fn close(&self) {
         self.gate.close();
         let _ = self.closed.send(true);
