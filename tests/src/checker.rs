@@ -46,6 +46,36 @@ pub struct Ack {
 /// One transaction a subscription delivered: `t` and the strings asserted.
 pub type Delivered = (u64, Vec<String>);
 
+impl Ack {
+    /// The acknowledgement `answer` gives to the transaction asserting
+    /// `item` under `request_id`: its `t`, the bytes the caller received, and
+    /// the `corium-lease-version` / `corium-replayed` the fleet stamps on it.
+    #[must_use]
+    pub fn answered(
+        db: &str,
+        item: &str,
+        request_id: &str,
+        answer: &tonic::Response<corium_protocol::pb::TransactResponse>,
+        at: Duration,
+    ) -> Self {
+        use corium_fleet_common::metadata::{LEASE_VERSION, REPLAYED};
+        use prost::Message as _;
+        let metadata = answer.metadata();
+        Self {
+            db: db.to_owned(),
+            item: item.to_owned(),
+            request_id: request_id.to_owned(),
+            t: answer.get_ref().basis_t,
+            lease_version: metadata
+                .get(LEASE_VERSION)
+                .and_then(|value| value.to_str().ok()?.parse().ok()),
+            replayed: metadata.contains_key(REPLAYED),
+            response: answer.get_ref().encode_to_vec(),
+            at,
+        }
+    }
+}
+
 /// Everything a run's clients observed.
 #[derive(Clone, Debug, Default)]
 pub struct History {

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::metadata::{LEASE_VERSION, REPLAYED, REQUEST_ID};
+use corium_fleet_common::metadata::REQUEST_ID;
 use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::checker::{self, Ack, Durable, History};
@@ -84,23 +84,9 @@ async fn writer(
             request.set_timeout(CALL_DEADLINE);
             history.lock().unwrap().attempts += 1;
             match client.transact(request).await {
-                Ok(response) => {
-                    let lease_version = response
-                        .metadata()
-                        .get(LEASE_VERSION)
-                        .and_then(|value| value.to_str().ok()?.parse().ok());
-                    let replayed = response.metadata().contains_key(REPLAYED);
-                    let response = response.into_inner();
-                    history.lock().unwrap().acks.push(Ack {
-                        db: db.clone(),
-                        item: item.clone(),
-                        request_id: id.clone(),
-                        t: response.basis_t,
-                        lease_version,
-                        replayed,
-                        response: response.encode_to_vec(),
-                        at: started.elapsed(),
-                    });
+                Ok(answer) => {
+                    let ack = Ack::answered(&db, &item, &id, &answer, started.elapsed());
+                    history.lock().unwrap().acks.push(ack);
                     break;
                 }
                 Err(status) => {

@@ -137,25 +137,16 @@ async fn attempt(
     n: usize,
     request: &pb::TransactRequest,
     id: &str,
-) -> Result<(pb::TransactResponse, Option<u64>, bool), tonic::Status> {
+) -> Result<tonic::Response<pb::TransactResponse>, tonic::Status> {
     let Some(host) = shared.world.read().await.host(n) else {
         return Err(tonic::Status::unavailable("node down (connection refused)"));
     };
     let mut call = tonic::Request::new(request.clone());
     call.metadata_mut()
         .insert(REQUEST_ID, id.parse().expect("uuid is ascii"));
-    let answer = tokio::time::timeout(CALL_DEADLINE, FleetTransactor(host).transact(call))
+    tokio::time::timeout(CALL_DEADLINE, FleetTransactor(host).transact(call))
         .await
-        .map_err(|_| tonic::Status::deadline_exceeded("call deadline"))??;
-    let version = answer
-        .metadata()
-        .get(corium_fleet_common::metadata::LEASE_VERSION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse().ok());
-    let replayed = answer
-        .metadata()
-        .contains_key(corium_fleet_common::metadata::REPLAYED);
-    Ok((answer.into_inner(), version, replayed))
+        .map_err(|_| tonic::Status::deadline_exceeded("call deadline"))?
 }
 
 /// A writer: `txs` transactions into `db`, each with its own request id,
@@ -172,20 +163,9 @@ async fn writer(shared: Arc<Shared>, db: String, writer: usize, txs: usize, seed
             let n = next_node(last_status.as_ref(), &*shared.world.read().await, &mut rng);
             shared.record(|history| history.attempts += 1);
             match attempt(&shared, n, &request, &id).await {
-                Ok((response, lease_version, replayed)) => {
-                    let at = shared.started.elapsed();
-                    shared.record(|history| {
-                        history.acks.push(Ack {
-                            db: db.clone(),
-                            item: item.clone(),
-                            request_id: id.clone(),
-                            t: response.basis_t,
-                            lease_version,
-                            replayed,
-                            response: response.encode_to_vec(),
-                            at,
-                        });
-                    });
+                Ok(answer) => {
+                    let ack = Ack::answered(&db, &item, &id, &answer, shared.started.elapsed());
+                    shared.record(|history| history.acks.push(ack));
                     last_status = None;
                     break;
                 }
