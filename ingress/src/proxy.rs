@@ -396,7 +396,17 @@ impl Proxy {
                         ambiguous = Some(error);
                         break;
                     }
-                    Err(error) => return Err(self.failure(error)),
+                    Err(error) => {
+                        // The holder did not answer in time (frozen, stalled):
+                        // forget it, so the next call reads the lease again
+                        // and, once it lapsed, goes to the candidates (where
+                        // the node is now tried last) instead of into the
+                        // same node until the cache entry expires.
+                        if matches!(error, SendError::Deadline) {
+                            self.cache.invalidate(db).await;
+                        }
+                        return Err(self.failure(error));
+                    }
                 }
             }
             if let Some(error) = ambiguous {
