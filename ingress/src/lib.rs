@@ -13,6 +13,7 @@
 //! - [`proxy`] — the forwarding path and its retry rules;
 //! - [`stream_end`] — a stream broken upstream ends `UNAVAILABLE`, not reset;
 //! - [`suspects`] — nodes whose calls hung are tried last (outlier detection);
+//! - [`upstream`] — the hop: one HTTP/2 connection per node (h2, mTLS or h2c);
 //! - [`metrics`] — cache, forwarding and rejection counters;
 //! - [`server`] — HTTP/2 (h2c) client listener and graceful shutdown.
 //!
@@ -28,6 +29,7 @@ pub mod route;
 pub mod server;
 pub mod stream_end;
 pub mod suspects;
+pub mod upstream;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -24,20 +24,17 @@ use corium_fleet_common::metadata;
 use corium_fleet_common::not_owner;
 use corium_fleet_common::placement::Member;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Incoming;
 use hyper::http::request::Parts;
-use hyper::http::{HeaderValue, Request, Response, Uri};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::http::{HeaderMap, HeaderValue, Request, Response};
 use tonic::Status;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::owner_cache::{self, Resolution};
 use crate::route::{self, Target};
+use crate::upstream::{self, Upstream};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The response body: the owner's bytes, streamed through.
@@ -65,7 +62,7 @@ enum SendError {
 pub struct Proxy {
     config: Config,
     cache: owner_cache::Cache,
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    upstream: Upstream,
     pub metrics: Arc<Metrics>,
     limits: crate::limits::Limits,
     /// Placement members (static, or followed from the node registry).
@@ -109,47 +106,30 @@ impl Proxy {
         cache: owner_cache::Cache,
         metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(config.connect_timeout));
-        http.set_nodelay(true);
-        http.enforce_http(false);
         // The hop speaks mTLS to `https://` members (fleet CA, this
         // ingress's client certificate) and h2c to `http://` ones.
         let tls = match &config.upstream {
-            Some((ca, identity)) => {
+            Some((ca, identity)) => Some(Arc::new(
                 corium_fleet_common::tls::client_config(ca, &identity.cert, &identity.key)
-                    .map_err(|error| format!("upstream TLS: {error}"))?
-            }
-            None => rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|error| error.to_string())?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth(),
+                    .map_err(|error| format!("upstream TLS: {error}"))?,
+            )),
+            None => None,
         };
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http2()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .timer(hyper_util::rt::TokioTimer::new())
-            .http2_only(true)
-            .pool_idle_timeout(Duration::from_secs(90))
+        let upstream = Upstream::new(upstream::Settings {
+            connect_timeout: config.connect_timeout,
+            tls,
             // A frozen owner (paused process, stalled VM) still accepts
             // bytes into its socket; HTTP/2 PINGs notice it within ~5 s and
             // fail what is in flight on that connection instead of letting
             // every call wait out its deadline.
-            .http2_keep_alive_interval(Duration::from_secs(2))
-            .http2_keep_alive_timeout(Duration::from_secs(3))
-            .http2_keep_alive_while_idle(true)
-            .build(connector);
+            keepalive_interval: upstream::KEEPALIVE_INTERVAL,
+            keepalive_timeout: upstream::KEEPALIVE_TIMEOUT,
+        });
         let limits = crate::limits::Limits::new(config.max_concurrent_requests, config.rate_limit_per_client);
         Ok(Self {
             config,
             cache,
-            client,
+            upstream,
             metrics,
             limits,
             members,
@@ -498,16 +478,9 @@ impl Proxy {
             return Err(SendError::Deadline);
         }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri: Uri = format!("{}{path}", hop.endpoint.trim_end_matches('/'))
-            .parse()
-            .map_err(|error| SendError::Connect(format!("bad endpoint {:?}: {error}", hop.endpoint)))?;
-        let mut request = Request::builder()
-            .method(parts.method.clone())
-            .uri(uri)
-            .version(hyper::Version::HTTP_2);
-        let headers = request.headers_mut().expect("a fresh builder has headers");
+        let mut headers = HeaderMap::with_capacity(parts.headers.len() + 4);
         for (name, value) in &parts.headers {
-            if name != hyper::header::HOST && name != "grpc-timeout" {
+            if forwarded(name, value) {
                 headers.append(name, value.clone());
             }
         }
@@ -528,9 +501,6 @@ impl Proxy {
             "grpc-timeout",
             HeaderValue::from_str(&format!("{millis}m")).expect("ascii digits"),
         );
-        let request = request
-            .body(Full::new(body.clone()))
-            .map_err(|error| SendError::Connect(error.to_string()))?;
         self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
         // If the caller goes away while this node keeps us waiting, that
         // still counts against the node (see `SlowGuard`).
@@ -540,25 +510,41 @@ impl Proxy {
             since: Instant::now(),
             armed: true,
         };
-        let outcome = tokio::time::timeout(remaining, self.client.request(request)).await;
+        let outcome = tokio::time::timeout(
+            remaining,
+            self.upstream
+                .send(&hop.endpoint, &parts.method, path, &headers, body.clone()),
+        )
+        .await;
         waiting.armed = false;
         match outcome {
             Err(_) => {
                 self.suspect(&hop.endpoint);
                 Err(SendError::Deadline)
             }
-            Ok(Err(error)) if error.is_connect() => {
-                Err(SendError::Connect(format!("{}: {error:?}", hop.endpoint)))
-            }
-            Ok(Err(error)) => {
+            Ok(Err(upstream::Failure::Connect(error))) => Err(SendError::Connect(error)),
+            Ok(Err(upstream::Failure::Ambiguous(error))) => {
                 self.suspect(&hop.endpoint);
-                Err(SendError::Ambiguous(format!("{}: {error:?}", hop.endpoint)))
+                Err(SendError::Ambiguous(error))
             }
             Ok(Ok(response)) => {
                 self.suspects.clear(&hop.endpoint);
                 Ok(response.map(crate::stream_end::StreamEnd::boxed))
             }
         }
+    }
+}
+
+/// Whether a client's header goes on to the node: not `host` (the hop
+/// sets `:authority`), not `grpc-timeout` (replaced by the remaining
+/// deadline), and none of the connection-specific headers HTTP/2 forbids
+/// (RFC 9113 §8.2.2; `te` only as `trailers`).
+fn forwarded(name: &hyper::http::HeaderName, value: &HeaderValue) -> bool {
+    use hyper::header;
+    match *name {
+        header::HOST | header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE => false,
+        header::TE => value == "trailers",
+        _ => name != "grpc-timeout" && name != "keep-alive" && name != "proxy-connection",
     }
 }
 
@@ -605,6 +591,25 @@ mod tests {
             ids.iter()
                 .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
         );
+    }
+
+    #[test]
+    fn forwards_end_to_end_headers_only() {
+        let forwards = |name: &'static str, value: &'static str| {
+            forwarded(
+                &hyper::http::HeaderName::from_static(name),
+                &HeaderValue::from_static(value),
+            )
+        };
+        assert!(forwards("corium-request-id", "r1"));
+        assert!(forwards("content-type", "application/grpc"));
+        assert!(forwards("te", "trailers"));
+        assert!(!forwards("te", "gzip"));
+        assert!(!forwards("host", "fleet"));
+        assert!(!forwards("grpc-timeout", "5S"));
+        assert!(!forwards("connection", "close"));
+        assert!(!forwards("keep-alive", "5"));
+        assert!(!forwards("transfer-encoding", "chunked"));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! proper gRPC status instead of an HTTP/2 reset.
 //!
 //! When the owner dies while streaming (a subscription, or a unary answer
-//! cut short), hyper would reset the client's stream with `INTERNAL_ERROR`,
+//! cut short), the server side would reset the client's stream with `INTERNAL_ERROR`,
 //! which clients report as an opaque `INTERNAL` "h2 protocol error". The
 //! ingress ends the stream with trailers `grpc-status: 14` (`UNAVAILABLE`)
 //! instead: retryable by every gRPC client, and honest — the outcome of the
@@ -13,33 +13,34 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::{Body, Frame};
 use hyper::http::{HeaderMap, HeaderValue};
 
 use crate::proxy::BoxError;
+use crate::upstream::ResponseBody;
 
 /// The upstream body, ending in `UNAVAILABLE` trailers if it breaks.
 pub struct StreamEnd {
-    inner: Incoming,
+    inner: ResponseBody,
     /// Set once the replacement trailers were sent.
     ended: bool,
 }
 
 impl StreamEnd {
     #[must_use]
-    pub const fn new(inner: Incoming) -> Self {
+    pub const fn new(inner: ResponseBody) -> Self {
         Self { inner, ended: false }
     }
 
     /// The response body type the proxy returns.
     #[must_use]
-    pub fn boxed(inner: Incoming) -> crate::proxy::Body {
+    pub fn boxed(inner: ResponseBody) -> crate::proxy::Body {
         Self::new(inner).boxed_unsync()
     }
 }
 
 /// `grpc-status: 14` trailers for a stream cut mid-way.
-fn unavailable_trailers(error: &hyper::Error) -> HeaderMap {
+fn unavailable_trailers(error: &h2::Error) -> HeaderMap {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static("14"));
     let message = format!("connection to the transactor lost mid-stream; the stream may be resumed: {error}");

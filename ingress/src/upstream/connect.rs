@@ -1,0 +1,119 @@
+//! Opening a connection to a node: TCP, then TLS (ALPN h2) for `https://`
+//! or HTTP/2 with prior knowledge for `http://`, then the HTTP/2 handshake;
+//! a task drives the connection and PINGs it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::http::Uri;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// How connections to nodes are made and watched.
+pub struct Settings {
+    /// Bound on TCP connect + TLS + HTTP/2 handshake.
+    pub connect_timeout: Duration,
+    /// The fleet CA and this ingress's client identity, for `https://`
+    /// endpoints; `None`: an `https://` endpoint is a connect failure.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// A PING this often…
+    pub keepalive_interval: Duration,
+    /// …unanswered this long closes the connection and fails its calls.
+    pub keepalive_timeout: Duration,
+}
+
+/// Connects to `endpoint`; `ended` runs once the connection is gone.
+pub(super) async fn open(
+    settings: &Settings,
+    endpoint: &str,
+    ended: impl FnOnce() + Send + 'static,
+) -> Result<h2::client::SendRequest<Bytes>, String> {
+    let uri: Uri = endpoint
+        .parse()
+        .map_err(|error| format!("bad endpoint {endpoint:?}: {error}"))?;
+    let secure = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        _ => return Err(format!("endpoint {endpoint:?} is neither http:// nor https://")),
+    };
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("endpoint {endpoint:?} names no host"))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+    let tcp = TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|error| format!("tcp connect: {error}"))?;
+    tcp.set_nodelay(true)
+        .map_err(|error| format!("TCP_NODELAY: {error}"))?;
+    if secure {
+        let Some(tls) = &settings.tls else {
+            return Err(format!(
+                "{endpoint} needs TLS, and no --upstream-ca is configured"
+            ));
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|error| format!("server name {host:?}: {error}"))?;
+        let stream = tokio_rustls::TlsConnector::from(Arc::clone(tls))
+            .connect(name, tcp)
+            .await
+            .map_err(|error| format!("tls handshake: {error}"))?;
+        handshake(settings, stream, ended).await
+    } else {
+        handshake(settings, tcp, ended).await
+    }
+}
+
+async fn handshake<IO>(
+    settings: &Settings,
+    io: IO,
+    ended: impl FnOnce() + Send + 'static,
+) -> Result<h2::client::SendRequest<Bytes>, String>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, mut connection) = h2::client::Builder::new()
+        .enable_push(false)
+        // hyper's client defaults, which the ingress used before.
+        .initial_window_size(2 * 1024 * 1024)
+        .initial_connection_window_size(5 * 1024 * 1024)
+        .max_send_buffer_size(1024 * 1024)
+        .max_header_list_size(16 * 1024 * 1024)
+        .handshake::<_, Bytes>(io)
+        .await
+        .map_err(|error| format!("http/2 handshake: {error}"))?;
+    let ping_pong = connection.ping_pong();
+    let interval = settings.keepalive_interval;
+    let timeout = settings.keepalive_timeout;
+    tokio::spawn(async move {
+        let keepalive = async move {
+            let Some(mut ping_pong) = ping_pong else {
+                return std::future::pending::<String>().await;
+            };
+            loop {
+                tokio::time::sleep(interval).await;
+                match tokio::time::timeout(timeout, ping_pong.ping(h2::Ping::opaque())).await {
+                    Ok(Ok(_pong)) => {}
+                    Ok(Err(error)) => return format!("ping failed: {error}"),
+                    Err(_) => return format!("no PING answer within {timeout:?}"),
+                }
+            }
+        };
+        tokio::select! {
+            outcome = connection => {
+                if let Err(error) = outcome {
+                    tracing::debug!(%error, "transactor connection ended");
+                }
+            }
+            reason = keepalive => {
+                // Dropping the connection fails every call still on it.
+                tracing::warn!(%reason, "closing an unresponsive transactor connection");
+            }
+        }
+        ended();
+    });
+    Ok(send)
+}

@@ -1,0 +1,227 @@
+//! The hop to a transactor: one multiplexed HTTP/2 connection per node, on
+//! the `h2` crate directly.
+//!
+//! Why not hyper's client: hyper hands a request body to a separate pipe
+//! task that waits for flow-control capacity the connection task assigns
+//! only after it flushed the HEADERS frame, so every forwarded unary call
+//! cost two writes (and two wake-ups of the transactor) where one does
+//! (`strace -c` at concurrency 1; see `docs/design/0008-upstream-h2.md`).
+//! Here the HEADERS and the one DATA frame are queued together, before the
+//! connection task runs, and leave in one write.
+//!
+//! Layout:
+//! - this file — the connection pool and [`Upstream::send`], which tells a
+//!   request that provably never reached the node ([`Failure::Connect`])
+//!   from one whose outcome is unknown ([`Failure::Ambiguous`]);
+//! - [`connect`] — TCP (+ TLS with ALPN h2, or h2c), the HTTP/2 handshake,
+//!   and the PING keepalive that fails a frozen node's calls;
+//! - [`body`] — the owner's response body, streamed through.
+
+mod body;
+mod connect;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
+use hyper::http::{HeaderMap, Method, Request, Response, Uri};
+
+pub use body::ResponseBody;
+pub use connect::Settings;
+
+/// How a hop failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// The request never reached the node (no connection, a refused
+    /// stream): safe to send elsewhere.
+    Connect(String),
+    /// The request may have reached the node; its outcome is unknown.
+    Ambiguous(String),
+}
+
+/// A live connection to one node.
+#[derive(Clone)]
+struct Connection {
+    /// Tells this connection from its successors when it ends.
+    id: u64,
+    send: h2::client::SendRequest<Bytes>,
+}
+
+type Connecting = Shared<BoxFuture<'static, Result<Connection, Arc<str>>>>;
+
+enum Slot {
+    /// A connect in flight: every caller waits for this one attempt.
+    Connecting(Connecting),
+    Ready(Connection),
+}
+
+/// Connections to the fleet's nodes, keyed by endpoint (`http://…` for
+/// h2c, `https://…` for mTLS).
+pub struct Upstream {
+    settings: Arc<Settings>,
+    slots: Arc<Mutex<HashMap<String, Slot>>>,
+    next_id: AtomicU64,
+}
+
+impl Upstream {
+    #[must_use]
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            slots: Arc::default(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Sends one unary-or-streaming call whose whole request body is
+    /// `body`; returns once the response headers arrive.
+    ///
+    /// A connection found closed before the request went out is replaced
+    /// once; a `REFUSED_STREAM` answer (RFC 9113 §8.7: not processed) is a
+    /// [`Failure::Connect`]. Dropping the returned future before the
+    /// response cancels the stream (`RST_STREAM(CANCEL)`).
+    ///
+    /// # Errors
+    /// [`Failure`], classified as above.
+    pub async fn send(
+        &self,
+        endpoint: &str,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<ResponseBody>, Failure> {
+        let uri: Uri = format!("{}{path}", endpoint.trim_end_matches('/'))
+            .parse()
+            .map_err(|error| Failure::Connect(format!("bad endpoint {endpoint:?}: {error}")))?;
+        let mut replaced = false;
+        loop {
+            let (connection, fresh) = self.connection(endpoint).await?;
+            let mut request = Request::new(());
+            *request.method_mut() = method.clone();
+            *request.uri_mut() = uri.clone();
+            *request.headers_mut() = headers.clone();
+            let sent = match connection.send.clone().ready().await {
+                Ok(mut send) => send.send_request(request, body.is_empty()),
+                Err(error) => Err(error),
+            };
+            let (response, mut stream) = match sent {
+                Ok(sent) => sent,
+                Err(error) => {
+                    // Nothing was queued: the connection had already ended.
+                    self.forget(endpoint, connection.id);
+                    if fresh || replaced {
+                        return Err(Failure::Connect(format!("{endpoint}: {error}")));
+                    }
+                    replaced = true;
+                    continue;
+                }
+            };
+            if !body.is_empty() {
+                // Queued beside the HEADERS frame, before the connection
+                // task flushes: one write for the whole request.
+                stream
+                    .send_data(body, true)
+                    .map_err(|error| Failure::Ambiguous(format!("{endpoint}: {error}")))?;
+            }
+            return match response.await {
+                Ok(response) => Ok(response.map(ResponseBody::new)),
+                Err(error) if error.reason() == Some(h2::Reason::REFUSED_STREAM) => {
+                    Err(Failure::Connect(format!("{endpoint}: stream refused: {error}")))
+                }
+                Err(error) => Err(Failure::Ambiguous(format!("{endpoint}: {error}"))),
+            };
+        }
+    }
+
+    /// The node's connection, connecting if there is none; `true` if this
+    /// call waited for a new one.
+    async fn connection(&self, endpoint: &str) -> Result<(Connection, bool), Failure> {
+        let connecting = {
+            let mut slots = self.slots.lock().expect("upstream slots");
+            match slots.get(endpoint) {
+                Some(Slot::Ready(connection)) => return Ok((connection.clone(), false)),
+                Some(Slot::Connecting(connecting)) => connecting.clone(),
+                None => {
+                    let connecting = self.start_connect(endpoint);
+                    slots.insert(endpoint.to_owned(), Slot::Connecting(connecting.clone()));
+                    connecting
+                }
+            }
+        };
+        match connecting.await {
+            Ok(connection) => Ok((connection, true)),
+            Err(error) => Err(Failure::Connect(error.to_string())),
+        }
+    }
+
+    /// One connect attempt, run as its own task so a caller that gives up
+    /// does not abandon it for the callers still waiting.
+    fn start_connect(&self, endpoint: &str) -> Connecting {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let settings = Arc::clone(&self.settings);
+        let slots = Arc::clone(&self.slots);
+        let endpoint = endpoint.to_owned();
+        let task = tokio::spawn(async move {
+            let ended = {
+                let slots = Arc::clone(&slots);
+                let endpoint = endpoint.clone();
+                move || forget(&slots, &endpoint, id)
+            };
+            let outcome = match tokio::time::timeout(
+                settings.connect_timeout,
+                connect::open(&settings, &endpoint, ended),
+            )
+            .await
+            {
+                Ok(Ok(send)) => Ok(Connection { id, send }),
+                Ok(Err(error)) => Err(Arc::<str>::from(format!("{endpoint}: {error}"))),
+                Err(_) => Err(Arc::<str>::from(format!(
+                    "{endpoint}: no connection within {:?}",
+                    settings.connect_timeout
+                ))),
+            };
+            let mut slots = slots.lock().expect("upstream slots");
+            match &outcome {
+                Ok(connection) => {
+                    slots.insert(endpoint, Slot::Ready(connection.clone()));
+                }
+                Err(_) => {
+                    slots.remove(&endpoint);
+                }
+            }
+            outcome
+        });
+        async move {
+            task.await
+                .unwrap_or_else(|error| Err(Arc::<str>::from(format!("connect task failed: {error}"))))
+        }
+        .boxed()
+        .shared()
+    }
+
+    fn forget(&self, endpoint: &str, id: u64) {
+        forget(&self.slots, endpoint, id);
+    }
+}
+
+/// Drops `endpoint`'s connection if it is still connection `id`.
+fn forget(slots: &Mutex<HashMap<String, Slot>>, endpoint: &str, id: u64) {
+    let mut slots = slots.lock().expect("upstream slots");
+    if matches!(slots.get(endpoint), Some(Slot::Ready(connection)) if connection.id == id) {
+        slots.remove(endpoint);
+    }
+}
+
+/// The keepalive defaults: a PING every 2 s, a connection whose PING goes
+/// unanswered for 3 s is closed and its calls fail (a frozen node is noticed
+/// in ~5 s instead of each call waiting out its deadline).
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[cfg(test)]
+mod tests;
