@@ -142,7 +142,7 @@ impl Upstream {
     /// call waited for a new one.
     async fn connection(&self, endpoint: &str) -> Result<(Connection, bool), Failure> {
         let connecting = {
-            let mut slots = self.slots.lock().expect("upstream slots");
+            let mut slots = lock(&self.slots);
             match slots.get(endpoint) {
                 Some(Slot::Ready(connection)) => return Ok((connection.clone(), false)),
                 Some(Slot::Connecting(connecting)) => connecting.clone(),
@@ -166,39 +166,52 @@ impl Upstream {
         let settings = Arc::clone(&self.settings);
         let slots = Arc::clone(&self.slots);
         let endpoint = endpoint.to_owned();
-        let task = tokio::spawn(async move {
-            let ended = {
-                let slots = Arc::clone(&slots);
-                let endpoint = endpoint.clone();
-                move || forget(&slots, &endpoint, id)
-            };
-            let outcome = match tokio::time::timeout(
-                settings.connect_timeout,
-                connect::open(&settings, &endpoint, ended),
-            )
-            .await
-            {
-                Ok(Ok(send)) => Ok(Connection { id, send }),
-                Ok(Err(error)) => Err(Arc::<str>::from(format!("{endpoint}: {error}"))),
-                Err(_) => Err(Arc::<str>::from(format!(
-                    "{endpoint}: no connection within {:?}",
-                    settings.connect_timeout
-                ))),
-            };
-            let mut slots = slots.lock().expect("upstream slots");
-            match &outcome {
-                Ok(connection) => {
-                    slots.insert(endpoint, Slot::Ready(connection.clone()));
+        let task = tokio::spawn({
+            let endpoint = endpoint.clone();
+            async move {
+                let ended = {
+                    let slots = Arc::clone(&slots);
+                    let endpoint = endpoint.clone();
+                    move || forget(&slots, &endpoint, id)
+                };
+                let outcome = match tokio::time::timeout(
+                    settings.connect_timeout,
+                    connect::open(&settings, &endpoint, ended),
+                )
+                .await
+                {
+                    Ok(Ok(send)) => Ok(Connection { id, send }),
+                    Ok(Err(error)) => Err(Arc::<str>::from(format!("{endpoint}: {error}"))),
+                    Err(_) => Err(Arc::<str>::from(format!(
+                        "{endpoint}: no connection within {:?}",
+                        settings.connect_timeout
+                    ))),
+                };
+                let mut slots = lock(&slots);
+                match &outcome {
+                    Ok(connection) => {
+                        slots.insert(endpoint, Slot::Ready(connection.clone()));
+                    }
+                    Err(_) => {
+                        slots.remove(&endpoint);
+                    }
                 }
-                Err(_) => {
+                outcome
+            }
+        });
+        let slots = Arc::clone(&self.slots);
+        async move {
+            task.await.unwrap_or_else(|error| {
+                // The attempt died before it could clear its slot: clear it
+                // here, or every later call would wait on this failure.
+                let mut slots = lock(&slots);
+                if matches!(slots.get(&endpoint), Some(Slot::Connecting(_))) {
                     slots.remove(&endpoint);
                 }
-            }
-            outcome
-        });
-        async move {
-            task.await
-                .unwrap_or_else(|error| Err(Arc::<str>::from(format!("connect task failed: {error}"))))
+                Err(Arc::<str>::from(format!(
+                    "{endpoint}: connect task failed: {error}"
+                )))
+            })
         }
         .boxed()
         .shared()
@@ -209,9 +222,13 @@ impl Upstream {
     }
 }
 
+fn lock(slots: &Mutex<HashMap<String, Slot>>) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+    slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Drops `endpoint`'s connection if it is still connection `id`.
 fn forget(slots: &Mutex<HashMap<String, Slot>>, endpoint: &str, id: u64) {
-    let mut slots = slots.lock().expect("upstream slots");
+    let mut slots = lock(slots);
     if matches!(slots.get(endpoint), Some(Slot::Ready(connection)) if connection.id == id) {
         slots.remove(endpoint);
     }
