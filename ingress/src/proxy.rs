@@ -27,7 +27,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Incoming;
 use hyper::http::request::Parts;
-use hyper::http::{HeaderMap, HeaderValue, Request, Response};
+use hyper::http::{HeaderValue, Request, Response, Uri};
 use tonic::Status;
 
 use crate::config::Config;
@@ -478,7 +478,14 @@ impl Proxy {
             return Err(SendError::Deadline);
         }
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut headers = HeaderMap::with_capacity(parts.headers.len() + 4);
+        let uri: Uri = format!("{}{path}", hop.endpoint.trim_end_matches('/'))
+            .parse()
+            .map_err(|error| SendError::Connect(format!("bad endpoint {:?}: {error}", hop.endpoint)))?;
+        let mut request = Request::new(());
+        *request.method_mut() = parts.method.clone();
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.reserve(parts.headers.len() + 4);
         for (name, value) in &parts.headers {
             if forwarded(name, value) {
                 headers.append(name, value.clone());
@@ -512,8 +519,7 @@ impl Proxy {
         };
         let outcome = tokio::time::timeout(
             remaining,
-            self.upstream
-                .send(&hop.endpoint, &parts.method, path, &headers, body.clone()),
+            self.upstream.send(&hop.endpoint, request, body.clone()),
         )
         .await;
         waiting.armed = false;

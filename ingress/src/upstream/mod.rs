@@ -28,7 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared};
-use hyper::http::{HeaderMap, Method, Request, Response, Uri};
+use hyper::http::{Request, Response};
 
 pub use body::ResponseBody;
 pub use connect::Settings;
@@ -77,8 +77,9 @@ impl Upstream {
         }
     }
 
-    /// Sends one unary-or-streaming call whose whole request body is
-    /// `body`; returns once the response headers arrive.
+    /// Sends `request` (its URI absolute: the endpoint's scheme and
+    /// authority, the call's path) with `body`, its whole request body, to
+    /// `endpoint`; returns once the response headers arrive.
     ///
     /// A connection found closed before the request went out is replaced
     /// once; a `REFUSED_STREAM` answer (RFC 9113 §8.7: not processed) is a
@@ -90,29 +91,16 @@ impl Upstream {
     pub async fn send(
         &self,
         endpoint: &str,
-        method: &Method,
-        path: &str,
-        headers: &HeaderMap,
+        request: Request<()>,
         body: Bytes,
     ) -> Result<Response<ResponseBody>, Failure> {
-        let uri: Uri = format!("{}{path}", endpoint.trim_end_matches('/'))
-            .parse()
-            .map_err(|error| Failure::Connect(format!("bad endpoint {endpoint:?}: {error}")))?;
         let mut replaced = false;
         loop {
             let (connection, fresh) = self.connection(endpoint).await?;
-            let mut request = Request::new(());
-            *request.method_mut() = method.clone();
-            *request.uri_mut() = uri.clone();
-            *request.headers_mut() = headers.clone();
-            let sent = match connection.send.clone().ready().await {
-                Ok(mut send) => send.send_request(request, body.is_empty()),
-                Err(error) => Err(error),
-            };
-            let (response, mut stream) = match sent {
-                Ok(sent) => sent,
+            let mut send = match connection.send.clone().ready().await {
+                Ok(send) => send,
                 Err(error) => {
-                    // Nothing was queued: the connection had already ended.
+                    // Nothing was sent: the connection had already ended.
                     self.forget(endpoint, connection.id);
                     if fresh || replaced {
                         return Err(Failure::Connect(format!("{endpoint}: {error}")));
@@ -121,6 +109,12 @@ impl Upstream {
                     continue;
                 }
             };
+            let (response, mut stream) = send.send_request(request, body.is_empty()).map_err(|error| {
+                // Refused before anything was queued (the connection ended
+                // between `ready` and now).
+                self.forget(endpoint, connection.id);
+                Failure::Connect(format!("{endpoint}: {error}"))
+            })?;
             if !body.is_empty() {
                 // Queued beside the HEADERS frame, before the connection
                 // task flushes: one write for the whole request.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
-use hyper::http::{HeaderMap, HeaderValue, Method, Response};
+use hyper::http::{HeaderMap, HeaderValue, Method, Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::{Failure, Settings, Upstream};
@@ -47,18 +47,15 @@ async fn call(
     endpoint: &str,
     body: &'static [u8],
 ) -> Result<(Response<()>, Bytes, Option<HeaderMap>), Failure> {
-    let response = tokio::time::timeout(
-        BOUND,
-        upstream.send(
-            endpoint,
-            &Method::POST,
-            "/corium.v1.Transactor/Status",
-            &grpc_headers(),
-            Bytes::from_static(body),
-        ),
-    )
-    .await
-    .expect("the call ends within the bound")?;
+    let mut request = Request::new(());
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = format!("{endpoint}/corium.v1.Transactor/Status")
+        .parse()
+        .expect("uri");
+    *request.headers_mut() = grpc_headers();
+    let response = tokio::time::timeout(BOUND, upstream.send(endpoint, request, Bytes::from_static(body)))
+        .await
+        .expect("the call ends within the bound")?;
     let (parts, body) = response.into_parts();
     let collected = tokio::time::timeout(BOUND, body.collect())
         .await
