@@ -81,18 +81,18 @@ where
         .initial_window_size(2 * 1024 * 1024)
         .initial_connection_window_size(5 * 1024 * 1024)
         .max_send_buffer_size(1024 * 1024)
-        .max_header_list_size(16 * 1024 * 1024)
+        .max_header_list_size(16 * 1024)
         .handshake::<_, Bytes>(io)
         .await
         .map_err(|error| format!("http/2 handshake: {error}"))?;
-    let ping_pong = connection.ping_pong();
+    // Taken once per connection; only a second call returns `None`.
+    let Some(mut ping_pong) = connection.ping_pong() else {
+        return Err("http/2 connection without its PING handle".to_owned());
+    };
     let interval = settings.keepalive_interval;
     let timeout = settings.keepalive_timeout;
     tokio::spawn(async move {
         let keepalive = async move {
-            let Some(mut ping_pong) = ping_pong else {
-                return std::future::pending::<String>().await;
-            };
             loop {
                 tokio::time::sleep(interval).await;
                 match tokio::time::timeout(timeout, ping_pong.ping(h2::Ping::opaque())).await {
