@@ -3,11 +3,13 @@
 //! - `corium-fleet dev` runs a local fleet on loopback (see `dev.rs`);
 //! - `corium-fleet status` prints a node's owned / standby / cold databases;
 //! - `corium-fleet handoff` moves one database to a named live candidate;
+//! - `corium-fleet request-status` tells whether a request id committed;
 //! - `corium-fleet certs` writes a development CA and mTLS certificates.
 
 mod certs;
 mod dev;
 mod handoff;
+mod request_status;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +30,9 @@ enum Command {
     /// Hand one database to a named live candidate (drain, release, the
     /// candidate acquires at once); prints the write unavailability.
     Handoff(handoff::HandoffArgs),
+    /// Did the transaction sent under a request id commit? (The answer to
+    /// an unknown outcome; "not committed" fences the id for good.)
+    RequestStatus(request_status::RequestStatusArgs),
     /// Generate a development CA and mTLS certificates for a fleet.
     Certs(certs::CertsArgs),
 }
@@ -47,6 +52,7 @@ fn main() -> std::process::ExitCode {
             Command::Dev(args) => dev::run(args).await,
             Command::Status(args) => status::run(args).await,
             Command::Handoff(args) => handoff::run(args).await,
+            Command::RequestStatus(args) => request_status::run(args).await,
             Command::Certs(args) => certs::run(&args),
         }
     });

@@ -34,6 +34,15 @@ impl NodeArgs {
         endpoint: &str,
         timeout: Duration,
     ) -> anyhow::Result<FleetAdminClient<tonic::transport::Channel>> {
+        Ok(FleetAdminClient::new(self.channel(endpoint, timeout).await?))
+    }
+
+    /// A channel to `endpoint` with these TLS settings.
+    pub async fn channel(
+        &self,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<tonic::transport::Channel> {
         let mut target = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .with_context(|| format!("bad endpoint {endpoint:?}"))?;
         if let (Some(ca), Some(cert), Some(key)) = (&self.ca, &self.cert, &self.key) {
@@ -48,13 +57,12 @@ impl NodeArgs {
             }
             target = target.tls_config(tls).context("TLS configuration")?;
         }
-        let channel = target
+        target
             .connect_timeout(Duration::from_secs(5))
             .timeout(timeout)
             .connect()
             .await
-            .with_context(|| format!("cannot reach {endpoint}"))?;
-        Ok(FleetAdminClient::new(channel))
+            .with_context(|| format!("cannot reach {endpoint}"))
     }
 }
 

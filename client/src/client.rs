@@ -114,6 +114,15 @@ impl Client {
     }
 }
 
+/// Whether a request id committed ([`Database::request_status`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequestStatus {
+    /// Committed; the answer it had (what a resend with the id returns).
+    Committed(pb::TransactResponse),
+    /// Never committed, and never will: the owner fenced the id at `t`.
+    NotCommitted { fenced_at: u64 },
+}
+
 /// Calls for one database. Cheap to clone.
 #[derive(Clone)]
 pub struct Database {
@@ -240,6 +249,48 @@ impl Database {
                 })
             }
             Err((status, _)) => Err(Error::from_status(status)),
+        }
+    }
+
+    /// Whether the transaction sent under `request_id` committed — the
+    /// question an unknown outcome leaves ([`Error::Ambiguous`], or a stock
+    /// client's "outcome unknown" naming the id the ingress assigned). The
+    /// owner answers from the database itself, so any id ever used can be
+    /// asked about; when the id did not commit, the owner first fences it
+    /// (commits a marker under it), so the answer "not committed" stays
+    /// true: a late copy of the request is refused.
+    ///
+    /// # Errors
+    /// The fleet's status after retries (`INVALID_ARGUMENT` for an id that
+    /// is not a UUID).
+    pub async fn request_status(&self, request_id: &str) -> Result<RequestStatus, Error> {
+        use corium_fleet_proto::fleet::request_status_response::State;
+        use corium_fleet_proto::fleet::requests_client::RequestsClient;
+        use prost::Message as _;
+        let timeout = self.client.config.request_timeout;
+        let result = self
+            .client
+            .retrying(|| {
+                let mut requests = RequestsClient::new(self.client.channel.clone());
+                let message = corium_fleet_proto::fleet::RequestStatusRequest {
+                    database: self.name.clone(),
+                    request_id: request_id.to_owned(),
+                };
+                async move {
+                    let request = request(message, &self.name, timeout)?;
+                    requests.status(request).await.map(tonic::Response::into_inner)
+                }
+            })
+            .await;
+        let answer = result.map_err(|(status, _)| Error::from_status(status))?.0;
+        match answer.state() {
+            State::Committed => pb::TransactResponse::decode(answer.transact_response.as_slice())
+                .map(RequestStatus::Committed)
+                .map_err(|error| Error::Protocol(format!("committed answer: {error}"))),
+            State::NotCommitted => Ok(RequestStatus::NotCommitted {
+                fenced_at: answer.basis_t,
+            }),
+            State::Unspecified => Err(Error::Protocol("request status without a state".into())),
         }
     }
 

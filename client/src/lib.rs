@@ -23,7 +23,8 @@
 //! - [`config`] — endpoint, TLS, deadlines, retry policy;
 //! - [`error`] — the SDK's error and its [`ErrorKind`];
 //! - [`retry`] — backoff with jitter and the retry budget;
-//! - [`client`] — [`Client`] and [`Database`]: create, transact, status;
+//! - [`client`] — [`Client`] and [`Database`]: create, transact, status,
+//!   "did my request commit?";
 //! - [`subscription`] — resuming subscriptions.
 
 pub mod client;
@@ -32,7 +33,7 @@ pub mod error;
 pub mod retry;
 pub mod subscription;
 
-pub use client::{Client, Database, Transacted};
+pub use client::{Client, Database, RequestStatus, Transacted};
 pub use config::{Config, RetryPolicy, Tls};
 pub use corium_fleet_common::kind::ErrorKind;
 pub use error::Error;

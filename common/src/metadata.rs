@@ -6,6 +6,15 @@
 pub const DATABASE_ROUTE: &str = "corium-database-route";
 /// Client-generated idempotency key for `Transact` (UUID text).
 pub const REQUEST_ID: &str = "corium-request-id";
+/// On a forwarded `Transact`: `ingress` when the ingress assigned
+/// `corium-request-id` because the client sent none. A node then answers a
+/// database that cannot take request ids with a typed refusal (nothing
+/// committed; see `outcome::unsupported_status`) instead of an error, and
+/// the ingress sends the call again without the id. Set by the fleet, never
+/// by a client.
+pub const REQUEST_ID_ORIGIN: &str = "corium-request-id-origin";
+/// The value of [`REQUEST_ID_ORIGIN`] the ingress sets.
+pub const ORIGIN_INGRESS: &str = "ingress";
 /// `1` on a forwarded request; a node never forwards a request carrying it.
 pub const HOP: &str = "corium-hop";
 /// The lease version the ingress routed on; the owner accepts only if it
@@ -68,6 +77,14 @@ pub fn request_id(map: &tonic::metadata::MetadataMap) -> Result<Option<uuid::Uui
     uuid::Uuid::parse_str(text.trim())
         .map(Some)
         .map_err(|_| MetadataError::RequestIdNotUuid(text.to_owned()))
+}
+
+/// Whether the ingress assigned this request's `corium-request-id`
+/// ([`REQUEST_ID_ORIGIN`] is [`ORIGIN_INGRESS`]).
+#[must_use]
+pub fn id_assigned_by_ingress(map: &tonic::metadata::MetadataMap) -> bool {
+    map.get(REQUEST_ID_ORIGIN)
+        .is_some_and(|value| value.as_bytes() == ORIGIN_INGRESS.as_bytes())
 }
 
 fn text<'a>(

@@ -8,8 +8,6 @@
 
 use corium_fleet_proto::NOT_OWNER_TYPE_URL;
 pub use corium_fleet_proto::fleet::{Candidate, NotOwner};
-use corium_fleet_proto::rpc;
-use prost::Message;
 
 use crate::kind::ErrorKind;
 
@@ -28,18 +26,11 @@ pub fn to_status(detail: &NotOwner) -> tonic::Status {
         "standby for {:?}: this node does not hold the write lease; {owner}",
         detail.database
     );
-    let envelope = rpc::Status {
-        code: tonic::Code::FailedPrecondition as i32,
-        message: message.clone(),
-        details: vec![prost_types::Any {
-            type_url: NOT_OWNER_TYPE_URL.to_owned(),
-            value: detail.encode_to_vec(),
-        }],
-    };
-    tonic::Status::with_details(
+    crate::detail::to_status(
         tonic::Code::FailedPrecondition,
         message,
-        envelope.encode_to_vec().into(),
+        NOT_OWNER_TYPE_URL,
+        detail,
     )
 }
 
@@ -48,15 +39,7 @@ pub fn to_status(detail: &NotOwner) -> tonic::Status {
 /// whose text mentions `standby` but has no typed detail.
 #[must_use]
 pub fn from_status(status: &tonic::Status) -> Option<NotOwner> {
-    if status.code() != tonic::Code::FailedPrecondition {
-        return None;
-    }
-    let envelope = rpc::Status::decode(status.details()).ok()?;
-    envelope
-        .details
-        .iter()
-        .find(|any| any.type_url == NOT_OWNER_TYPE_URL)
-        .and_then(|any| NotOwner::decode(any.value.as_slice()).ok())
+    crate::detail::from_status(status, tonic::Code::FailedPrecondition, NOT_OWNER_TYPE_URL)
 }
 
 /// What a caller should do with a `NotOwner`.

@@ -65,6 +65,13 @@ pub struct Args {
     /// shorter client deadlines are kept [default: 60000].
     #[arg(long)]
     pub max_deadline_ms: Option<u64>,
+    /// Give a `Transact` that arrives without `corium-request-id` one of the
+    /// ingress's own, so the owner commits it at most once and a failure on
+    /// the hop to the owner (an owner killed after its log append, a broken
+    /// connection) is retried with the same id and answered with the
+    /// committed result: exactly-once for stock clients [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub assign_request_ids: Option<bool>,
     /// Most requests in flight at once; more are refused RESOURCE_EXHAUSTED
     /// [default: 4096].
     #[arg(long)]
@@ -118,6 +125,8 @@ pub struct Config {
     pub owner_cache_capacity: u64,
     pub max_request_bytes: usize,
     pub max_deadline: Duration,
+    /// Whether a `Transact` without a request id gets one from the ingress.
+    pub assign_request_ids: bool,
     /// Bound on one storage read made to resolve an owner.
     pub storage_timeout: Duration,
     /// Bound on connecting to a transactor.
@@ -156,6 +165,7 @@ impl Args {
             max_request_bytes: self.max_request_bytes.or(file.max_request_bytes),
             placement_map: self.placement_map.or(file.placement_map),
             max_deadline_ms: self.max_deadline_ms.or(file.max_deadline_ms),
+            assign_request_ids: self.assign_request_ids.or(file.assign_request_ids),
             log: self.log.or(file.log),
             tls_listen: self.tls_listen.or(file.tls_listen),
             max_concurrent_requests: self.max_concurrent_requests.or(file.max_concurrent_requests),
@@ -250,6 +260,7 @@ impl Args {
             owner_cache_capacity: self.owner_cache_capacity.unwrap_or(100_000),
             max_request_bytes,
             max_deadline: Duration::from_millis(max_deadline_ms),
+            assign_request_ids: self.assign_request_ids.unwrap_or(true),
             storage_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             tls_listen,

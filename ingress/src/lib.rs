@@ -2,15 +2,18 @@
 //! It reads the routing key (the `corium-database-route` header, else field
 //! 1 of the first request message), finds the lease holder through a short
 //! `moka` owner cache filled from the database root in storage, and forwards
-//! the call's bytes one hop to it, retrying once after a typed `NotOwner`.
+//! the call's bytes one hop to it, sending again only what provably did not
+//! commit — or, for a `Transact` with a request id (its own, or one the
+//! ingress assigns), anything, with the same id.
 //! It never hosts a database.
 //!
 //! Layout:
 //! - [`config`] — flags, config file, validation;
+//! - [`body`] — the response body type and a status as a response;
 //! - [`route`] — method classes and the minimal protobuf scan for `db`;
 //! - [`limits`] — concurrency limit and per-client rate limit;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
-//! - [`proxy`] — the forwarding path and its retry rules;
+//! - [`proxy`] — the forwarding path: intake, one hop, the owner's retry rules;
 //! - [`stream_end`] — a stream broken upstream ends `UNAVAILABLE`, not reset;
 //! - [`suspects`] — nodes whose calls hung are tried last (outlier detection);
 //! - [`upstream`] — the hop: one HTTP/2 connection per node (h2, mTLS or h2c);
@@ -20,6 +23,7 @@
 //! [`run`] starts an ingress on given listeners until a shutdown future
 //! resolves; the binary and the tests start it the same way.
 
+pub mod body;
 pub mod config;
 pub mod limits;
 pub mod metrics;

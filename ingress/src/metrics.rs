@@ -19,8 +19,13 @@ pub struct Metrics {
     pub resolution_failures: AtomicU64,
     pub connect_retries: AtomicU64,
     pub ambiguous_failures: AtomicU64,
-    /// Ambiguous failures of a `Transact` with a request id, retried once.
+    /// Ambiguous failures of a `Transact` with a request id, retried with
+    /// the same id.
     pub ambiguous_retries: AtomicU64,
+    /// `Transact` calls that arrived without a request id and got one here.
+    pub request_ids_assigned: AtomicU64,
+    /// Assigned request ids a database could not take (sent again without).
+    pub request_ids_unsupported: AtomicU64,
     /// Nodes marked suspect after a call to them hung or broke.
     pub suspect_marks: AtomicU64,
     pub rejected_route_mismatch: AtomicU64,
@@ -60,7 +65,7 @@ impl Metrics {
             ),
             (
                 "corium_fleet_ingress_not_owner_retries_total",
-                "Requests retried once after a NotOwner.",
+                "Owner-dependent requests sent again after a NotOwner or a refused connection.",
                 &self.not_owner_retries,
             ),
             (
@@ -85,8 +90,18 @@ impl Metrics {
             ),
             (
                 "corium_fleet_ingress_ambiguous_retries_total",
-                "Ambiguous failures of a Transact carrying corium-request-id, retried once (safe: the owner commits an id at most once).",
+                "Ambiguous failures of a Transact carrying corium-request-id, retried with the same id (safe: the owner commits an id at most once).",
                 &self.ambiguous_retries,
+            ),
+            (
+                "corium_fleet_ingress_request_ids_assigned_total",
+                "Transact calls that arrived without corium-request-id and were given one by the ingress.",
+                &self.request_ids_assigned,
+            ),
+            (
+                "corium_fleet_ingress_request_ids_unsupported_total",
+                "Assigned request ids refused by a database created outside the fleet (sent again without one).",
+                &self.request_ids_unsupported,
             ),
             (
                 "corium_fleet_ingress_suspect_marks_total",

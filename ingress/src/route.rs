@@ -38,6 +38,10 @@ pub fn classify(path: &str) -> Option<(Target, bool)> {
             | "KeyStatus" | "RotateStorageKey" | "RewrapKeys" | "AlterSchema" => Some((Target::Owner, true)),
             _ => None,
         },
+        "corium.fleet.v1.Requests" => match method {
+            "Status" => Some((Target::Owner, true)),
+            _ => None,
+        },
         "corium.fleet.v1.FleetAdmin" => match method {
             "DatabasePlacement" => Some((Target::AnyNode, true)),
             "NodeStatus" => Some((Target::AnyNode, false)),

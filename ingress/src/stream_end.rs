@@ -5,8 +5,10 @@
 //! cut short), the server side would reset the client's stream with `INTERNAL_ERROR`,
 //! which clients report as an opaque `INTERNAL` "h2 protocol error". The
 //! ingress ends the stream with trailers `grpc-status: 14` (`UNAVAILABLE`)
-//! instead: retryable by every gRPC client, and honest — the outcome of the
-//! stream's last message is unknown, nothing more.
+//! instead: a subscription resumes from its last basis, and the text says a
+//! write cut here has an unknown outcome, in words no stock client resends a
+//! write on. (A forwarded `Transact` with a request id is buffered whole by
+//! the proxy, so a break there is retried instead of reaching this.)
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,7 +18,7 @@ use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame};
 use hyper::http::{HeaderMap, HeaderValue};
 
-use crate::proxy::BoxError;
+use crate::body::BoxError;
 use crate::upstream::ResponseBody;
 
 /// The upstream body, ending in `UNAVAILABLE` trailers if it breaks.
@@ -34,28 +36,24 @@ impl StreamEnd {
 
     /// The response body type the proxy returns.
     #[must_use]
-    pub fn boxed(inner: ResponseBody) -> crate::proxy::Body {
+    pub fn boxed(inner: ResponseBody) -> crate::body::Body {
         Self::new(inner).boxed_unsync()
     }
 }
 
-/// `grpc-status: 14` trailers for a stream cut mid-way.
-fn unavailable_trailers(error: &h2::Error) -> HeaderMap {
+/// `grpc-status: 14` trailers for a stream cut mid-way. The text never
+/// contains the words stock Corium peers resend a transaction on
+/// (`outcome::STOCK_RETRY_WORDS`): a unary answer cut here is an unknown
+/// outcome. The h2 error goes to the log, not to the client (its text may
+/// say "connection").
+fn unavailable_trailers() -> HeaderMap {
     let mut trailers = HeaderMap::new();
-    trailers.insert("grpc-status", HeaderValue::from_static("14"));
-    let message = format!("connection to the transactor lost mid-stream; the stream may be resumed: {error}");
-    let encoded: String = message
-        .bytes()
-        .map(|byte| {
-            if byte.is_ascii_alphanumeric() || b" -_.:;,()".contains(&byte) {
-                char::from(byte).to_string()
-            } else {
-                format!("%{byte:02X}")
-            }
-        })
-        .collect();
-    if let Ok(value) = HeaderValue::from_str(&encoded) {
-        trailers.insert("grpc-message", value);
+    let status = tonic::Status::unavailable(
+        "the lease holder's answer broke off mid-stream; a subscription may resume from its \
+         last basis, and a write's outcome is unknown",
+    );
+    if status.add_header(&mut trailers).is_err() {
+        trailers.insert("grpc-status", HeaderValue::from_static("14"));
     }
     trailers
 }
@@ -75,7 +73,7 @@ impl Body for StreamEnd {
             Poll::Ready(Some(Err(error))) => {
                 tracing::info!(%error, "upstream stream broke; ending it with UNAVAILABLE");
                 self.ended = true;
-                Poll::Ready(Some(Ok(Frame::trailers(unavailable_trailers(&error)))))
+                Poll::Ready(Some(Ok(Frame::trailers(unavailable_trailers()))))
             }
             other => {
                 other.map(|frame| frame.map(|result| result.map_err(|error| Box::new(error) as BoxError)))

@@ -24,3 +24,9 @@ pub mod rpc {
 
 /// The `Any.type_url` of a [`fleet::NotOwner`] detail.
 pub const NOT_OWNER_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.NotOwner";
+
+/// The `Any.type_url` of a [`fleet::OutcomeUnknown`] detail.
+pub const OUTCOME_UNKNOWN_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.OutcomeUnknown";
+
+/// The `Any.type_url` of a [`fleet::RequestIdUnsupported`] detail.
+pub const REQUEST_ID_UNSUPPORTED_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.RequestIdUnsupported";

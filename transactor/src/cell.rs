@@ -172,7 +172,8 @@ impl Cell {
     ) -> Result<Option<Arc<Self>>, tonic::Status> {
         let db = request.db.clone();
         // Every fleet database can take request ids (`request_id.rs`).
-        request.schema = crate::request_id::with_schema(&request.schema)?;
+        request.schema = crate::request_id::record::with_schema(&request.schema)
+            .map_err(tonic::Status::invalid_argument)?;
         let fork_targets = view::ForkTargets::default();
         let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets))
             .await

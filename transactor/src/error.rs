@@ -1,6 +1,9 @@
 //! The node's error type and its coarse kind.
 
 use corium_fleet_common::kind::ErrorKind;
+use corium_fleet_common::outcome::{self, Cause};
+
+use crate::request_id::{LedgerError, Origin, Unsupported};
 
 /// Why a node could not start or keep serving.
 #[derive(Debug, thiserror::Error)]
@@ -58,43 +61,126 @@ pub fn is_deposed(error: &corium_transactor::node::NodeError) -> bool {
     )
 }
 
-/// The status a client sees for a Corium node error (every call the fleet
-/// makes into a cell maps its errors here).
-///
-/// Corium 0.1.90 answers `INTERNAL` when a commit fails in storage (the log
-/// append, the post-append lease fence, the metadata publish: `Store`,
-/// `Log`, `Lease`, `GroupCommit`, and a transaction's own store/log
-/// errors), though its own docs call these "every batched caller retries".
-/// Whether such a commit landed is unknown, and `INTERNAL` tells stock
-/// clients and the ingress to give up. The fleet answers `UNAVAILABLE`
-/// instead: retry later, with the same request id to stay exactly-once.
-/// Found by the simulation tier (a crash before a log append answered
-/// `INTERNAL`); see `docs/design/0007-fault-suite.md`. Everything else keeps
-/// Corium's mapping.
+/// The status a client sees for a Corium node error outside a commit (a
+/// read, an ownership check, an activation): a failure in storage is
+/// `UNAVAILABLE` ("retry later": nothing was written), where Corium 0.1.90
+/// answers `INTERNAL`; everything else keeps Corium's mapping. A commit's
+/// failure goes through [`commit_status`] instead.
 #[must_use]
 pub fn node_status(error: &corium_transactor::node::NodeError) -> tonic::Status {
     if is_storage_failure(error) {
-        tonic::Status::unavailable(format!(
-            "storage failed: {error}; retry later (a commit's outcome is unknown: retry it with the same corium-request-id)"
-        ))
+        tonic::Status::unavailable(format!("storage failed: {error}; retry later"))
     } else {
         corium_transactor::server::to_status(error)
     }
 }
 
+/// The status of a commit on `db` that failed with `error`, sent under
+/// `request_id` (if any).
+///
+/// A commit that failed in storage or at its post-append fence may have
+/// appended a record a successor recovers (Corium 0.1.90 answers these
+/// `INTERNAL` and `FAILED_PRECONDITION "deposed…"`, and the second is one
+/// its own peers resend): its outcome is unknown, and the answer is the
+/// typed `OutcomeUnknown`, which no stock client resends
+/// (`docs/design/0009-stock-client-statuses.md`). Every other error is
+/// a refusal before the commit and keeps Corium's mapping.
+#[must_use]
+pub fn commit_status(
+    db: &str,
+    request_id: Option<&uuid::Uuid>,
+    error: &corium_transactor::node::NodeError,
+) -> tonic::Status {
+    let cause = if is_storage_failure(error) {
+        Cause::StorageFailed
+    } else if is_deposed(error) {
+        Cause::LeaseMoved
+    } else {
+        return corium_transactor::server::to_status(error);
+    };
+    let id = request_id.map(|id| id.hyphenated().to_string());
+    outcome::to_status(db, id.as_deref(), cause, &error.to_string())
+}
+
+/// The prefix of Corium's `FAILED_PRECONDITION` text for a write whose
+/// post-append fence found the lease moved (`NodeError::Deposed`,
+/// `TransactError::Deposed`; pinned by a test below).
+const CORIUM_DEPOSED_PREFIX: &str = "deposed";
+
+/// A status Corium's own service answered for a write on `db` (saga merge or
+/// finish, schema, key and catalog changes), made safe the same way as
+/// [`commit_status`]. Corium's service returns only a `Status`, so its code
+/// and its fixed `deposed` prefix are all there is to decide on: `INTERNAL`
+/// (a store, log or lease failure) and `deposed…` may follow a durable
+/// append, and become `OutcomeUnknown`.
+#[must_use]
+pub fn write_status(db: &str, status: tonic::Status) -> tonic::Status {
+    let cause = match status.code() {
+        tonic::Code::Internal => Cause::StorageFailed,
+        tonic::Code::FailedPrecondition if status.message().starts_with(CORIUM_DEPOSED_PREFIX) => {
+            Cause::LeaseMoved
+        }
+        _ => return status,
+    };
+    outcome::to_status(db, None, cause, status.message())
+}
+
+/// The status of a ledger failure on `db` for a transaction under `id`.
+#[must_use]
+pub fn ledger_status(db: &str, id: &uuid::Uuid, origin: Origin, error: LedgerError) -> tonic::Status {
+    match error {
+        LedgerError::Invalid(message) => tonic::Status::invalid_argument(message),
+        LedgerError::Unsupported(why) => {
+            let reason = match &why {
+                Unsupported::NoAttributes => {
+                    "it was created outside Corium Fleet and has no request-id attributes \
+                     (add the schema in docs/design/0006-exactly-once.md with AlterSchema)"
+                        .to_owned()
+                }
+                Unsupported::ReservedTempid(tempid) => {
+                    format!(
+                        "the transaction names tempid {tempid:?}, and tempids starting with \"fleet.tempid/\" or \"fleet.schema/\" are reserved by Corium Fleet"
+                    )
+                }
+            };
+            match (origin, why) {
+                (Origin::Ingress, _) => outcome::unsupported_status(db, &reason),
+                (Origin::Client, Unsupported::NoAttributes) => tonic::Status::failed_precondition(format!(
+                    "corium-request-id cannot be used on {db:?}: {reason}; or send no corium-request-id"
+                )),
+                (Origin::Client, Unsupported::ReservedTempid(_)) => tonic::Status::invalid_argument(reason),
+            }
+        }
+        LedgerError::Refused(error) => corium_transactor::server::to_status(&error),
+        LedgerError::Unavailable(error) => node_status(&error),
+        LedgerError::Unknown { cause, reason } => {
+            outcome::to_status(db, Some(&id.hyphenated().to_string()), cause, &reason)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use corium_fleet_common::outcome;
+    use corium_transactor::TransactError;
     use corium_transactor::node::NodeError;
 
-    use super::node_status;
+    use super::{commit_status, node_status, write_status};
+
+    fn unknown(status: &tonic::Status) -> Option<outcome::OutcomeUnknown> {
+        assert!(
+            !outcome::stock_peer_resends(status.code(), status.message()),
+            "a stock peer would resend {status:?}"
+        );
+        outcome::from_status(status)
+    }
 
     #[test]
-    fn storage_failures_are_retryable_and_the_rest_keeps_coriums_mapping() {
-        let aborted = node_status(&NodeError::GroupCommit(
+    fn reads_failing_in_storage_are_retryable_and_the_rest_keeps_coriums_mapping() {
+        let failed = node_status(&NodeError::GroupCommit(
             "native transaction log store failed".into(),
         ));
-        assert_eq!(aborted.code(), tonic::Code::Unavailable);
-        assert!(aborted.message().contains("corium-request-id"), "{aborted:?}");
+        assert_eq!(failed.code(), tonic::Code::Unavailable);
         assert_eq!(
             node_status(&NodeError::BadRequest("no".into())).code(),
             tonic::Code::InvalidArgument
@@ -103,5 +189,48 @@ mod tests {
             node_status(&NodeError::UnknownDb("a".into())).code(),
             tonic::Code::NotFound
         );
+    }
+
+    #[test]
+    fn commits_that_may_have_appended_answer_an_unknown_outcome() {
+        let id = uuid::Uuid::new_v4();
+        for error in [
+            NodeError::GroupCommit("native transaction log store failed".into()),
+            NodeError::Deposed("orders".into()),
+            NodeError::Transact(TransactError::Deposed { published: 9 }),
+        ] {
+            let status = commit_status("orders", Some(&id), &error);
+            let detail = unknown(&status).unwrap_or_else(|| panic!("{error}: {status:?}"));
+            assert_eq!(detail.database, "orders");
+            assert_eq!(detail.request_id, id.hyphenated().to_string());
+            // Corium's own answer for the same error is one its peers resend
+            // (deposed) or give up on (internal): the fleet's is neither.
+            let corium = corium_transactor::server::to_status(&error);
+            assert_ne!(corium.code(), status.code());
+        }
+        let refused = commit_status(
+            "orders",
+            None,
+            &NodeError::BadRequest("tx-data must be a vector".into()),
+        );
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(outcome::from_status(&refused).is_none());
+    }
+
+    #[test]
+    fn coriums_own_write_answers_are_made_safe() {
+        // Pins Corium 0.1.90's text for a fenced write: the prefix
+        // `write_status` decides on.
+        for error in [
+            NodeError::Deposed("orders".into()),
+            NodeError::Transact(TransactError::Deposed { published: 3 }),
+            NodeError::Store(corium_store::StoreError::Io(std::io::Error::other("gone"))),
+        ] {
+            let corium = corium_transactor::server::to_status(&error);
+            let status = write_status("orders", corium.clone());
+            assert!(unknown(&status).is_some(), "{corium:?} → {status:?}");
+        }
+        let refused = corium_transactor::server::to_status(&NodeError::UnknownDb("orders".into()));
+        assert_eq!(write_status("orders", refused).code(), tonic::Code::NotFound);
     }
 }

@@ -49,6 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
+use corium_fleet_proto::fleet::requests_server::RequestsServer;
 use corium_protocol::pb::catalog_server::CatalogServer;
 use corium_protocol::pb::transactor_server::TransactorServer;
 use tokio::net::TcpListener;
@@ -384,6 +385,10 @@ pub async fn run(
         ))
         .add_service(FleetAdminServer::with_interceptor(
             service::admin::FleetAdminSvc(Arc::clone(&host)),
+            guard.clone(),
+        ))
+        .add_service(RequestsServer::with_interceptor(
+            service::requests::FleetRequests(Arc::clone(&host)),
             guard,
         ))
         .serve_with_incoming_shutdown(incoming(grpc), graceful)

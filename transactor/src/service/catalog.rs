@@ -111,7 +111,10 @@ impl Catalog for FleetCatalog {
             .await
             .map_err(|_| Status::unavailable(format!("deleting {db:?} timed out; retry")))?
             .map_err(|error| Status::unavailable(format!("cannot delete {db:?}: {error}; retry")))?;
-        let response = svc(Arc::clone(&cell.node)).delete_database(request).await;
+        let response = svc(Arc::clone(&cell.node))
+            .delete_database(request)
+            .await
+            .map_err(|status| crate::error::write_status(&db, status));
         drop(permit);
         if response.as_ref().is_ok_and(|response| response.get_ref().deleted) {
             tracing::info!(db, "database deleted");
@@ -147,7 +150,10 @@ impl Catalog for FleetCatalog {
                 return Err(host.not_owner(&source, None));
             };
             let allowance = cell.fork_targets.allow(&target);
-            let response = svc(Arc::clone(&cell.node)).fork_database(request).await;
+            let response = svc(Arc::clone(&cell.node))
+                .fork_database(request)
+                .await
+                .map_err(|status| crate::error::write_status(&source, status));
             drop(allowance);
             drop(permit);
             response
@@ -273,6 +279,7 @@ impl Catalog for FleetCatalog {
             svc(node).rotate_storage_key(request).await
         })
         .await
+        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     async fn rewrap_keys(
@@ -284,6 +291,7 @@ impl Catalog for FleetCatalog {
             svc(node).rewrap_keys(request).await
         })
         .await
+        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     async fn alter_schema(
@@ -295,6 +303,7 @@ impl Catalog for FleetCatalog {
             svc(node).alter_schema(request).await
         })
         .await
+        .map_err(|status| crate::error::write_status(&db, status))
     }
 }
 

@@ -1,8 +1,10 @@
 //! The node's gRPC services: Corium's `corium.v1` `Transactor` and `Catalog`
-//! dispatched per database to its cell, and the fleet's own admin service.
+//! dispatched per database to its cell, the fleet's own admin service, and
+//! `Requests` ("did my request commit?").
 
 pub mod admin;
 pub mod catalog;
+pub mod requests;
 pub mod subscribe;
 pub mod transactor;
 

@@ -15,7 +15,7 @@ use corium_fleet_common::metadata;
 
 use super::dispatch;
 use crate::host::Host;
-use crate::request_id::Outcome;
+use crate::request_id::{Database, Origin, Outcome};
 
 /// Corium's protocol-version rule for requests (its own check is private).
 fn check_version(version: u32) -> Result<(), Status> {
@@ -47,6 +47,11 @@ impl Transactor for FleetTransactor {
         // A malformed id is refused before anything else is looked at.
         let id = metadata::request_id(request.metadata())
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let origin = if metadata::id_assigned_by_ingress(request.metadata()) {
+            Origin::Ingress
+        } else {
+            Origin::Client
+        };
         let db = request.get_ref().db.clone();
         let host = &self.0;
         let cell = host.owner(request.metadata(), &db).await?;
@@ -55,26 +60,29 @@ impl Transactor for FleetTransactor {
         };
         let request = request.into_inner();
         check_version(request.protocol_version)?;
+        // The cell's own commit rather than Corium's service: it cannot be
+        // cancelled half-way, and a failure after the append may have landed
+        // answers an unknown outcome (`error::commit_status`). Authorization
+        // is disabled in cells, so nothing is skipped.
+        let commit = |tx_data, basis| cell.commit(permit, tx_data, basis);
         let Some(id) = id else {
-            // The cell's own commit rather than Corium's service: it cannot
-            // be cancelled half-way, and a storage failure maps to
-            // `UNAVAILABLE` (`error::node_status`). Authorization is
-            // disabled in cells, so nothing is skipped.
-            let (committed, permit) = cell
-                .commit(permit, request.tx_data, request.expected_basis_t)
-                .await;
+            let (committed, permit) = commit(request.tx_data, request.expected_basis_t).await;
             drop(permit);
             host.reset_if_failed(&cell);
-            let mut response = Response::new(committed.map_err(|error| crate::error::node_status(&error))?);
+            let mut response =
+                Response::new(committed.map_err(|error| crate::error::commit_status(&db, None, &error))?);
             super::stamp_lease_version(&mut response, cell.lease_version);
             return Ok(response);
         };
-        let answered = cell
-            .ledger
-            .transact(&cell, permit, host.base.as_ref(), id, &request)
-            .await;
+        let on = Database {
+            node: &cell.node,
+            name: &db,
+            store: host.base.as_ref(),
+        };
+        let answered = cell.ledger.transact(on, id, &request, commit).await;
         host.reset_if_failed(&cell);
-        let (response, outcome) = answered?;
+        let (response, outcome) =
+            answered.map_err(|error| crate::error::ledger_status(&db, &id, origin, error))?;
         let counter = match outcome {
             Outcome::Committed => {
                 crate::fault::after_commit(&id);
@@ -106,6 +114,7 @@ impl Transactor for FleetTransactor {
             svc(node).saga_commit(request).await
         })
         .await
+        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     async fn saga_finish(
@@ -117,6 +126,7 @@ impl Transactor for FleetTransactor {
             svc(node).saga_finish(request).await
         })
         .await
+        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     type SubscribeStream = super::subscribe::ItemStream;

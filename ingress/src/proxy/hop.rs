@@ -1,0 +1,226 @@
+//! One attempt: the call's bytes to one node, with the fleet's metadata and
+//! the remaining deadline, and how it failed if it did.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::metadata;
+use http_body_util::BodyExt as _;
+use hyper::http::{HeaderValue, Request, Response, Uri};
+
+use super::Proxy;
+use super::intake::{Call, RequestId};
+use crate::body::{Body, BoxError};
+use crate::upstream;
+
+/// Where one attempt goes.
+#[derive(Clone, Debug)]
+pub(super) struct Hop {
+    pub endpoint: String,
+    /// The lease version routed on (owner hops only).
+    pub lease_version: Option<u64>,
+}
+
+/// How one attempt failed.
+#[derive(Debug)]
+pub(super) enum SendError {
+    /// Never reached the node: safe to try another.
+    Connect(String),
+    /// Sent; the outcome is unknown.
+    Ambiguous(String),
+    /// The deadline passed before the answer.
+    Deadline,
+}
+
+impl Proxy {
+    /// Sends `call` to `hop` under `id` (the assigned request id, when the
+    /// attempt carries one; a client's own id travels in its headers). With
+    /// `whole`, a streamed answer is read to its end before it is returned,
+    /// so a break after the response headers is an ambiguous failure (which
+    /// a call with a request id retries) rather than a cut-off answer.
+    pub(super) async fn send(
+        &self,
+        call: &Call,
+        hop: &Hop,
+        id: Option<&RequestId>,
+        whole: bool,
+    ) -> Result<Response<Body>, SendError> {
+        let remaining = call.deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(SendError::Deadline);
+        }
+        let parts = &call.parts;
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri: Uri = format!("{}{path}", hop.endpoint.trim_end_matches('/'))
+            .parse()
+            .map_err(|error| SendError::Connect(format!("bad endpoint {:?}: {error}", hop.endpoint)))?;
+        let mut request = Request::new(());
+        *request.method_mut() = parts.method.clone();
+        *request.uri_mut() = uri;
+        let headers = request.headers_mut();
+        headers.reserve(parts.headers.len() + 6);
+        for (name, value) in &parts.headers {
+            if forwarded(name, value) {
+                headers.append(name, value.clone());
+            }
+        }
+        headers.insert(metadata::HOP, HeaderValue::from_static("1"));
+        if let Some(id) = id.filter(|id| id.assigned)
+            && let Ok(value) = HeaderValue::from_str(&id.text)
+        {
+            headers.insert(metadata::REQUEST_ID, value);
+            headers.insert(
+                metadata::REQUEST_ID_ORIGIN,
+                HeaderValue::from_static(metadata::ORIGIN_INGRESS),
+            );
+        }
+        // One correlation id across client, ingress and owner: the client's,
+        // or one made here.
+        if !headers.contains_key(metadata::X_REQUEST_ID) {
+            headers.insert(
+                metadata::X_REQUEST_ID,
+                HeaderValue::from_str(&correlation_id()).expect("hex digits"),
+            );
+        }
+        if let Some(version) = hop.lease_version {
+            headers.insert(metadata::LEASE_VERSION, HeaderValue::from(version));
+        }
+        let millis = remaining.as_millis().clamp(1, 99_999_999);
+        headers.insert(
+            "grpc-timeout",
+            HeaderValue::from_str(&format!("{millis}m")).expect("ascii digits"),
+        );
+        self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+        // If the caller goes away while this node keeps us waiting, that
+        // still counts against the node (see `SlowGuard`).
+        let mut waiting = SlowGuard {
+            proxy: self,
+            endpoint: &hop.endpoint,
+            since: Instant::now(),
+            armed: true,
+        };
+        let exchange = async {
+            let response = self
+                .upstream
+                .send(&hop.endpoint, request, call.body.clone())
+                .await?;
+            if !whole || response.headers().contains_key("grpc-status") {
+                // Streamed through, or a trailers-only answer (complete).
+                return Ok(response.map(crate::stream_end::StreamEnd::boxed));
+            }
+            let (parts, body) = response.into_parts();
+            let collected = body
+                .collect()
+                .await
+                .map_err(|error| upstream::Failure::Ambiguous(format!("the answer broke off: {error}")))?;
+            Ok(Response::from_parts(
+                parts,
+                collected
+                    .map_err(|never| -> BoxError { match never {} })
+                    .boxed_unsync(),
+            ))
+        };
+        let outcome = tokio::time::timeout(remaining, exchange).await;
+        waiting.armed = false;
+        match outcome {
+            Err(_) => {
+                self.suspect(&hop.endpoint);
+                Err(SendError::Deadline)
+            }
+            Ok(Err(upstream::Failure::Connect(error))) => Err(SendError::Connect(error)),
+            Ok(Err(upstream::Failure::Ambiguous(error))) => {
+                self.suspect(&hop.endpoint);
+                Err(SendError::Ambiguous(error))
+            }
+            Ok(Ok(response)) => {
+                self.suspects.clear(&hop.endpoint);
+                Ok(response)
+            }
+        }
+    }
+
+    /// Marks a node whose call hung or broke after sending.
+    /// (Also called by [`SlowGuard`] when a caller cancels a long wait.)
+    pub(super) fn suspect(&self, endpoint: &str) {
+        self.suspects.mark(endpoint);
+        self.metrics.suspect_marks.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether a client's header goes on to the node: not `host` (the hop
+/// sets `:authority`), not `grpc-timeout` (replaced by the remaining
+/// deadline), and none of the connection-specific headers HTTP/2 forbids
+/// (RFC 9113 §8.2.2; `te` only as `trailers`).
+fn forwarded(name: &hyper::http::HeaderName, value: &HeaderValue) -> bool {
+    use hyper::header;
+    match *name {
+        header::HOST | header::CONNECTION | header::TRANSFER_ENCODING | header::UPGRADE => false,
+        header::TE => value == "trailers",
+        _ => name != "grpc-timeout" && name != "keep-alive" && name != "proxy-connection",
+    }
+}
+
+/// A correlation id for a call that arrived without `x-request-id`: 32 hex
+/// digits, a random prefix drawn once per process and a counter. Unique is
+/// all it needs to be; a fresh UUID per call cost a `getrandom` system call
+/// on every forward (seen with `strace -c` at concurrency 1).
+fn correlation_id() -> String {
+    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Marks a node suspect when the call waiting on it is dropped (the caller
+/// cancelled) after waiting longer than [`SLOW`] for its answer.
+struct SlowGuard<'a> {
+    proxy: &'a Proxy,
+    endpoint: &'a str,
+    since: Instant,
+    armed: bool,
+}
+
+/// A wait for an answer this long, abandoned, marks the node.
+const SLOW: Duration = Duration::from_secs(1);
+
+impl Drop for SlowGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.since.elapsed() >= SLOW {
+            self.proxy.suspect(self.endpoint);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn correlation_ids_are_unique_hex_of_one_length() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| correlation_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(
+            ids.iter()
+                .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        );
+    }
+
+    #[test]
+    fn forwards_end_to_end_headers_only() {
+        let forwards = |name: &'static str, value: &'static str| {
+            forwarded(
+                &hyper::http::HeaderName::from_static(name),
+                &HeaderValue::from_static(value),
+            )
+        };
+        assert!(forwards("corium-request-id", "r1"));
+        assert!(forwards("content-type", "application/grpc"));
+        assert!(forwards("te", "trailers"));
+        assert!(!forwards("te", "gzip"));
+        assert!(!forwards("host", "fleet"));
+        assert!(!forwards("grpc-timeout", "5S"));
+        assert!(!forwards("connection", "close"));
+        assert!(!forwards("keep-alive", "5"));
+        assert!(!forwards("transfer-encoding", "chunked"));
+    }
+}

@@ -1,0 +1,230 @@
+//! Taking a call in: refusals, the buffered body, the database it names, its
+//! deadline, and the request id a `Transact` travels under.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use corium_fleet_common::metadata;
+use http_body_util::{BodyExt as _, Limited};
+use hyper::body::Incoming;
+use hyper::http::request::Parts;
+use hyper::http::{HeaderValue, Request, Response};
+use tonic::Status;
+
+use super::Proxy;
+use crate::body::Body;
+use crate::route::{self, Target};
+
+/// The path of `corium.v1.Transactor/Transact`.
+pub(super) const TRANSACT: &str = "/corium.v1.Transactor/Transact";
+
+/// Metadata only the fleet sets; a client sending any of it is refused.
+const FLEET_ONLY: [&str; 4] = [
+    metadata::HOP,
+    metadata::PRINCIPAL,
+    metadata::LEASE_VERSION,
+    metadata::REQUEST_ID_ORIGIN,
+];
+
+/// The request id a `Transact` is forwarded under.
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub(super) struct RequestId {
+    /// UUID text.
+    pub text: String,
+    /// This ingress assigned it (the client sent none): it is sent with
+    /// `corium-request-id-origin: ingress` and dropped if the database
+    /// cannot take one.
+    pub assigned: bool,
+}
+
+/// One call, taken in.
+pub(super) struct Call {
+    pub parts: Parts,
+    /// The whole request body, replayable.
+    pub body: Bytes,
+    pub target: Target,
+    /// The database the body names (`None` for calls that name none).
+    pub db: Option<String>,
+    /// When the answer is due: the client's `grpc-timeout` (less a margin),
+    /// at most `--max-deadline-ms`.
+    pub deadline: Instant,
+    /// `Transact` only: the id the owner commits it under at most once.
+    pub request_id: Option<RequestId>,
+}
+
+impl Call {
+    /// Tells the client the request id its `Transact` was forwarded under
+    /// (`corium-request-id` on the response), so an unknown outcome can be
+    /// asked about.
+    pub fn stamp(&self, response: &mut Response<Body>) {
+        if let Some(id) = &self.request_id
+            && let Ok(value) = HeaderValue::from_str(&id.text)
+        {
+            response.headers_mut().insert(metadata::REQUEST_ID, value);
+        }
+    }
+}
+
+/// `grpc-timeout` → duration (`<digits><H|M|S|m|u|n>`).
+pub(super) fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
+    let text = value.to_str().ok()?;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+/// A request id for a `Transact` that arrived without one: a UUID made of a
+/// random half drawn once per process and a counter. Unique is all it needs
+/// to be (a collision needs two processes to draw the same 64 random bits);
+/// a fresh random UUID per call would cost a `getrandom` system call on
+/// every write.
+fn assigned_request_id() -> String {
+    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    uuid::Uuid::from_u64_pair(prefix, NEXT.fetch_add(1, Ordering::Relaxed))
+        .hyphenated()
+        .to_string()
+}
+
+impl Proxy {
+    /// Takes `request` in, or refuses it with the status the client gets.
+    pub(super) async fn intake(&self, request: Request<Incoming>) -> Result<Call, Status> {
+        let started = Instant::now();
+        let path = request.uri().path();
+        let Some((target, names_db)) = route::classify(path) else {
+            return Err(self.reject(
+                &self.metrics.rejected_unknown_method,
+                Status::unimplemented(format!("method {path} is not served by Corium Fleet")),
+            ));
+        };
+        let transact = path == TRANSACT;
+        for key in FLEET_ONLY {
+            if request.headers().contains_key(key) {
+                return Err(self.reject(
+                    &self.metrics.loop_preventions,
+                    Status::invalid_argument(format!("{key} is set by the fleet, never by a client")),
+                ));
+            }
+        }
+        let (parts, body) = request.into_parts();
+        let deadline = started
+            + parts.headers.get("grpc-timeout").and_then(parse_timeout).map_or(
+                self.config.max_deadline,
+                |timeout| {
+                    // Answer a little before the caller gives up, so the
+                    // caller gets this ingress's status (and the ingress
+                    // learns the node was slow) rather than a cancellation.
+                    let margin = (timeout / 20).min(Duration::from_millis(50));
+                    timeout.min(self.config.max_deadline).saturating_sub(margin)
+                },
+            );
+        // The body arrives within the call's deadline, or not at all.
+        let collect = Limited::new(body, self.config.max_request_bytes).collect();
+        let Ok(collected) =
+            tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), collect).await
+        else {
+            return Err(Status::deadline_exceeded(
+                "the request body did not arrive within the deadline",
+            ));
+        };
+        let body = match collected {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                return Err(self.reject(
+                    &self.metrics.rejected_too_large,
+                    Status::resource_exhausted(format!(
+                        "request body is over the ingress limit of {} bytes",
+                        self.config.max_request_bytes
+                    )),
+                ));
+            }
+            Err(error) => return Err(Status::cancelled(format!("request body not received: {error}"))),
+        };
+        let db = if names_db {
+            let db = route::first_message(&body)
+                .and_then(route::scan_db)
+                .map_err(|error| {
+                    self.reject(
+                        &self.metrics.rejected_unroutable,
+                        Status::invalid_argument(error.to_string()),
+                    )
+                })?;
+            if let Some(route) = parts.headers.get(metadata::DATABASE_ROUTE)
+                && route.as_bytes() != db.as_bytes()
+            {
+                return Err(self.reject(
+                    &self.metrics.rejected_route_mismatch,
+                    Status::invalid_argument(format!(
+                        "{} {:?} does not match the request's database {db:?}; the body is authoritative",
+                        metadata::DATABASE_ROUTE,
+                        String::from_utf8_lossy(route.as_bytes())
+                    )),
+                ));
+            }
+            Some(db)
+        } else {
+            None
+        };
+        let request_id = if transact {
+            match parts.headers.get(metadata::REQUEST_ID) {
+                // The owner validates the client's id.
+                Some(value) => Some(RequestId {
+                    text: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    assigned: false,
+                }),
+                None if self.config.assign_request_ids => {
+                    self.metrics.request_ids_assigned.fetch_add(1, Ordering::Relaxed);
+                    Some(RequestId {
+                        text: assigned_request_id(),
+                        assigned: true,
+                    })
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        Ok(Call {
+            parts,
+            body,
+            target,
+            db,
+            deadline,
+            request_id,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn assigned_request_ids_are_unique_uuids() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| assigned_request_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| uuid::Uuid::parse_str(id).is_ok()));
+    }
+
+    #[test]
+    fn parses_grpc_timeouts() {
+        let parse = |text: &'static str| parse_timeout(&HeaderValue::from_static(text));
+        assert_eq!(parse("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(parse("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse("5u"), Some(Duration::from_micros(5)));
+        assert_eq!(parse("x"), None);
+        assert_eq!(parse("10"), None);
+        assert_eq!(parse(""), None);
+    }
+}

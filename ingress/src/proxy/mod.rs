@@ -1,0 +1,135 @@
+//! The forwarding path: one request in, one hop out to the node that must
+//! answer it, bytes untouched.
+//!
+//! 1. [`intake`] refuses what cannot be routed safely (unknown methods,
+//!    client-supplied fleet metadata, bodies over the limit or naming no
+//!    database, a route header that disagrees with the body), buffers the
+//!    body (so it can be replayed), reads `db` from field 1, and gives a
+//!    `Transact` without a request id one of the ingress's own;
+//! 2. [`owner`] sends owner-dependent calls to the lease holder, retrying
+//!    what is provably unsent (a typed `NotOwner`, a refused connection)
+//!    and — for a `Transact` with a request id — what is ambiguous, with the
+//!    same id, until the deadline; [`any`] sends the rest to a candidate or
+//!    any node;
+//! 3. [`hop`] is one attempt: the fleet metadata, the remaining deadline,
+//!    and a classification of how it failed.
+//!
+//! Every answer the ingress makes up is one the stock clients read right
+//! (`docs/design/0009-stock-client-statuses.md`).
+
+mod any;
+mod hop;
+mod intake;
+mod owner;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hyper::body::Incoming;
+use hyper::http::{Request, Response};
+
+use crate::body::{Body, status_response};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::owner_cache;
+use crate::route::Target;
+use crate::upstream::{self, Upstream};
+
+/// The ingress's request handler.
+pub struct Proxy {
+    config: Config,
+    cache: owner_cache::Cache,
+    upstream: Upstream,
+    pub metrics: Arc<Metrics>,
+    limits: crate::limits::Limits,
+    /// Placement members (static, or followed from the node registry).
+    members: corium_fleet_transactor::registry::Members,
+    /// The operator placement map (empty without `--placement-map`).
+    map: corium_fleet_common::placement_map::Watched,
+    next_any: AtomicUsize,
+    /// Nodes whose calls recently hung: tried last by candidate routing.
+    suspects: crate::suspects::Suspects,
+}
+
+impl Proxy {
+    /// # Errors
+    /// Unreadable or invalid upstream TLS material.
+    pub fn new(
+        config: Config,
+        members: corium_fleet_transactor::registry::Members,
+        map: corium_fleet_common::placement_map::Watched,
+        cache: owner_cache::Cache,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, String> {
+        // The hop speaks mTLS to `https://` members (fleet CA, this
+        // ingress's client certificate) and h2c to `http://` ones.
+        let tls = match &config.upstream {
+            Some((ca, identity)) => Some(Arc::new(
+                corium_fleet_common::tls::client_config(ca, &identity.cert, &identity.key)
+                    .map_err(|error| format!("upstream TLS: {error}"))?,
+            )),
+            None => None,
+        };
+        let upstream = Upstream::new(upstream::Settings {
+            connect_timeout: config.connect_timeout,
+            tls,
+            // A frozen owner (paused process, stalled VM) still accepts
+            // bytes into its socket; HTTP/2 PINGs notice it within ~5 s and
+            // fail what is in flight on that connection instead of letting
+            // every call wait out its deadline.
+            keepalive_interval: upstream::KEEPALIVE_INTERVAL,
+            keepalive_timeout: upstream::KEEPALIVE_TIMEOUT,
+        });
+        let limits = crate::limits::Limits::new(config.max_concurrent_requests, config.rate_limit_per_client);
+        Ok(Self {
+            config,
+            cache,
+            upstream,
+            metrics,
+            limits,
+            members,
+            map,
+            next_any: AtomicUsize::new(0),
+            suspects: crate::suspects::Suspects::default(),
+        })
+    }
+
+    /// Serves one request from `client`; every failure is a gRPC status.
+    pub async fn handle(
+        self: Arc<Self>,
+        client: Option<std::net::IpAddr>,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, std::convert::Infallible> {
+        let admitted = match self.limits.admit(client) {
+            Ok(admission) => admission,
+            Err(status) => {
+                self.metrics.rejected_limit.fetch_add(1, Ordering::Relaxed);
+                return Ok(status_response(&status));
+            }
+        };
+        let started = std::time::Instant::now();
+        let response = match self.intake(request).await {
+            Ok(call) => {
+                let response = match (call.target, call.db.clone()) {
+                    (Target::Owner, Some(db)) => self.to_owner(&call, &db).await,
+                    (Target::Candidate, Some(db)) => self.to_any(&call, &self.candidate_hops(&db)).await,
+                    _ => self.to_any(&call, &self.any_hops()).await,
+                };
+                self.metrics.forward_seconds.observe(started.elapsed());
+                let mut response = response.unwrap_or_else(|status| status_response(&status));
+                call.stamp(&mut response);
+                response
+            }
+            Err(status) => status_response(&status),
+        };
+        // The slot is held until the response headers: a long stream does
+        // not hold a slot for its whole life.
+        drop(admitted);
+        Ok(response)
+    }
+
+    fn reject(&self, counter: &std::sync::atomic::AtomicU64, status: tonic::Status) -> tonic::Status {
+        counter.fetch_add(1, Ordering::Relaxed);
+        status
+    }
+}

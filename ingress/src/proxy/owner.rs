@@ -1,0 +1,513 @@
+//! Owner-dependent calls: to the lease holder, and what to do when an
+//! attempt does not bring an answer.
+//!
+//! The rules ([`Retries`], pure, unit-tested below; the table in
+//! `docs/design/0009-stock-client-statuses.md`):
+//!
+//! - a typed `NotOwner` or a refused connection proves the request was not
+//!   taken: the call is sent again (to the hinted holder, or after reading
+//!   the lease again) — once for a call without a request id, as stock
+//!   clients then retry on their own;
+//! - a `Transact` with a request id (the client's, or one this ingress
+//!   assigned) is idempotent at the owner, so an ambiguous failure (the hop
+//!   broke after sending, the owner's typed "outcome unknown") is retried too,
+//!   with the same id, with backoff, until the call's deadline. Once an
+//!   attempt may have committed, the call never ends in an answer a stock
+//!   client would resend (a `NotOwner`, a connect failure): either a later
+//!   attempt brings the committed answer, or the client gets the typed
+//!   "outcome unknown" naming the request id;
+//! - the owner's typed refusal of an assigned id (a database created outside
+//!   the fleet) is provably pre-commit: the call is sent again without it.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::not_owner::{self, NotOwner};
+use corium_fleet_common::outcome::{self, Cause};
+use hyper::http::Response;
+use tonic::Status;
+
+use super::Proxy;
+use super::hop::{Hop, SendError};
+use super::intake::{Call, RequestId};
+use crate::body::Body;
+use crate::owner_cache::Resolution;
+
+/// Attempts per call at most (the deadline usually ends them first).
+const MAX_ATTEMPTS: u32 = 64;
+/// The first pause between persistent retries; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(25);
+const MAX_PAUSE: Duration = Duration::from_millis(500);
+
+/// What one attempt at the owner came to.
+pub(super) enum Attempt {
+    /// An answer to pass on as it is.
+    Answer(Response<Body>),
+    /// A trailers-only typed `NotOwner`.
+    NotOwner(Response<Body>, NotOwner),
+    /// The owner refused the ingress-assigned request id; nothing committed.
+    IdUnsupported,
+    /// The owner's typed "outcome unknown" for this call's request id.
+    OwnerUnknown(Response<Body>),
+    /// Every hop refused the connection: provably not sent.
+    Unreachable(String),
+    /// The hop broke after the request was sent.
+    Broke(String),
+    /// No answer before the deadline.
+    Late,
+    /// The owner could not be looked up.
+    Unresolved(Status),
+}
+
+/// What to do after an attempt.
+pub(super) enum Next {
+    /// End the call with this.
+    Return(Result<Response<Body>, Status>),
+    /// Send again: after `pause`, to `hinted` hops if given, else to the
+    /// owner read afresh when `refresh`, else to the cached one.
+    Retry {
+        pause: Duration,
+        refresh: bool,
+        hinted: Option<Vec<Hop>>,
+    },
+}
+
+/// One call's retry state.
+pub(super) struct Retries {
+    /// The request id attempts carry (`None` once the owner refused an
+    /// assigned one).
+    pub id: Option<RequestId>,
+    pub db: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Set once an attempt may have committed: the typed "outcome unknown"
+    /// the call ends with if no later attempt brings an answer.
+    pub unknown: Option<Status>,
+}
+
+impl Retries {
+    fn idempotent(&self) -> bool {
+        self.id.is_some()
+    }
+
+    /// Keep going until the deadline: the call is idempotent, or an attempt
+    /// may already have committed.
+    fn persistent(&self) -> bool {
+        self.idempotent() || self.unknown.is_some()
+    }
+
+    fn pause(&self) -> Duration {
+        let doublings = self.attempts.saturating_sub(1).min(8);
+        FIRST_PAUSE.saturating_mul(1 << doublings).min(MAX_PAUSE)
+    }
+
+    /// The typed "outcome unknown" for this call, once an attempt may have
+    /// committed.
+    pub fn unknown_status(&self) -> Option<Status> {
+        self.unknown.clone()
+    }
+
+    /// Records that an attempt may have committed (the first reason stays).
+    fn ambiguous(&mut self, cause: Cause, reason: &str) {
+        if self.unknown.is_none() {
+            let id = self.id.as_ref().map(|id| id.text.as_str());
+            self.unknown = Some(outcome::to_status(&self.db, id, cause, reason));
+        }
+    }
+
+    /// The rule for `attempt` (see the module docs).
+    pub fn next(&mut self, attempt: Attempt) -> Next {
+        let first = self.attempts <= 1;
+        match attempt {
+            Attempt::Answer(response) => Next::Return(Ok(response)),
+            Attempt::NotOwner(response, hint) => {
+                if !hint.retryable {
+                    return Next::Return(self.unknown_status().map_or(Ok(response), Err));
+                }
+                if first || self.persistent() {
+                    let hinted = (hint.owner_id.is_empty() && !hint.candidates.is_empty()).then(|| {
+                        hint.candidates
+                            .iter()
+                            .map(|candidate| Hop {
+                                endpoint: candidate.endpoint.clone(),
+                                lease_version: None,
+                            })
+                            .collect()
+                    });
+                    let pause = if first { Duration::ZERO } else { self.pause() };
+                    return Next::Retry {
+                        pause,
+                        refresh: false,
+                        hinted,
+                    };
+                }
+                Next::Return(Ok(response))
+            }
+            Attempt::IdUnsupported => {
+                // Refused before any commit, by a rule of the database
+                // (deterministic): no attempt under the id committed.
+                self.id = None;
+                self.unknown = None;
+                Next::Retry {
+                    pause: Duration::ZERO,
+                    refresh: false,
+                    hinted: None,
+                }
+            }
+            Attempt::OwnerUnknown(response) => {
+                if !self.idempotent() {
+                    return Next::Return(Ok(response));
+                }
+                // The owner's own status (its cause, this call's id) is the
+                // one to end with.
+                if self.unknown.is_none() {
+                    self.unknown = Status::from_header_map(response.headers());
+                }
+                Next::Retry {
+                    pause: self.pause(),
+                    refresh: true,
+                    hinted: None,
+                }
+            }
+            Attempt::Unreachable(error) => {
+                if self.persistent() || first {
+                    let pause = if self.persistent() {
+                        self.pause()
+                    } else {
+                        Duration::ZERO
+                    };
+                    return Next::Retry {
+                        pause,
+                        refresh: true,
+                        hinted: None,
+                    };
+                }
+                Next::Return(Err(Status::unavailable(format!(
+                    "cannot connect to the owner of {:?}: {error}; retry",
+                    self.db
+                ))))
+            }
+            Attempt::Broke(error) => {
+                self.ambiguous(Cause::HopBroke, &error);
+                if self.idempotent() {
+                    return Next::Retry {
+                        pause: self.pause(),
+                        refresh: true,
+                        hinted: None,
+                    };
+                }
+                Next::Return(Err(self.unknown_status().expect("just set")))
+            }
+            Attempt::Late => {
+                let message = match self.id.as_ref() {
+                    Some(id) => format!(
+                        "deadline passed before the lease holder answered; the outcome is unknown: \
+                         resending with corium-request-id {} commits at most once",
+                        id.text
+                    ),
+                    None => "deadline passed before the transactor answered".to_owned(),
+                };
+                Next::Return(Err(Status::deadline_exceeded(message)))
+            }
+            Attempt::Unresolved(status) => {
+                if self.unknown.is_some() {
+                    return Next::Retry {
+                        pause: self.pause(),
+                        refresh: true,
+                        hinted: None,
+                    };
+                }
+                Next::Return(Err(status))
+            }
+        }
+    }
+}
+
+impl Proxy {
+    async fn hops_for(&self, db: &str) -> Result<Vec<Hop>, Status> {
+        match self.cache.resolve(db).await {
+            Ok(Resolution::Owned(owner)) => Ok(vec![Hop {
+                endpoint: owner.endpoint,
+                // 0: a hint without a version (a handoff target); the owner
+                // then checks only that it holds the lease.
+                lease_version: (owner.lease_version > 0).then_some(owner.lease_version),
+            }]),
+            Ok(Resolution::NoLiveOwner) => Ok(self.candidate_hops(db)),
+            Ok(Resolution::Unknown) => Err(Status::not_found(format!("unknown database {db:?}"))),
+            Err(error) => Err(Status::unavailable(format!("{error}; retry later"))),
+        }
+    }
+
+    /// One attempt over `hops` (in order, moving on after a refused
+    /// connection only).
+    async fn attempt(&self, call: &Call, retries: &Retries, hops: &[Hop]) -> Attempt {
+        let mut unreachable = String::from("no candidate is live");
+        for hop in hops {
+            // A call with a request id is read whole, so a break after the
+            // response headers is retried like any other.
+            match self
+                .send(call, hop, retries.id.as_ref(), retries.idempotent())
+                .await
+            {
+                Ok(response) => return self.classify(response, retries),
+                Err(SendError::Connect(error)) => unreachable = error,
+                Err(SendError::Ambiguous(error)) => {
+                    self.metrics.ambiguous_failures.fetch_add(1, Ordering::Relaxed);
+                    return Attempt::Broke(error);
+                }
+                Err(SendError::Deadline) => return Attempt::Late,
+            }
+        }
+        Attempt::Unreachable(unreachable)
+    }
+
+    /// Reads a node's answer: typed `NotOwner`, typed refusal of an assigned
+    /// id, typed unknown outcome for this call's id, or an answer.
+    fn classify(&self, response: Response<Body>, retries: &Retries) -> Attempt {
+        let Some(status) = Status::from_header_map(response.headers()) else {
+            return Attempt::Answer(response);
+        };
+        if let Some(hint) = not_owner::from_status(&status) {
+            return Attempt::NotOwner(response, hint);
+        }
+        if retries.id.as_ref().is_some_and(|id| id.assigned) && outcome::is_unsupported(&status) {
+            return Attempt::IdUnsupported;
+        }
+        let ours = outcome::from_status(&status).is_some_and(|detail| {
+            retries
+                .id
+                .as_ref()
+                .is_some_and(|id| !detail.request_id.is_empty() && detail.request_id == id.text)
+        });
+        if ours {
+            Attempt::OwnerUnknown(response)
+        } else {
+            Attempt::Answer(response)
+        }
+    }
+
+    /// Sends an owner-dependent call to `db`'s lease holder under the rules
+    /// in the module docs.
+    pub(super) async fn to_owner(&self, call: &Call, db: &str) -> Result<Response<Body>, Status> {
+        let mut retries = Retries {
+            id: call.request_id.clone(),
+            db: db.to_owned(),
+            attempts: 0,
+            unknown: None,
+        };
+        let mut hinted: Option<Vec<Hop>> = None;
+        loop {
+            retries.attempts += 1;
+            let attempt = match hinted.take() {
+                Some(hops) => self.attempt(call, &retries, &hops).await,
+                None => match self.hops_for(db).await {
+                    Ok(hops) => self.attempt(call, &retries, &hops).await,
+                    Err(status) => Attempt::Unresolved(status),
+                },
+            };
+            match &attempt {
+                Attempt::NotOwner(_, hint) => self.cache.learn(hint).await,
+                Attempt::Late => {
+                    // The holder did not answer in time (frozen, stalled):
+                    // forget it, so the next call reads the lease again and,
+                    // once it lapsed, goes to the candidates (where the node
+                    // is now tried last).
+                    self.cache.invalidate(db).await;
+                }
+                Attempt::IdUnsupported => {
+                    self.metrics
+                        .request_ids_unsupported
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(
+                        db,
+                        "the database takes no request ids; sending the transaction without one"
+                    );
+                }
+                _ => {}
+            }
+            let ambiguous = matches!(attempt, Attempt::Broke(_) | Attempt::OwnerUnknown(_));
+            match retries.next(attempt) {
+                Next::Return(answer) => return answer,
+                Next::Retry {
+                    pause,
+                    refresh,
+                    hinted: hops,
+                } => {
+                    let out_of_time = Instant::now() + pause >= call.deadline;
+                    if out_of_time || retries.attempts >= MAX_ATTEMPTS {
+                        let status = retries.unknown_status().unwrap_or_else(|| {
+                            Status::unavailable(format!(
+                                "no lease holder of {db:?} answered within the deadline; retry"
+                            ))
+                        });
+                        return Err(status);
+                    }
+                    if ambiguous {
+                        self.metrics.ambiguous_retries.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(
+                            db,
+                            request_id = retries.id.as_ref().map(|id| id.text.as_str()),
+                            "outcome unknown; retrying with the same request id"
+                        );
+                    } else {
+                        self.metrics.not_owner_retries.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if refresh {
+                        self.cache.invalidate(db).await;
+                    }
+                    hinted = hops;
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::status_response;
+
+    fn retries(id: Option<(&str, bool)>) -> Retries {
+        Retries {
+            id: id.map(|(text, assigned)| RequestId {
+                text: text.to_owned(),
+                assigned,
+            }),
+            db: "orders".into(),
+            attempts: 1,
+            unknown: None,
+        }
+    }
+
+    fn not_owner() -> (Response<Body>, NotOwner) {
+        let hint = NotOwner {
+            database: "orders".into(),
+            owner_id: "node-2".into(),
+            lease_version: 3,
+            retryable: true,
+            ..NotOwner::default()
+        };
+        (status_response(&not_owner::to_status(&hint)), hint)
+    }
+
+    fn ended(next: Next) -> Result<Response<Body>, Status> {
+        match next {
+            Next::Return(answer) => answer,
+            Next::Retry { .. } => panic!("retried"),
+        }
+    }
+
+    fn retried(next: &Next) -> bool {
+        matches!(next, Next::Retry { .. })
+    }
+
+    /// The status a client would see for an ended call.
+    fn seen(answer: Result<Response<Body>, Status>) -> Status {
+        match answer {
+            Ok(response) => Status::from_header_map(response.headers()).unwrap_or_else(|| Status::ok("")),
+            Err(status) => status,
+        }
+    }
+
+    #[test]
+    fn without_an_id_provably_unsent_attempts_are_retried_once() {
+        let mut plain = retries(None);
+        let (response, hint) = not_owner();
+        assert!(retried(&plain.next(Attempt::NotOwner(response, hint.clone()))));
+        plain.attempts = 2;
+        let (response, _) = not_owner();
+        let passed_on = seen(ended(plain.next(Attempt::NotOwner(response, hint))));
+        // The stock client resends a NotOwner itself: it is pre-commit.
+        assert!(outcome::stock_peer_resends(passed_on.code(), passed_on.message()));
+        let mut plain = retries(None);
+        assert!(retried(&plain.next(Attempt::Unreachable("refused".into()))));
+        plain.attempts = 2;
+        let status = ended(plain.next(Attempt::Unreachable("refused".into()))).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+    }
+
+    #[test]
+    fn without_an_id_a_broken_hop_ends_in_an_unknown_outcome_no_stock_client_resends() {
+        let mut plain = retries(None);
+        let status = ended(plain.next(Attempt::Broke("connection reset".into()))).unwrap_err();
+        assert!(
+            !outcome::stock_peer_resends(status.code(), status.message()),
+            "{status:?}"
+        );
+        assert!(outcome::from_status(&status).is_some());
+    }
+
+    #[test]
+    fn with_an_id_ambiguity_is_retried_and_never_ends_in_a_resendable_answer() {
+        for assigned in [false, true] {
+            let mut call = retries(Some(("0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10", assigned)));
+            assert!(retried(&call.next(Attempt::Broke("connection reset".into()))));
+            // Everything after it that a stock client would resend keeps the
+            // call going instead of ending it.
+            for attempt in 2..6 {
+                call.attempts = attempt;
+                let (response, hint) = not_owner();
+                assert!(retried(&call.next(Attempt::NotOwner(response, hint))));
+                assert!(retried(&call.next(Attempt::Unreachable("refused".into()))));
+                assert!(retried(&call.next(Attempt::Unresolved(Status::unavailable(
+                    "storage: connect refused"
+                )))));
+            }
+            let status = call.unknown_status().expect("ambiguous");
+            assert!(
+                !outcome::stock_peer_resends(status.code(), status.message()),
+                "{status:?}"
+            );
+            let detail = outcome::from_status(&status).unwrap();
+            assert_eq!(detail.request_id, "0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10");
+            // The deadline ends it with a status no stock client resends.
+            let late = ended(call.next(Attempt::Late)).unwrap_err();
+            assert!(!outcome::stock_peer_resends(late.code(), late.message()));
+            assert!(late.message().contains(&detail.request_id));
+        }
+    }
+
+    #[test]
+    fn an_owners_unknown_outcome_is_retried_only_for_this_calls_id() {
+        let id = "0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10";
+        let unknown = status_response(&outcome::to_status(
+            "orders",
+            Some(id),
+            Cause::StorageFailed,
+            "log append failed",
+        ));
+        let mut call = retries(Some((id, true)));
+        assert!(retried(&call.next(Attempt::OwnerUnknown(unknown))));
+        let detail = outcome::from_status(&call.unknown_status().unwrap()).unwrap();
+        assert_eq!(detail.reason, "log append failed");
+        assert_eq!(detail.request_id, id);
+        let unknown = status_response(&outcome::to_status("orders", None, Cause::StorageFailed, "x"));
+        let mut plain = retries(None);
+        assert!(ended(plain.next(Attempt::OwnerUnknown(unknown))).is_ok());
+    }
+
+    #[test]
+    fn a_refused_assigned_id_is_dropped_and_the_call_sent_again() {
+        let mut call = retries(Some(("0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10", true)));
+        assert!(retried(&call.next(Attempt::IdUnsupported)));
+        assert!(call.id.is_none());
+        // Without an id, a broken hop now ends the call.
+        assert!(ended(call.next(Attempt::Broke("reset".into()))).is_err());
+    }
+
+    #[test]
+    fn pauses_double_up_to_the_cap() {
+        let mut call = retries(Some(("x", true)));
+        let pauses: Vec<Duration> = (1..10)
+            .map(|attempt| {
+                call.attempts = attempt;
+                call.pause()
+            })
+            .collect();
+        assert_eq!(pauses[0], FIRST_PAUSE);
+        assert_eq!(pauses[1], FIRST_PAUSE * 2);
+        assert!(pauses.windows(2).all(|pair| pair[1] >= pair[0]));
+        assert_eq!(*pauses.last().unwrap(), MAX_PAUSE);
+    }
+}

@@ -1,0 +1,377 @@
+//! One cell's request-id ledger: commits a transaction carrying a request id
+//! at most once, replays the committed answer to every retry, and answers
+//! whether an id committed — fencing it first when it did not.
+//!
+//! - No lookup on the way in: the id is `:db.unique/value`, so a duplicate
+//!   cannot commit; its commit fails, and only then is the committed
+//!   transaction looked up and replayed.
+//! - Concurrent submissions of one id on this owner queue behind one another
+//!   (one lock per id in flight) and the later ones replay; across owners the
+//!   unique index is the backstop.
+//! - A replay is fenced like a commit: it answers only while this cell still
+//!   holds the lease, since the value it reads may hold a batch Corium
+//!   installed before a post-append fence that then refused it (seed 2008 of
+//!   the simulation tier, `docs/design/0007-fault-suite.md`).
+//! - Every failure says whether anything may have committed
+//!   ([`LedgerError::Unknown`]) or provably did not.
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use corium_db::Db;
+use corium_fleet_common::outcome::Cause;
+use corium_protocol::codec;
+use corium_protocol::pb;
+use corium_query::edn::Edn;
+use corium_store::RootStore;
+use corium_transactor::node::{DbState, NodeError, TransactorNode};
+
+use super::record;
+
+/// Who chose a transaction's request id.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Origin {
+    /// The caller sent it: it is part of the caller's contract.
+    Client,
+    /// The ingress assigned it because the caller sent none: where it cannot
+    /// be used, the ingress sends the call again without it.
+    Ingress,
+}
+
+/// What happened to one id-carrying transaction.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Outcome {
+    Committed,
+    Replayed,
+}
+
+/// Whether an id committed, as [`Ledger::status`] found it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Status {
+    /// Committed; the answer it had.
+    Committed(pb::TransactResponse),
+    /// Never committed and now never will: fenced at `t`.
+    NotCommitted { fenced_at: u64 },
+}
+
+/// Why a request id cannot be used on a database.
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub enum Unsupported {
+    /// The database was created outside Corium Fleet.
+    NoAttributes,
+    /// The transaction names a tempid the fleet reserves.
+    ReservedTempid(String),
+}
+
+/// Why the ledger could not give an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The request is wrong; nothing was committed by it.
+    #[error("{0}")]
+    Invalid(String),
+    /// The id cannot be used here; nothing was committed.
+    #[error("request ids cannot be used: {0:?}")]
+    Unsupported(Unsupported),
+    /// Corium refused the transaction before committing it.
+    #[error(transparent)]
+    Refused(NodeError),
+    /// Storage failed before anything was committed.
+    #[error(transparent)]
+    Unavailable(NodeError),
+    /// The outcome is unknown: the commit failed after its append may have
+    /// landed, or the committed answer cannot be given now.
+    #[error("{reason}")]
+    Unknown { cause: Cause, reason: String },
+}
+
+impl LedgerError {
+    fn unknown(cause: Cause, reason: impl std::fmt::Display) -> Self {
+        Self::Unknown {
+            cause,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// A commit that failed: unknown when it may have appended, else the
+    /// given refusal.
+    fn after_commit(error: NodeError) -> Result<NodeError, Self> {
+        if crate::error::is_storage_failure(&error) {
+            Err(Self::unknown(Cause::StorageFailed, error))
+        } else if crate::error::is_deposed(&error) {
+            Err(Self::unknown(Cause::LeaseMoved, error))
+        } else {
+            Ok(error)
+        }
+    }
+}
+
+/// The database a ledger call works on.
+#[derive(Clone, Copy)]
+pub struct Database<'a> {
+    pub node: &'a TransactorNode,
+    pub name: &'a str,
+    /// The shared store, for the replay's lease check.
+    pub store: &'a dyn RootStore,
+}
+
+/// Per-cell state: one lock per id in flight.
+#[derive(Default)]
+pub struct Ledger {
+    in_flight: Mutex<HashMap<uuid::Uuid, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Ledger {
+    fn lock_for(&self, id: uuid::Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        Arc::clone(
+            self.in_flight
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(id)
+                .or_default(),
+        )
+    }
+
+    fn release(&self, id: uuid::Uuid, lock: &Arc<tokio::sync::Mutex<()>>) {
+        let mut in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Only the last holder removes the entry (2: the map's and ours).
+        if Arc::strong_count(lock) <= 2 {
+            in_flight.remove(&id);
+        }
+    }
+
+    /// Runs `work` holding `id`'s lock.
+    async fn locked<T>(&self, id: uuid::Uuid, work: impl Future<Output = T>) -> T {
+        let lock = self.lock_for(id);
+        let result = {
+            let _turn = lock.lock().await;
+            work.await
+        };
+        self.release(id, &lock);
+        result
+    }
+
+    /// Commits `request` under `id` at most once, or replays the answer of
+    /// the transaction that already carries `id`. `commit` runs Corium's
+    /// commit of the given bytes; what it returns beside the result (the
+    /// call's admission permit) is held until the answer is ready, so a
+    /// drain waits for a replay too.
+    ///
+    /// # Errors
+    /// A [`LedgerError`] saying whether anything may have committed.
+    pub async fn transact<C, Fut, Held>(
+        &self,
+        on: Database<'_>,
+        id: uuid::Uuid,
+        request: &pb::TransactRequest,
+        commit: C,
+    ) -> Result<(pb::TransactResponse, Outcome), LedgerError>
+    where
+        C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
+        Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
+    {
+        self.locked(id, transact_locked(on, id, request, commit)).await
+    }
+
+    /// Whether `id` committed: the committed answer, or — after committing
+    /// a fence marker under `id` so that nothing can commit under it later —
+    /// "not committed".
+    ///
+    /// # Errors
+    /// A [`LedgerError`]; asking again is always safe.
+    pub async fn status<C, Fut, Held>(
+        &self,
+        on: Database<'_>,
+        id: uuid::Uuid,
+        commit: C,
+    ) -> Result<Status, LedgerError>
+    where
+        C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
+        Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
+    {
+        self.locked(id, status_locked(on, id, commit)).await
+    }
+}
+
+async fn state_of(on: Database<'_>) -> Result<Arc<DbState>, LedgerError> {
+    on.node.db_state(on.name).await.map_err(|error| {
+        if crate::error::is_storage_failure(&error) {
+            LedgerError::Unavailable(error)
+        } else {
+            LedgerError::Refused(error)
+        }
+    })
+}
+
+async fn transact_locked<C, Fut, Held>(
+    on: Database<'_>,
+    id: uuid::Uuid,
+    request: &pb::TransactRequest,
+    commit: C,
+) -> Result<(pb::TransactResponse, Outcome), LedgerError>
+where
+    C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
+    Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
+{
+    let id_text = id.hyphenated().to_string();
+    let digest = record::digest(request);
+    let state = state_of(on).await?;
+    // Refusals in Corium's own words, as the same request without an id
+    // would get them.
+    let forms =
+        match codec::decode_edn(&request.tx_data).map_err(|error| LedgerError::Refused(error.into()))? {
+            Edn::Vector(forms) | Edn::List(forms) => forms,
+            _ => {
+                return Err(LedgerError::Refused(NodeError::BadRequest(
+                    "tx-data must be a vector".into(),
+                )));
+            }
+        };
+    let db = state.db();
+    if !record::supported(&db) {
+        return Err(LedgerError::Unsupported(Unsupported::NoAttributes));
+    }
+    let named = record::tempids(&db, &forms);
+    if let Some(tempid) = named.iter().flatten().find(|tempid| record::reserved(tempid)) {
+        return Err(LedgerError::Unsupported(Unsupported::ReservedTempid(
+            tempid.clone(),
+        )));
+    }
+    let tx = record::augmented(
+        forms,
+        &id_text,
+        &digest,
+        named.as_ref().unwrap_or(&BTreeSet::new()),
+    );
+    let (committed, _held) = commit(codec::encode_edn(&tx), request.expected_basis_t).await;
+    match committed {
+        Ok(response) => {
+            if named.is_none() {
+                tracing::debug!(db = on.name, request_id = %id, "tempids unknown before expansion; a replay answers none");
+            }
+            record::normalise(response, named.as_ref())
+                .map(|response| (response, Outcome::Committed))
+                .map_err(|error| LedgerError::unknown(Cause::StorageFailed, error))
+        }
+        Err(error) => {
+            let refusal = LedgerError::after_commit(error)?;
+            // Only the database refusing ours (the id's uniqueness) can mean
+            // "already committed": look for it.
+            match record::find(&state.db(), &id_text) {
+                None => Err(LedgerError::Refused(refusal)),
+                Some((tx, recorded)) if recorded == record::FENCED => Err(LedgerError::Invalid(format!(
+                    "corium-request-id {id_text} was fenced by a request-status query (t={}): this request \
+                     never committed and never will; send it under a new id",
+                    tx.sequence()
+                ))),
+                Some((tx, recorded)) if recorded != digest => Err(LedgerError::Invalid(format!(
+                    "corium-request-id {id_text} was already used by a different transaction (t={}) in {:?}; \
+                     nothing was committed. Use a new id for a new transaction",
+                    tx.sequence(),
+                    on.name
+                ))),
+                Some((tx, _)) => Ok((replay(on, &state, tx).await?, Outcome::Replayed)),
+            }
+        }
+    }
+}
+
+async fn status_locked<C, Fut, Held>(
+    on: Database<'_>,
+    id: uuid::Uuid,
+    commit: C,
+) -> Result<Status, LedgerError>
+where
+    C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
+    Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
+{
+    let id_text = id.hyphenated().to_string();
+    let state = state_of(on).await?;
+    if !record::supported(&state.db()) {
+        return Err(LedgerError::Unsupported(Unsupported::NoAttributes));
+    }
+    if let Some((tx, recorded)) = record::find(&state.db(), &id_text) {
+        return answer(on, &state, tx, &recorded).await;
+    }
+    let (committed, _held) = commit(codec::encode_edn(&record::fence_marker(&id_text)), None).await;
+    match committed {
+        Ok(response) => Ok(Status::NotCommitted {
+            fenced_at: response.basis_t,
+        }),
+        Err(error) => {
+            let refusal = LedgerError::after_commit(error)?;
+            // A commit under the id slipped in (from another owner's
+            // recovery): answer it.
+            match record::find(&state.db(), &id_text) {
+                Some((tx, recorded)) => answer(on, &state, tx, &recorded).await,
+                None => Err(LedgerError::Refused(refusal)),
+            }
+        }
+    }
+}
+
+/// The status of an id found committed as `tx` with digest `recorded`.
+async fn answer(
+    on: Database<'_>,
+    state: &DbState,
+    tx: corium_core::EntityId,
+    recorded: &str,
+) -> Result<Status, LedgerError> {
+    if recorded == record::FENCED {
+        fence(on, state).await?;
+        return Ok(Status::NotCommitted {
+            fenced_at: tx.sequence(),
+        });
+    }
+    replay(on, state, tx).await.map(Status::Committed)
+}
+
+/// Whether this cell still holds the lease it read `state` under: the
+/// replay's fence. The transaction is in this value, so it was durable
+/// before now; answering is safe only while this cell holds the lease (a
+/// successor's recovery then includes it).
+async fn fence(on: Database<'_>, state: &DbState) -> Result<(), LedgerError> {
+    match corium_transactor::lease::verify(on.store, on.name, &state.lease()).await {
+        Ok(()) => Ok(()),
+        Err(corium_transactor::lease::LeaseError::Lost) => Err(LedgerError::unknown(
+            Cause::LeaseMoved,
+            "the lease moved before the committed answer could be given",
+        )),
+        Err(error) => Err(LedgerError::unknown(Cause::StorageFailed, error)),
+    }
+}
+
+/// Rebuilds the answer of the committed transaction `tx` from the database
+/// value and the transaction's log record, fenced.
+async fn replay(
+    on: Database<'_>,
+    state: &DbState,
+    tx: corium_core::EntityId,
+) -> Result<pb::TransactResponse, LedgerError> {
+    let db: Db = state.db();
+    let t = tx.sequence();
+    let records = state
+        .tx_range(t, Some(t + 1))
+        .await
+        .map_err(|error| LedgerError::unknown(Cause::StorageFailed, error))?;
+    let Some(record) = records.into_iter().find(|record| record.t == t) else {
+        return Err(LedgerError::unknown(
+            Cause::StorageFailed,
+            format!("transaction t={t} of {:?} is not in the log", on.name),
+        ));
+    };
+    let tx_data = codec::encode_datoms(&record.datoms, db.interner())
+        .map_err(|error| LedgerError::unknown(Cause::StorageFailed, error))?;
+    let response = pb::TransactResponse {
+        basis_before: t - 1,
+        basis_t: t,
+        tx_instant: record.tx_instant,
+        tempids: record::encode_tempids(&record::recorded_tempids(&db, tx)),
+        tx_data,
+    };
+    fence(on, state).await?;
+    Ok(response)
+}

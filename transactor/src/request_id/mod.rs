@@ -1,0 +1,19 @@
+//! Exactly-once `Transact`: durable request ids at the owner.
+//!
+//! A `Transact` carrying `corium-request-id` (a UUID, the caller's or one
+//! the ingress assigned) commits at most once per database, and every retry
+//! gets the first answer back, byte for byte. The record is part of the
+//! database itself (design note 0006), so it survives crashes, failover,
+//! idle eviction and restarts. The attributes are part of the schema of
+//! every database the fleet creates (Corium installs attributes only through
+//! its schema path).
+//!
+//! - [`record`] — what the transaction writes about itself (id, digest,
+//!   tempid bindings) and how an answer is read back from it;
+//! - [`ledger`] — one cell's ledger: commit once, replay, and "did it
+//!   commit?" with a fence.
+
+pub mod ledger;
+pub mod record;
+
+pub use ledger::{Database, Ledger, LedgerError, Origin, Outcome, Status, Unsupported};

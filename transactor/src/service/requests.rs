@@ -1,0 +1,77 @@
+//! `corium.fleet.v1.Requests`: "did my request commit?", answered by the
+//! database's lease holder from the request-id ledger (`request_id`).
+
+use std::sync::Arc;
+
+use corium_fleet_proto::fleet::request_status_response::State;
+use corium_fleet_proto::fleet::requests_server::Requests;
+use corium_fleet_proto::fleet::{RequestStatusRequest, RequestStatusResponse};
+use prost::Message as _;
+use tonic::{Request, Response, Status};
+
+use crate::host::Host;
+use crate::request_id::{self, Database, LedgerError};
+
+/// The fleet's `Requests` service.
+pub struct FleetRequests(pub Arc<Host>);
+
+#[tonic::async_trait]
+impl Requests for FleetRequests {
+    async fn status(
+        &self,
+        request: Request<RequestStatusRequest>,
+    ) -> Result<Response<RequestStatusResponse>, Status> {
+        let host = &self.0;
+        let db = request.get_ref().database.clone();
+        let id = uuid::Uuid::parse_str(request.get_ref().request_id.trim()).map_err(|_| {
+            Status::invalid_argument(format!(
+                "request_id {:?} is not a UUID",
+                request.get_ref().request_id
+            ))
+        })?;
+        let cell = host.owner(request.metadata(), &db).await?;
+        let Some(permit) = cell.admit() else {
+            return Err(host.not_owner(&db, None));
+        };
+        let on = Database {
+            node: &cell.node,
+            name: &db,
+            store: host.base.as_ref(),
+        };
+        let commit = |tx_data, basis| cell.commit(permit, tx_data, basis);
+        let answered = cell.ledger.status(on, id, commit).await;
+        host.reset_if_failed(&cell);
+        let response = match answered {
+            Ok(request_id::Status::Committed(answer)) => RequestStatusResponse {
+                state: State::Committed.into(),
+                basis_t: answer.basis_t,
+                transact_response: answer.encode_to_vec(),
+            },
+            Ok(request_id::Status::NotCommitted { fenced_at }) => {
+                tracing::info!(db, request_id = %id, fenced_at, "request id fenced by a status query");
+                RequestStatusResponse {
+                    state: State::NotCommitted.into(),
+                    basis_t: fenced_at,
+                    transact_response: Vec::new(),
+                }
+            }
+            // Asking again is always safe: a plain "retry later".
+            Err(LedgerError::Unknown { reason, .. }) => {
+                return Err(Status::unavailable(format!(
+                    "cannot tell yet whether request {id} committed ({reason}); ask again"
+                )));
+            }
+            Err(error) => {
+                return Err(crate::error::ledger_status(
+                    &db,
+                    &id,
+                    request_id::Origin::Client,
+                    error,
+                ));
+            }
+        };
+        let mut response = Response::new(response);
+        super::stamp_lease_version(&mut response, cell.lease_version);
+        Ok(response)
+    }
+}
