@@ -9,6 +9,8 @@
 //! - [`Fleet`] / [`Node`] — process control: start, SIGKILL, SIGTERM;
 //! - [`corium`] — small helpers over the stock `corium.v1` clients;
 //! - [`proxy`] — a cuttable TCP path between a node and PostgreSQL;
+//! - [`scripted`] — a scripted HTTP/2 hop in front of a node (what clients
+//!   see when the hop to the owner misbehaves);
 //! - [`checker`] — the fault suite's judge of the fleet's promises and its
 //!   per-run report (both tiers);
 //! - [`sim`] — the in-process simulation tier: seeded plans over hosts
@@ -18,6 +20,7 @@ pub mod checker;
 pub mod corium;
 pub mod load;
 pub mod proxy;
+pub mod scripted;
 pub mod sim;
 
 use std::path::PathBuf;
@@ -330,25 +333,130 @@ pub struct Fleet {
     dir: tempfile::TempDir,
 }
 
+/// How to start a fleet: [`Fleet::builder`], then [`FleetBuilder::start`].
+#[derive(Clone, Debug)]
+pub struct FleetBuilder {
+    backend: Backend,
+    nodes: usize,
+    lease_ttl: Duration,
+    mtls: bool,
+    static_members: bool,
+    node_flags: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Node index → a loopback port in front of it that it advertises (a
+    /// [`scripted::ScriptedHop`]): routing reaches the node through it.
+    fronts: Vec<(usize, u16)>,
+}
+
+impl FleetBuilder {
+    /// Transactor nodes, each in its own zone (default 3).
+    #[must_use]
+    pub fn nodes(mut self, count: usize) -> Self {
+        self.nodes = count;
+        self
+    }
+
+    /// The lease TTL (default 1.5 s).
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The internal hop on mTLS: certificates from `corium-fleet certs`,
+    /// nodes serving mTLS only, ingresses presenting the ingress certificate.
+    #[must_use]
+    pub fn mtls(mut self) -> Self {
+        self.mtls = true;
+        self
+    }
+
+    /// No `--member` lists: nodes (and ingresses) find each other through
+    /// the node registry in storage.
+    #[must_use]
+    pub fn registry(mut self) -> Self {
+        self.static_members = false;
+        self
+    }
+
+    /// Extra flags for every node.
+    #[must_use]
+    pub fn node_flags(mut self, flags: &[&str]) -> Self {
+        self.node_flags.extend(flags.iter().map(|flag| (*flag).to_owned()));
+        self
+    }
+
+    /// Environment for every node (fault injection).
+    #[must_use]
+    pub fn env(mut self, env: &[(&str, &str)]) -> Self {
+        self.env
+            .extend(env.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())));
+        self
+    }
+
+    /// Node `index` advertises `port` (a hop in front of it) instead of its
+    /// own listener; start whatever listens there before the fleet.
+    #[must_use]
+    pub fn front(mut self, index: usize, port: u16) -> Self {
+        self.fronts.push((index, port));
+        self
+    }
+
+    /// Starts the nodes and waits until each is ready.
+    ///
+    /// # Panics
+    /// When a node does not become ready within 60 s.
+    pub async fn start(self) -> Fleet {
+        Fleet::launch(self).await
+    }
+}
+
 impl Fleet {
+    /// A fleet on `backend`: 3 nodes in 3 zones, lease TTL 1.5 s, static
+    /// members, cleartext inside, unless told otherwise.
+    #[must_use]
+    pub fn builder(backend: Backend) -> FleetBuilder {
+        FleetBuilder {
+            backend,
+            nodes: 3,
+            lease_ttl: Duration::from_millis(1500),
+            mtls: false,
+            static_members: true,
+            node_flags: Vec::new(),
+            env: Vec::new(),
+            fronts: Vec::new(),
+        }
+    }
+
     /// Starts `count` nodes in `count` zones and waits until each is ready.
     ///
     /// # Panics
     /// When a node does not become ready within 60 s.
     pub async fn start(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, false, &[], true, &[]).await
+        Self::builder(backend).nodes(count).lease_ttl(lease_ttl).start().await
     }
 
     /// Like [`Fleet::start`], with `extra` flags on every node.
     pub async fn start_with(backend: Backend, count: usize, lease_ttl: Duration, extra: &[&str]) -> Self {
-        Self::launch(backend, count, lease_ttl, false, extra, true, &[]).await
+        Self::builder(backend)
+            .nodes(count)
+            .lease_ttl(lease_ttl)
+            .node_flags(extra)
+            .start()
+            .await
     }
 
     /// Like [`Fleet::start`], but the nodes get no `--member` list: they
     /// find each other through the node registry in storage (and so must
     /// ingresses started on this fleet).
     pub async fn start_registry(backend: Backend, count: usize, lease_ttl: Duration, extra: &[&str]) -> Self {
-        Self::launch(backend, count, lease_ttl, false, extra, false, &[]).await
+        Self::builder(backend)
+            .nodes(count)
+            .lease_ttl(lease_ttl)
+            .registry()
+            .node_flags(extra)
+            .start()
+            .await
     }
 
     /// Like [`Fleet::start`], with `env` set for every node (fault injection).
@@ -358,14 +466,22 @@ impl Fleet {
         lease_ttl: Duration,
         env: &[(&str, &str)],
     ) -> Self {
-        Self::launch(backend, count, lease_ttl, false, &[], true, env).await
+        Self::builder(backend)
+            .nodes(count)
+            .lease_ttl(lease_ttl)
+            .env(env)
+            .start()
+            .await
     }
 
-    /// Like [`Fleet::start`], with the internal hop on mTLS: certificates
-    /// from `corium-fleet certs`, nodes serving mTLS only, and ingresses
-    /// presenting the ingress certificate.
+    /// Like [`Fleet::start`], with the internal hop on mTLS.
     pub async fn start_mtls(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::launch(backend, count, lease_ttl, true, &[], true, &[]).await
+        Self::builder(backend)
+            .nodes(count)
+            .lease_ttl(lease_ttl)
+            .mtls()
+            .start()
+            .await
     }
 
     /// The certificate directory of an mTLS fleet.
@@ -374,15 +490,17 @@ impl Fleet {
         self.mtls.then(|| self.dir.path().join("certs"))
     }
 
-    async fn launch(
-        backend: Backend,
-        count: usize,
-        lease_ttl: Duration,
-        mtls: bool,
-        extra: &[&str],
-        static_members: bool,
-        env: &[(&str, &str)],
-    ) -> Self {
+    async fn launch(plan: FleetBuilder) -> Self {
+        let FleetBuilder {
+            backend,
+            nodes: count,
+            lease_ttl,
+            mtls,
+            static_members,
+            node_flags: extra,
+            env,
+            fronts,
+        } = plan;
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
         if mtls {
@@ -408,11 +526,17 @@ impl Fleet {
         let members: Vec<Member> = ports
             .iter()
             .enumerate()
-            .map(|(i, (grpc, _))| Member {
-                node_id: format!("node-{}", i + 1),
-                zone: format!("zone-{}", i + 1),
-                weight: 1,
-                endpoint: format!("{scheme}://127.0.0.1:{grpc}"),
+            .map(|(i, (grpc, _))| {
+                let advertised = fronts
+                    .iter()
+                    .find(|(index, _)| *index == i)
+                    .map_or(*grpc, |(_, port)| *port);
+                Member {
+                    node_id: format!("node-{}", i + 1),
+                    zone: format!("zone-{}", i + 1),
+                    weight: 1,
+                    endpoint: format!("{scheme}://127.0.0.1:{advertised}"),
+                }
             })
             .collect();
         let member_flags: Vec<String> = members
@@ -454,10 +578,9 @@ impl Fleet {
             ];
             if static_members {
                 args.extend(member_flags.iter().cloned());
-            } else {
-                args.push("--advertise".to_owned());
-                args.push(member.endpoint.clone());
             }
+            args.push("--advertise".to_owned());
+            args.push(member.endpoint.clone());
             args.extend(extra.iter().map(|flag| (*flag).to_owned()));
             if mtls {
                 for (flag, file) in [
@@ -476,10 +599,7 @@ impl Fleet {
                 grpc: *grpc,
                 admin: *admin,
                 args,
-                env: env
-                    .iter()
-                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-                    .collect(),
+                env: env.clone(),
                 child: None,
                 log: dir.path().join(format!("{}.log", member.node_id)),
             };

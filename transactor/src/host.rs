@@ -371,8 +371,8 @@ impl Host {
     /// owner's lease lapsed.
     ///
     /// # Errors
-    /// `NotOwner` when another owner won the lease; `UNAVAILABLE` on storage
-    /// failure or while shutting down.
+    /// `NotOwner` when another owner won the lease or this node is shutting
+    /// down; `UNAVAILABLE` on storage failure.
     pub async fn activate(self: &Arc<Self>, db: &str, takeover: bool) -> Result<Arc<Cell>, Status> {
         let lock = self.activation_lock(db);
         let _guard = lock.lock().await;
@@ -380,10 +380,10 @@ impl Host {
             return Ok(cell);
         }
         if self.stopping.load(Ordering::Acquire) {
-            return Err(Status::unavailable(format!(
-                "node {} is shutting down",
-                self.config.node_id
-            )));
+            // Shutting down: nothing was taken; the candidates this node
+            // leaves behind serve it (a `NotOwner`, which every client
+            // resends, rather than an error a stock client gives up on).
+            return Err(self.not_owner(db, None));
         }
         let started = Instant::now();
         let mut opened = Cell::open(&self.template, db).await;

@@ -74,14 +74,6 @@ impl Proxy {
                 HeaderValue::from_static(metadata::ORIGIN_INGRESS),
             );
         }
-        // One correlation id across client, ingress and owner: the client's,
-        // or one made here.
-        if !headers.contains_key(metadata::X_REQUEST_ID) {
-            headers.insert(
-                metadata::X_REQUEST_ID,
-                HeaderValue::from_str(&correlation_id()).expect("hex digits"),
-            );
-        }
         if let Some(version) = hop.lease_version {
             headers.insert(metadata::LEASE_VERSION, HeaderValue::from(version));
         }
@@ -160,17 +152,6 @@ fn forwarded(name: &hyper::http::HeaderName, value: &HeaderValue) -> bool {
     }
 }
 
-/// A correlation id for a call that arrived without `x-request-id`: 32 hex
-/// digits, a random prefix drawn once per process and a counter. Unique is
-/// all it needs to be; a fresh UUID per call cost a `getrandom` system call
-/// on every forward (seen with `strace -c` at concurrency 1).
-fn correlation_id() -> String {
-    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let prefix = *PREFIX.get_or_init(|| uuid::Uuid::new_v4().as_u64_pair().0);
-    format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
 /// Marks a node suspect when the call waiting on it is dropped (the caller
 /// cancelled) after waiting longer than [`SLOW`] for its answer.
 struct SlowGuard<'a> {
@@ -194,16 +175,6 @@ impl Drop for SlowGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn correlation_ids_are_unique_hex_of_one_length() {
-        let ids: std::collections::HashSet<String> = (0..1000).map(|_| correlation_id()).collect();
-        assert_eq!(ids.len(), 1000);
-        assert!(
-            ids.iter()
-                .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
-        );
-    }
 
     #[test]
     fn forwards_end_to_end_headers_only() {

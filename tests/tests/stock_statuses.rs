@@ -1,0 +1,347 @@
+//! Every answer the fleet can give a `Transact`, checked against the stock
+//! clients' retry rules — one row of `docs/design/0009-stock-client-statuses.md`
+//! per case below, through the real ingress, with the stock
+//! `corium_peer::Connection` from crates.io as the client.
+//!
+//! One node sits behind a scripted hop (`tests/src/scripted.rs`) that the
+//! node advertises, so the ingress routes through it; the hop's script makes
+//! each `Transact` attempt misbehave the way the row needs, and counts what
+//! reached it: every attempt (the ingress's sends) and every distinct
+//! correlation id (`x-request-id`, one per call the client made — how often
+//! the stock client sent it again). Two ingresses front the same node: one
+//! assigns request ids (the default), one does not (`--assign-request-ids
+//! false`). The durable log says how often each transaction committed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use corium_fleet_common::not_owner::{self, Candidate, NotOwner};
+use corium_fleet_common::outcome::{self, Cause};
+use corium_fleet_tests::scripted::{ScriptedHop, Step};
+use corium_fleet_tests::{Backend, Fleet, corium, free_port};
+use corium_peer::{ConnectConfig, Connection, PeerError};
+
+const DB: &str = "statuses";
+/// The ingress's deadline for a call with none (stock `Connection` sends none).
+const MAX_DEADLINE_MS: &str = "3000";
+
+/// What one row expects.
+struct Expect {
+    /// Attempts that reached the hop.
+    attempts: usize,
+    /// Calls the client made (distinct correlation ids): 1 + its resends.
+    client_sends: usize,
+    /// Whether the client got a success.
+    ok: bool,
+    /// Times the transaction is in the durable log.
+    commits: usize,
+}
+
+/// The hop's `NotOwner`: no live owner known, the one candidate listed (as a
+/// node answers while a lease moves).
+fn not_owner_status(_: Option<&str>) -> tonic::Status {
+    not_owner::to_status(&NotOwner {
+        database: DB.into(),
+        retryable: true,
+        candidates: vec![Candidate {
+            node_id: "node-1".into(),
+            zone: "zone-1".into(),
+            endpoint: HOP.get().cloned().unwrap_or_default(),
+            rank: 0,
+        }],
+        ..NotOwner::default()
+    })
+}
+
+/// The hop's endpoint, for the scripted `NotOwner`'s candidate.
+static HOP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The owner's typed "outcome unknown" for the request's id (what a node
+/// answers when a commit failed after its append may have landed).
+fn unknown_status(request_id: Option<&str>) -> tonic::Status {
+    outcome::to_status(DB, request_id, Cause::LeaseMoved, "post-append fence found a newer lease")
+}
+
+/// The owner's refusal of an ingress-assigned id (a database created
+/// outside the fleet).
+fn unsupported_status(_: Option<&str>) -> tonic::Status {
+    outcome::unsupported_status(DB, "it was created outside Corium Fleet")
+}
+
+/// How many times `item` is in the durable log.
+async fn commits(address: &str, item: &str) -> usize {
+    corium::log(address, DB)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|(_, strings)| strings.iter().any(|string| string == item))
+        .count()
+}
+
+/// Runs one row: `steps` scripted, a stock `Connection` (already
+/// connected through `address`) transacts `forms` asserting `item`.
+#[allow(clippy::too_many_arguments)]
+async fn row(
+    name: &str,
+    hop: &ScriptedHop,
+    connection: &Connection,
+    address: &str,
+    steps: Vec<Step>,
+    forms: Vec<corium_query::edn::Edn>,
+    basis: Option<u64>,
+    item: &str,
+    expect: &Expect,
+) -> Option<tonic::Status> {
+    hop.take_received();
+    hop.script(steps);
+    let answered = tokio::time::timeout(Duration::from_secs(60), connection.transact_at(forms, basis))
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the stock client hung"));
+    let received = hop.take_received();
+    eprintln!("{name}: {:?}", answered.as_ref().err());
+    let status = match &answered {
+        Ok(_) => None,
+        Err(PeerError::Rpc(status)) => Some(status.clone()),
+        Err(other) => panic!("{name}: not an RPC error: {other}"),
+    };
+    let sends: BTreeSet<&str> = received
+        .iter()
+        .filter_map(|received| received.correlation.as_deref())
+        .collect();
+    assert_eq!(
+        received.len(),
+        expect.attempts,
+        "{name}: attempts at the hop: {received:#?}; answer {status:?}"
+    );
+    assert_eq!(
+        sends.len(),
+        expect.client_sends,
+        "{name}: calls the stock client made: {received:#?}; answer {status:?}"
+    );
+    assert_eq!(answered.is_ok(), expect.ok, "{name}: {status:?}");
+    assert_eq!(commits(address, item).await, expect.commits, "{name}: commits of {item}");
+    if let Some(status) = &status {
+        // The rule the stock client applied must agree with what it did:
+        // an answer it resends would have made it send again.
+        assert!(
+            !outcome::stock_peer_resends(status.code(), status.message()),
+            "{name}: the call ended in an answer a stock client resends: {status:?}"
+        );
+    }
+    status
+}
+
+fn item(name: &str) -> (String, Vec<corium_query::edn::Edn>) {
+    let item = format!("{name}-{}", uuid::Uuid::new_v4().simple());
+    let forms = corium::item_forms(&item);
+    (item, forms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
+    let hop_port = free_port();
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .nodes(1)
+        .front(0, hop_port)
+        .start()
+        .await;
+    let hop = ScriptedHop::start(hop_port, fleet.nodes[0].endpoint()).await;
+    HOP.set(hop.endpoint()).expect("one hop per test process");
+    fleet
+        .start_ingresses(1, &["--max-deadline-ms", MAX_DEADLINE_MS])
+        .await;
+    fleet
+        .start_ingresses(
+            1,
+            &[
+                "--max-deadline-ms",
+                MAX_DEADLINE_MS,
+                "--assign-request-ids",
+                "false",
+                "--max-request-bytes",
+                "65536",
+            ],
+        )
+        .await;
+    let assigning = fleet.ingresses[0].endpoint();
+    let plain = fleet.ingresses[1].endpoint();
+    assert!(corium::create(&assigning, DB).await.unwrap());
+    let connect = |address: String| async move {
+        let mut config = ConnectConfig::new(address, DB);
+        config.failover_timeout = Duration::from_secs(20);
+        Connection::connect(config).await.unwrap()
+    };
+    let with_ids = connect(assigning.clone()).await;
+    let without = connect(plain.clone()).await;
+
+    // A NotOwner is pre-commit: the ingress sends it again (once without an
+    // id, until an answer with one), and the stock client resends it too.
+    let (name, forms) = item("not-owner");
+    let steps = || vec![Step::Refuse(not_owner_status(None)), Step::Refuse(not_owner_status(None))];
+    row(
+        "NotOwner twice, no id",
+        &hop,
+        &without,
+        &plain,
+        steps(),
+        forms,
+        None,
+        &name,
+        &Expect { attempts: 3, client_sends: 2, ok: true, commits: 1 },
+    )
+    .await;
+    let (name, forms) = item("not-owner-id");
+    row(
+        "NotOwner twice, assigned id",
+        &hop,
+        &with_ids,
+        &assigning,
+        steps(),
+        forms,
+        None,
+        &name,
+        &Expect { attempts: 3, client_sends: 1, ok: true, commits: 1 },
+    )
+    .await;
+
+    // Ambiguous after the commit — the owner's typed unknown outcome, a
+    // reset stream, an answer cut after its headers, a NotOwner after an
+    // ambiguous attempt: with an assigned id the ingress retries with the
+    // same id and the client gets the committed answer; without, the client
+    // gets an unknown outcome it does not resend. Committed once either way.
+    let ambiguous: [(&str, fn() -> Vec<Step>); 4] = [
+        ("owner's unknown outcome", || vec![Step::CommitThenAnswer(unknown_status)]),
+        ("stream reset after the commit", || vec![Step::CommitThenReset]),
+        ("answer cut after its headers", || vec![Step::CommitThenCut]),
+        ("NotOwner after a reset", || {
+            vec![Step::CommitThenReset, Step::Refuse(not_owner_status(None))]
+        }),
+    ];
+    for (case, steps) in ambiguous {
+        let (name, forms) = item("ambiguous");
+        let status = row(
+            &format!("{case}, no id"),
+            &hop,
+            &without,
+            &plain,
+            steps(),
+            forms,
+            None,
+            &name,
+            &Expect { attempts: 1, client_sends: 1, ok: false, commits: 1 },
+        )
+        .await
+        .expect("an error");
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{case}: {status:?}");
+        let (name, forms) = item("ambiguous-id");
+        let attempts = if case.starts_with("NotOwner") { 3 } else { 2 };
+        row(
+            &format!("{case}, assigned id"),
+            &hop,
+            &with_ids,
+            &assigning,
+            steps(),
+            forms,
+            None,
+            &name,
+            &Expect { attempts, client_sends: 1, ok: true, commits: 1 },
+        )
+        .await;
+        // Every attempt of the call carried the same id.
+        let (name, forms) = item("same-id");
+        hop.script(steps());
+        with_ids.transact(forms).await.unwrap();
+        let ids: BTreeSet<Option<String>> = hop
+            .take_received()
+            .into_iter()
+            .map(|received| received.request_id)
+            .collect();
+        assert_eq!(ids.len(), 1, "{case}: {ids:?}");
+        assert!(ids.iter().all(Option::is_some), "{case}: {ids:?}");
+        assert_eq!(commits(&assigning, &name).await, 1);
+    }
+
+    // No answer before the deadline: DEADLINE_EXCEEDED, never resent by a
+    // stock client (the transaction committed: its outcome was unknown).
+    for (label, connection, address) in [("no id", &without, &plain), ("assigned id", &with_ids, &assigning)] {
+        let (name, forms) = item("late");
+        let status = row(
+            &format!("held past the deadline, {label}"),
+            &hop,
+            connection,
+            address,
+            vec![Step::CommitThenHold(Duration::from_secs(5))],
+            forms,
+            None,
+            &name,
+            &Expect { attempts: 1, client_sends: 1, ok: false, commits: 1 },
+        )
+        .await
+        .expect("an error");
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+    }
+
+    // Refusals before the commit that stock clients give up on: Corium's own
+    // (an unknown attribute; a stale expected basis) and the ingress's (a
+    // body over its limit).
+    let bad = match corium_query::edn::read_one(r#"[{:db/id "x" :no/such "y"}]"#).unwrap() {
+        corium_query::edn::Edn::Vector(forms) => forms,
+        _ => unreachable!(),
+    };
+    let status = row(
+        "unknown attribute",
+        &hop,
+        &without,
+        &plain,
+        Vec::new(),
+        bad,
+        None,
+        "never",
+        &Expect { attempts: 1, client_sends: 1, ok: false, commits: 0 },
+    )
+    .await
+    .expect("an error");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    let (name, forms) = item("stale-basis");
+    let status = row(
+        "stale expected basis",
+        &hop,
+        &with_ids,
+        &assigning,
+        Vec::new(),
+        forms,
+        Some(1),
+        &name,
+        &Expect { attempts: 1, client_sends: 1, ok: false, commits: 0 },
+    )
+    .await
+    .expect("an error");
+    assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
+    let (name, _) = item("large");
+    let big = format!("{name}{}", "x".repeat(100_000));
+    let status = row(
+        "over the ingress body limit",
+        &hop,
+        &without,
+        &plain,
+        Vec::new(),
+        corium::item_forms(&big),
+        None,
+        &big,
+        &Expect { attempts: 0, client_sends: 0, ok: false, commits: 0 },
+    )
+    .await
+    .expect("an error");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+
+    // The owner refuses an assigned id (a database from outside the fleet):
+    // nothing committed, so the ingress sends the call again without it.
+    let (name, forms) = item("unsupported");
+    hop.take_received();
+    hop.script(vec![Step::Refuse(unsupported_status(None))]);
+    with_ids.transact(forms).await.unwrap();
+    let received = hop.take_received();
+    assert_eq!(received.len(), 2, "{received:#?}");
+    assert!(received[0].request_id.is_some() && received[1].request_id.is_none(), "{received:#?}");
+    assert_eq!(commits(&assigning, &name).await, 1);
+}
