@@ -7,7 +7,9 @@
 //! - every acknowledged transaction is in the log at the `t` it was
 //!   acknowledged with, and a request id sent again answers exactly the
 //!   response it was acknowledged with;
-//! - no item and no request id was committed twice;
+//! - no item (acknowledged or only attempted) and no request id was
+//!   committed twice — counting a resend whose unique identity made it an
+//!   upsert that asserts nothing new;
 //! - no node acknowledged while another held the lease: acknowledgements in
 //!   `t` order carry lease versions that never go down, and each is backed
 //!   by a durable log record written under that version (when the record
@@ -84,6 +86,10 @@ pub struct History {
     pub errors: Vec<(String, Duration, tonic::Code)>,
     /// Attempts made (acknowledged or not).
     pub attempts: usize,
+    /// Every item a writer tried to commit (database, item), acknowledged
+    /// or not: duplicates are counted for all of them, so a writer without
+    /// request ids whose unacknowledged write committed twice is caught too.
+    pub attempted: BTreeSet<(String, String)>,
     /// Transactions abandoned after their retry budget: database, item.
     pub abandoned: Vec<(String, String)>,
     /// Statuses no caller should ever see (a bug, whatever failed).
@@ -187,7 +193,13 @@ pub fn check(label: &str, history: &History, durable: &Durable, unaffected: &BTr
             violations.push(format!("{db}: acknowledged writes but no log was read back"));
             continue;
         };
-        check_log(db, log, &acks, violations);
+        let attempted: BTreeSet<&str> = history
+            .attempted
+            .iter()
+            .filter(|(d, _)| d == db)
+            .map(|(_, item)| item.as_str())
+            .collect();
+        check_log(db, log, &acks, &attempted, violations);
         check_versions(
             db,
             &acks,
@@ -254,7 +266,13 @@ pub fn check(label: &str, history: &History, durable: &Durable, unaffected: &BTr
     report
 }
 
-fn check_log(db: &str, log: &[(u64, Vec<String>)], acks: &[&Ack], violations: &mut Vec<String>) {
+fn check_log(
+    db: &str,
+    log: &[(u64, Vec<String>)],
+    acks: &[&Ack],
+    attempted: &BTreeSet<&str>,
+    violations: &mut Vec<String>,
+) {
     let ts: Vec<u64> = log.iter().map(|(t, _)| *t).collect();
     if let Some(pair) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
         violations.push(format!(
@@ -264,12 +282,13 @@ fn check_log(db: &str, log: &[(u64, Vec<String>)], acks: &[&Ack], violations: &m
     }
     let by_t: BTreeMap<u64, &Vec<String>> = log.iter().map(|(t, strings)| (*t, strings)).collect();
     let mut where_item: BTreeMap<&str, u64> = BTreeMap::new();
-    let acked_items: BTreeSet<&str> = acks.iter().map(|ack| ack.item.as_str()).collect();
+    let mut items: BTreeSet<&str> = acks.iter().map(|ack| ack.item.as_str()).collect();
+    items.extend(attempted);
     let acked_ids: BTreeSet<&str> = acks.iter().map(|ack| ack.request_id.as_str()).collect();
     let mut where_id: BTreeMap<&str, u64> = BTreeMap::new();
     for (t, strings) in log {
         for string in strings {
-            if acked_items.contains(string.as_str())
+            if items.contains(string.as_str())
                 && let Some(previous) = where_item.insert(string, *t)
             {
                 violations.push(format!(
@@ -286,13 +305,45 @@ fn check_log(db: &str, log: &[(u64, Vec<String>)], acks: &[&Ack], violations: &m
             }
         }
     }
+    // Where every transaction writes a fresh item, one that writes none is a
+    // resend upserting an item committed before (its identity attribute
+    // makes the second commit assert nothing new) — a duplicate no item
+    // count shows. Only for runs that list what their writers attempted.
+    if !attempted.is_empty() {
+        let acked_at: BTreeSet<u64> = acks.iter().map(|ack| ack.t).collect();
+        for (t, strings) in log {
+            if !acked_at.contains(t) && !strings.iter().any(|string| items.contains(string.as_str())) {
+                violations.push(format!(
+                    "{db}: t={t} commits no writer's item: a resend upserting an item committed before (a duplicate)"
+                ));
+            }
+        }
+    }
     for ack in acks {
         match by_t.get(&ack.t) {
             Some(strings) if strings.contains(&ack.item) => {}
-            Some(_) => violations.push(format!(
-                "{db}: {} acknowledged at t={} but t={} holds another transaction (lost write)",
-                ack.item, ack.t, ack.t
-            )),
+            Some(strings) => {
+                let found: Vec<u64> = log
+                    .iter()
+                    .filter(|(_, strings)| strings.contains(&ack.item))
+                    .map(|(t, _)| *t)
+                    .collect();
+                let upsert =
+                    !found.is_empty() && !strings.iter().any(|string| items.contains(string.as_str()));
+                violations.push(if upsert {
+                    format!(
+                        "{db}: {} committed twice: at {found:?}, and again at t={} (lease version {:?}), where \
+                         its unique identity made the resend an upsert that asserts nothing new",
+                        ack.item, ack.t, ack.lease_version
+                    )
+                } else {
+                    format!(
+                        "{db}: {} acknowledged at t={} (lease version {:?}, replayed {}) but t={} holds another \
+                         transaction {strings:?}; the item is at {found:?} (lost write)",
+                        ack.item, ack.t, ack.lease_version, ack.replayed, ack.t
+                    )
+                });
+            }
             None => violations.push(format!(
                 "{db}: {} acknowledged at t={} is not in the log",
                 ack.item, ack.t
@@ -497,6 +548,59 @@ mod tests {
         let report = run(vec![ack("a", "x", 1, 1)], &[(1, "x"), (2, "x")], vec![(1, 2)]);
         assert!(
             report.violations.iter().any(|v| v.contains("committed twice")),
+            "{report}"
+        );
+        // Twice, though never acknowledged (a writer without request ids
+        // that saw an error): attempted items count as well.
+        let history = History {
+            acks: vec![ack("a", "x", 1, 1)],
+            attempted: BTreeSet::from([("a".to_owned(), "x".to_owned()), ("a".to_owned(), "u".to_owned())]),
+            ..History::default()
+        };
+        let durable = Durable {
+            logs: BTreeMap::from([("a".to_owned(), log(&[(1, "x"), (2, "u"), (3, "u")]))]),
+            ..Durable::default()
+        };
+        let report = check("unit", &history, &durable, &BTreeSet::new());
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("item u committed twice")),
+            "{report}"
+        );
+        // Twice as an identity upsert: the resend's transaction asserts no
+        // item (acknowledged at its t, or not acknowledged at all).
+        let history = History {
+            acks: vec![ack("a", "x", 1, 1), ack("a", "y", 3, 1)],
+            attempted: BTreeSet::from([("a".to_owned(), "x".to_owned()), ("a".to_owned(), "y".to_owned())]),
+            ..History::default()
+        };
+        let durable = Durable {
+            logs: BTreeMap::from([(
+                "a".to_owned(),
+                vec![
+                    (1, vec!["x".to_owned()]),
+                    (2, vec!["y".to_owned()]),
+                    (3, Vec::new()),
+                    (4, vec!["fleet".to_owned()]),
+                ],
+            )]),
+            ..Durable::default()
+        };
+        let report = check("unit", &history, &durable, &BTreeSet::new());
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("y committed twice") && v.contains("upsert")),
+            "{report}"
+        );
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.contains("t=4 commits no writer's item")),
             "{report}"
         );
         // Two writers: t=3 under version 1 after t=2 under version 2.

@@ -198,6 +198,14 @@ impl Node {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap()), signal).unwrap();
     }
 
+    /// Whether the process has exited on its own (an `abort` fault); it is
+    /// reaped if so.
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| child.try_wait().ok().flatten().is_some())
+    }
+
     /// SIGKILL, and reap.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -382,15 +390,18 @@ impl FleetBuilder {
     /// Extra flags for every node.
     #[must_use]
     pub fn node_flags(mut self, flags: &[&str]) -> Self {
-        self.node_flags.extend(flags.iter().map(|flag| (*flag).to_owned()));
+        self.node_flags
+            .extend(flags.iter().map(|flag| (*flag).to_owned()));
         self
     }
 
     /// Environment for every node (fault injection).
     #[must_use]
     pub fn env(mut self, env: &[(&str, &str)]) -> Self {
-        self.env
-            .extend(env.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())));
+        self.env.extend(
+            env.iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned())),
+        );
         self
     }
 
@@ -433,7 +444,11 @@ impl Fleet {
     /// # Panics
     /// When a node does not become ready within 60 s.
     pub async fn start(backend: Backend, count: usize, lease_ttl: Duration) -> Self {
-        Self::builder(backend).nodes(count).lease_ttl(lease_ttl).start().await
+        Self::builder(backend)
+            .nodes(count)
+            .lease_ttl(lease_ttl)
+            .start()
+            .await
     }
 
     /// Like [`Fleet::start`], with `extra` flags on every node.

@@ -80,7 +80,8 @@ struct State {
     script: Mutex<VecDeque<Step>>,
     received: Mutex<Vec<Received>>,
     calls: AtomicUsize,
-    client: hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    client:
+        hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
 }
 
 /// The hop: its port, its script, what it received.
@@ -123,9 +124,10 @@ impl ScriptedHop {
                             let state = Arc::clone(&state);
                             async move { state.serve(request).await }
                         });
-                        let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                            .await;
+                        let _ =
+                            hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await;
                     });
                 }
             })
@@ -178,7 +180,10 @@ impl hyper::body::Body for CutOff {
     type Data = Bytes;
     type Error = HopError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, HopError>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HopError>>> {
         if let Some(prefix) = self.prefix.take() {
             return Poll::Ready(Some(Ok(Frame::data(prefix))));
         }
@@ -223,7 +228,9 @@ impl State {
             Step::Refuse(_) => unreachable!("answered above"),
             Step::CommitThenReset => {
                 let _ = response.into_body().collect().await;
-                Err(hop_error("the scripted hop reset the stream after the node answered"))
+                Err(hop_error(
+                    "the scripted hop reset the stream after the node answered",
+                ))
             }
             Step::CommitThenCut => {
                 let (parts, body) = response.into_parts();
@@ -245,7 +252,9 @@ impl State {
                 tokio::time::sleep(hold).await;
                 Ok(Response::from_parts(
                     parts,
-                    collected.map_err(|never: Infallible| -> HopError { match never {} }).boxed_unsync(),
+                    collected
+                        .map_err(|never: Infallible| -> HopError { match never {} })
+                        .boxed_unsync(),
                 ))
             }
         }

@@ -67,6 +67,11 @@ async fn writer(
             break;
         }
         let item = format!("{db}-{label}-{n}");
+        history
+            .lock()
+            .unwrap()
+            .attempted
+            .insert((db.clone(), item.clone()));
         let id = uuid::Uuid::from_u64_pair(seed, n).to_string();
         let deadline = Instant::now() + TX_BUDGET;
         loop {

@@ -59,7 +59,12 @@ static HOP: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 /// The owner's typed "outcome unknown" for the request's id (what a node
 /// answers when a commit failed after its append may have landed).
 fn unknown_status(request_id: Option<&str>) -> tonic::Status {
-    outcome::to_status(DB, request_id, Cause::LeaseMoved, "post-append fence found a newer lease")
+    outcome::to_status(
+        DB,
+        request_id,
+        Cause::LeaseMoved,
+        "post-append fence found a newer lease",
+    )
 }
 
 /// The owner's refusal of an ingress-assigned id (a database created
@@ -119,7 +124,11 @@ async fn row(
         "{name}: calls the stock client made: {received:#?}; answer {status:?}"
     );
     assert_eq!(answered.is_ok(), expect.ok, "{name}: {status:?}");
-    assert_eq!(commits(address, item).await, expect.commits, "{name}: commits of {item}");
+    assert_eq!(
+        commits(address, item).await,
+        expect.commits,
+        "{name}: commits of {item}"
+    );
     if let Some(status) = &status {
         // The rule the stock client applied must agree with what it did:
         // an answer it resends would have made it send again.
@@ -177,7 +186,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
     // A NotOwner is pre-commit: the ingress sends it again (once without an
     // id, until an answer with one), and the stock client resends it too.
     let (name, forms) = item("not-owner");
-    let steps = || vec![Step::Refuse(not_owner_status(None)), Step::Refuse(not_owner_status(None))];
+    let steps = || {
+        vec![
+            Step::Refuse(not_owner_status(None)),
+            Step::Refuse(not_owner_status(None)),
+        ]
+    };
     row(
         "NotOwner twice, no id",
         &hop,
@@ -187,7 +201,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         forms,
         None,
         &name,
-        &Expect { attempts: 3, client_sends: 2, ok: true, commits: 1 },
+        &Expect {
+            attempts: 3,
+            client_sends: 2,
+            ok: true,
+            commits: 1,
+        },
     )
     .await;
     let (name, forms) = item("not-owner-id");
@@ -200,7 +219,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         forms,
         None,
         &name,
-        &Expect { attempts: 3, client_sends: 1, ok: true, commits: 1 },
+        &Expect {
+            attempts: 3,
+            client_sends: 1,
+            ok: true,
+            commits: 1,
+        },
     )
     .await;
 
@@ -210,7 +234,9 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
     // same id and the client gets the committed answer; without, the client
     // gets an unknown outcome it does not resend. Committed once either way.
     let ambiguous: [(&str, fn() -> Vec<Step>); 4] = [
-        ("owner's unknown outcome", || vec![Step::CommitThenAnswer(unknown_status)]),
+        ("owner's unknown outcome", || {
+            vec![Step::CommitThenAnswer(unknown_status)]
+        }),
         ("stream reset after the commit", || vec![Step::CommitThenReset]),
         ("answer cut after its headers", || vec![Step::CommitThenCut]),
         ("NotOwner after a reset", || {
@@ -228,7 +254,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
             forms,
             None,
             &name,
-            &Expect { attempts: 1, client_sends: 1, ok: false, commits: 1 },
+            &Expect {
+                attempts: 1,
+                client_sends: 1,
+                ok: false,
+                commits: 1,
+            },
         )
         .await
         .expect("an error");
@@ -244,7 +275,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
             forms,
             None,
             &name,
-            &Expect { attempts, client_sends: 1, ok: true, commits: 1 },
+            &Expect {
+                attempts,
+                client_sends: 1,
+                ok: true,
+                commits: 1,
+            },
         )
         .await;
         // Every attempt of the call carried the same id.
@@ -263,7 +299,10 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
 
     // No answer before the deadline: DEADLINE_EXCEEDED, never resent by a
     // stock client (the transaction committed: its outcome was unknown).
-    for (label, connection, address) in [("no id", &without, &plain), ("assigned id", &with_ids, &assigning)] {
+    for (label, connection, address) in [
+        ("no id", &without, &plain),
+        ("assigned id", &with_ids, &assigning),
+    ] {
         let (name, forms) = item("late");
         let status = row(
             &format!("held past the deadline, {label}"),
@@ -274,7 +313,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
             forms,
             None,
             &name,
-            &Expect { attempts: 1, client_sends: 1, ok: false, commits: 1 },
+            &Expect {
+                attempts: 1,
+                client_sends: 1,
+                ok: false,
+                commits: 1,
+            },
         )
         .await
         .expect("an error");
@@ -297,7 +341,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         bad,
         None,
         "never",
-        &Expect { attempts: 1, client_sends: 1, ok: false, commits: 0 },
+        &Expect {
+            attempts: 1,
+            client_sends: 1,
+            ok: false,
+            commits: 0,
+        },
     )
     .await
     .expect("an error");
@@ -312,7 +361,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         forms,
         Some(1),
         &name,
-        &Expect { attempts: 1, client_sends: 1, ok: false, commits: 0 },
+        &Expect {
+            attempts: 1,
+            client_sends: 1,
+            ok: false,
+            commits: 0,
+        },
     )
     .await
     .expect("an error");
@@ -328,7 +382,12 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         corium::item_forms(&big),
         None,
         &big,
-        &Expect { attempts: 0, client_sends: 0, ok: false, commits: 0 },
+        &Expect {
+            attempts: 0,
+            client_sends: 0,
+            ok: false,
+            commits: 0,
+        },
     )
     .await
     .expect("an error");
@@ -342,6 +401,9 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
     with_ids.transact(forms).await.unwrap();
     let received = hop.take_received();
     assert_eq!(received.len(), 2, "{received:#?}");
-    assert!(received[0].request_id.is_some() && received[1].request_id.is_none(), "{received:#?}");
+    assert!(
+        received[0].request_id.is_some() && received[1].request_id.is_none(),
+        "{received:#?}"
+    );
     assert_eq!(commits(&assigning, &name).await, 1);
 }

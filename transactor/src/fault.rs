@@ -2,11 +2,12 @@
 //! (`docs/testing.md`). Read from the environment once; unset in any real
 //! deployment, and a node that finds one set says so loudly at start.
 //!
-//! - `CORIUM_FLEET_FAULT_CRASH_AFTER_COMMIT=<request id>`: the process
-//!   aborts right after the transaction carrying that `corium-request-id`
-//!   is durably committed and before the answer is sent — the "owner died
-//!   after the log append, before the reply" case that exactly-once must
-//!   survive.
+//! - `CORIUM_FLEET_FAULT_CRASH_AFTER_COMMIT=<request id>` or `#<n>`: the
+//!   process aborts right after the transaction carrying that
+//!   `corium-request-id` (or its n-th transaction carrying any, which is
+//!   every write through an ingress) is durably committed and before the
+//!   answer is sent — the "owner died after the log append, before the
+//!   reply" case that exactly-once must survive.
 //! - `CORIUM_FLEET_FAULT_SCHEDULE=<schedule>`: the node's storage is wrapped
 //!   in a [`FaultyStore`](crate::faulty::FaultyStore) following that
 //!   schedule (text form in `faulty/schedule.rs`), times counted from start:
@@ -19,14 +20,25 @@ use std::sync::OnceLock;
 /// The environment variable naming the request id to crash after.
 pub const CRASH_AFTER_COMMIT: &str = "CORIUM_FLEET_FAULT_CRASH_AFTER_COMMIT";
 
-fn crash_id() -> Option<&'static uuid::Uuid> {
-    static ID: OnceLock<Option<uuid::Uuid>> = OnceLock::new();
-    ID.get_or_init(|| {
-        std::env::var(CRASH_AFTER_COMMIT)
-            .ok()
-            .and_then(|text| uuid::Uuid::parse_str(text.trim()).ok())
+/// What [`CRASH_AFTER_COMMIT`] names.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+enum CrashAfter {
+    /// The transaction carrying this request id.
+    Id(uuid::Uuid),
+    /// The n-th transaction carrying a request id (from 1).
+    Nth(u64),
+}
+
+fn crash_after() -> Option<CrashAfter> {
+    static ARMED: OnceLock<Option<CrashAfter>> = OnceLock::new();
+    *ARMED.get_or_init(|| {
+        let text = std::env::var(CRASH_AFTER_COMMIT).ok()?;
+        let text = text.trim();
+        match text.strip_prefix('#') {
+            Some(n) => n.parse().ok().filter(|n| *n > 0).map(CrashAfter::Nth),
+            None => uuid::Uuid::parse_str(text).ok().map(CrashAfter::Id),
+        }
     })
-    .as_ref()
 }
 
 /// The environment variable holding a storage fault schedule.
@@ -54,15 +66,22 @@ pub fn wrap_store(
 
 /// Logs any fault that is armed (called once at start).
 pub fn announce() {
-    if let Some(id) = crash_id() {
-        tracing::warn!(request_id = %id, "FAULT INJECTION ARMED: this process aborts after committing that request id");
+    if let Some(armed) = crash_after() {
+        tracing::warn!(
+            ?armed,
+            "FAULT INJECTION ARMED: this process aborts after committing that transaction"
+        );
     }
 }
 
-/// Aborts the process if `id` is the armed crash-after-commit id.
+/// Aborts the process if the transaction just committed under `id` is the
+/// armed one.
 pub fn after_commit(id: &uuid::Uuid) {
-    if crash_id() == Some(id) {
-        tracing::error!(request_id = %id, "fault injection: aborting after the commit, before the reply");
+    static COMMITTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let Some(armed) = crash_after() else { return };
+    let n = COMMITTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if armed == CrashAfter::Id(*id) || armed == CrashAfter::Nth(n) {
+        tracing::error!(request_id = %id, n, "fault injection: aborting after the commit, before the reply");
         std::process::abort();
     }
 }

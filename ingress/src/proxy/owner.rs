@@ -16,6 +16,9 @@
 //!   client would resend (a `NotOwner`, a connect failure): either a later
 //!   attempt brings the committed answer, or the client gets the typed
 //!   "outcome unknown" naming the request id;
+//! - any other `UNAVAILABLE` a node answers (it cannot verify its lease —
+//!   a zombie just woken —, storage failed before the call ran) is sent
+//!   again when the call has a request id, like everything else;
 //! - the owner's typed refusal of an assigned id (a database created outside
 //!   the fleet) is provably pre-commit: the call is sent again without it.
 
@@ -49,6 +52,10 @@ pub(super) enum Attempt {
     IdUnsupported,
     /// The owner's typed "outcome unknown" for this call's request id.
     OwnerUnknown(Response<Body>),
+    /// Any other `UNAVAILABLE` from a node (it cannot verify its lease,
+    /// storage failed before the call ran): retried when the call has a
+    /// request id (which makes any resend safe), passed on otherwise.
+    NodeUnavailable(Response<Body>),
     /// Every hop refused the connection: provably not sent.
     Unreachable(String),
     /// The hop broke after the request was sent.
@@ -169,6 +176,16 @@ impl Retries {
                     hinted: None,
                 }
             }
+            Attempt::NodeUnavailable(response) => {
+                if self.idempotent() {
+                    return Next::Retry {
+                        pause: self.pause(),
+                        refresh: true,
+                        hinted: None,
+                    };
+                }
+                Next::Return(Ok(response))
+            }
             Attempt::Unreachable(error) => {
                 if self.persistent() || first {
                     let pause = if self.persistent() {
@@ -281,6 +298,8 @@ impl Proxy {
         });
         if ours {
             Attempt::OwnerUnknown(response)
+        } else if status.code() == tonic::Code::Unavailable {
+            Attempt::NodeUnavailable(response)
         } else {
             Attempt::Answer(response)
         }
@@ -485,6 +504,20 @@ mod tests {
         let unknown = status_response(&outcome::to_status("orders", None, Cause::StorageFailed, "x"));
         let mut plain = retries(None);
         assert!(ended(plain.next(Attempt::OwnerUnknown(unknown))).is_ok());
+    }
+
+    #[test]
+    fn a_nodes_unavailable_is_retried_only_with_an_id() {
+        let unavailable = || {
+            status_response(&Status::unavailable(
+                "cannot verify ownership: lease expired locally",
+            ))
+        };
+        let mut call = retries(Some(("0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10", true)));
+        assert!(retried(&call.next(Attempt::NodeUnavailable(unavailable()))));
+        assert!(call.unknown.is_none(), "refused before it ran: not ambiguous");
+        let mut plain = retries(None);
+        assert!(ended(plain.next(Attempt::NodeUnavailable(unavailable()))).is_ok());
     }
 
     #[test]

@@ -95,6 +95,14 @@ enum Phase {
     After,
 }
 
+/// The `abort` fault: the process dies here, with nothing flushed or
+/// answered (the operation took effect when `phase` is "after").
+fn abort(class: OpClass, phase: &str) -> ! {
+    tracing::error!(?class, phase, "fault schedule: aborting the process");
+    eprintln!("fault schedule: aborting the process {phase} a {class:?} operation");
+    std::process::abort()
+}
+
 fn injected_error(what: &str) -> StoreError {
     StoreError::Io(std::io::Error::new(
         std::io::ErrorKind::ConnectionAborted,
@@ -167,24 +175,27 @@ impl FaultyStore {
             .any(|index| state.schedule.entries[index].fault == Fault::Freeze && state.covers_now(index, now))
     }
 
-    /// Counts an operation of `class` and starts the entries whose
-    /// boundary it is. Returns the operation's numbers (class, total).
-    fn count(&self, class: OpClass) -> (u64, u64) {
+    /// Counts an operation of `class` (an append counts as a log operation
+    /// too). Returns its number in every class it counts toward.
+    fn count(&self, class: OpClass) -> Vec<(OpClass, u64)> {
         let mut state = self.state();
-        let n = {
-            let n = state.counts.entry(class).or_insert(0);
-            *n += 1;
-            *n
-        };
-        let total = {
-            let n = state.counts.entry(OpClass::Any).or_insert(0);
-            *n += 1;
-            *n
-        };
-        (n, total)
+        let mut classes = vec![class, OpClass::Any];
+        if class == OpClass::Append {
+            classes.push(OpClass::Log);
+        }
+        classes
+            .into_iter()
+            .map(|counted| {
+                let n = state.counts.entry(counted).or_insert(0);
+                *n += 1;
+                (counted, *n)
+            })
+            .collect()
     }
 
-    fn trigger(&self, phase: Phase, class: OpClass, (n, total): (u64, u64)) {
+    /// Starts the entries whose boundary this operation (numbered by
+    /// [`Self::count`]) is.
+    fn trigger(&self, phase: Phase, numbers: &[(OpClass, u64)]) {
         let now = Instant::now();
         let mut state = self.state();
         for index in 0..state.schedule.entries.len() {
@@ -193,11 +204,9 @@ impl FaultyStore {
                 (When::Before(c, at), Phase::Before) | (When::After(c, at), Phase::After) => (c, at),
                 _ => continue,
             };
-            let hit = if boundary_class == OpClass::Any {
-                total == at
-            } else {
-                boundary_class == class && n == at
-            };
+            let hit = numbers
+                .iter()
+                .any(|(counted, n)| *counted == boundary_class && *n == at);
             if hit && state.started[index].is_none() {
                 tracing::warn!(entry = %entry, "fault schedule: boundary reached; fault starts");
                 state.started[index] = Some(now);
@@ -214,6 +223,7 @@ impl FaultyStore {
         let mut state = self.state();
         let mut chosen: Option<(Fault, Instant)> = None;
         let severity = |fault: Fault| match fault {
+            Fault::Abort => 7,
             Fault::Crash => 6,
             Fault::Partition => 5,
             Fault::Freeze => 4,
@@ -229,7 +239,7 @@ impl FaultyStore {
             let applies = match (entry.fault, phase) {
                 (Fault::Stale, Phase::Before) => stale_only,
                 _ if stale_only => false,
-                (Fault::Crash | Fault::Partition | Fault::Freeze, _) => true,
+                (Fault::Abort | Fault::Crash | Fault::Partition | Fault::Freeze, _) => true,
                 (Fault::Error | Fault::Delay(_), Phase::Before) => true,
                 (Fault::LostAck, Phase::After) => write,
                 _ => false,
@@ -251,6 +261,7 @@ impl FaultyStore {
                 Fault::Partition => "partition",
                 Fault::Freeze => "freeze",
                 Fault::Crash => "crash",
+                Fault::Abort => "abort",
             };
             *state.injected.entry(name).or_insert(0) += 1;
         }
@@ -268,8 +279,9 @@ impl FaultyStore {
             return Err(injected_error("crashed"));
         }
         let numbers = self.count(class);
-        self.trigger(Phase::Before, class, numbers);
+        self.trigger(Phase::Before, &numbers);
         match self.pick(Phase::Before, class, write, false) {
+            Some((Fault::Abort, _)) => abort(class, "before"),
             Some((Fault::Crash, _)) => return Err(injected_error("crashed")),
             Some((Fault::Partition, _)) => {
                 tokio::time::sleep(PARTITION_FAILS_AFTER).await;
@@ -284,8 +296,9 @@ impl FaultyStore {
         if self.severed.load(std::sync::atomic::Ordering::Acquire) {
             return Err(injected_error("crashed during the operation"));
         }
-        self.trigger(Phase::After, class, numbers);
+        self.trigger(Phase::After, &numbers);
         match self.pick(Phase::After, class, write, false) {
+            Some((Fault::Abort, _)) => abort(class, "after"),
             // The operation took effect; its answer is lost.
             Some((Fault::Crash, _)) => Err(injected_error("crashed after the operation")),
             Some((Fault::Partition, _)) => Err(injected_error("partitioned before the answer")),
@@ -362,7 +375,7 @@ impl RootStore for FaultyStore {
     async fn cas_root(&self, name: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<(), StoreError> {
         let result = self
             .apply(
-                OpClass::of_root(name),
+                OpClass::of_write(name),
                 true,
                 self.inner.cas_root(name, expected, new),
             )
@@ -433,6 +446,38 @@ mod tests {
         assert!(store.get_root("meta:a").await.is_err());
         let inner = store.inner.clone();
         assert_eq!(inner.get_root("db:a").await.unwrap(), Some(b"2".to_vec()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn append_boundaries_count_log_writes_only_and_log_boundaries_count_both() {
+        let appends = store("after append#2 crash");
+        appends.get_root("log:a:v1:r1").await.unwrap();
+        appends.list_roots("log:a:").await.unwrap();
+        appends.cas_root("log:a:v1:r1", None, b"t1").await.unwrap();
+        assert!(!appends.crashed(), "reads of the log are not appends");
+        // The second append lands, then the node is gone before it hears so.
+        assert!(appends.cas_root("log:a:v1:r2", None, b"t2").await.is_err());
+        assert!(appends.crashed());
+        assert_eq!(
+            appends.inner.get_root("log:a:v1:r2").await.unwrap(),
+            Some(b"t2".to_vec())
+        );
+        // `log#n` counts appends and reads alike.
+        let logs = store("after log#2 crash");
+        logs.get_root("log:a:v1:r1").await.unwrap();
+        assert!(logs.cas_root("log:a:v1:r1", None, b"t1").await.is_err());
+        // `op=log` covers appends.
+        let lost = store("@0ms lost-ack for 1000ms op=log");
+        assert!(lost.cas_root("log:a:v1:r1", None, b"t1").await.is_err());
+        assert_eq!(lost.injected()["lost-ack"], 1);
+    }
+
+    #[test]
+    fn abort_parses_and_is_permanent() {
+        let schedule: Schedule = "seed=3; after append#7 abort".parse().unwrap();
+        assert_eq!(schedule.entries[0].fault, Fault::Abort);
+        assert!(schedule.entries[0].fault.is_permanent());
+        assert_eq!(schedule.to_string(), "seed=3; after append#7 abort");
     }
 
     #[tokio::test(start_paused = true)]

@@ -19,7 +19,10 @@
 //!   sees an error), `stale` (a root read answers the value this store saw
 //!   before the current one), `partition` (every operation fails fast),
 //!   `freeze` (every operation waits until the window ends, then proceeds: a
-//!   paused process that wakes up), `crash` (every operation fails, forever).
+//!   paused process that wakes up), `crash` (every operation fails, forever),
+//!   `abort` (the process aborts at once: with `after log#n`, an owner that
+//!   dies right after its log append landed and before it answered; process
+//!   tier only — the simulation tier never draws it).
 //! - `for <ms>ms` bounds the window (default: 1 s; `crash` is forever);
 //!   `p=<0..1>` applies it to that share of operations (default 1);
 //!   `op=<class>` limits it to one class (default `any`).
@@ -36,6 +39,10 @@ pub enum OpClass {
     Lease,
     /// `log:<db>:…` roots: the native transaction log (appends, recovery).
     Log,
+    /// Writes to `log:` roots alone: the native log's appends (one
+    /// create-only record per commit batch). An `op=log` entry covers them
+    /// too, and they count toward `log#n` boundaries as well.
+    Append,
     /// `meta:`/`keys:` roots: catalog entries.
     Meta,
     /// Blobs: index and segment content.
@@ -61,6 +68,7 @@ impl OpClass {
             Self::Any => "any",
             Self::Lease => "lease",
             Self::Log => "log",
+            Self::Append => "append",
             Self::Meta => "meta",
             Self::Blob => "blob",
             Self::Fleet => "fleet",
@@ -72,21 +80,32 @@ impl OpClass {
             "any" => Self::Any,
             "lease" => Self::Lease,
             "log" => Self::Log,
+            "append" => Self::Append,
             "meta" => Self::Meta,
             "blob" => Self::Blob,
             "fleet" => Self::Fleet,
             other => {
                 return Err(format!(
-                    "unknown operation class {other:?} (any, lease, log, meta, blob, fleet)"
+                    "unknown operation class {other:?} (any, lease, log, append, meta, blob, fleet)"
                 ));
             }
         })
     }
 
+    /// The class of a write to root `name`: a write to a `log:` root is an
+    /// [`Self::Append`].
+    #[must_use]
+    pub fn of_write(name: &str) -> Self {
+        match Self::of_root(name) {
+            Self::Log => Self::Append,
+            class => class,
+        }
+    }
+
     /// Whether an entry limited to `self` applies to an operation of `op`.
     #[must_use]
     pub fn covers(self, op: Self) -> bool {
-        self == Self::Any || self == op
+        self == Self::Any || self == op || (self == Self::Log && op == Self::Append)
     }
 }
 
@@ -112,13 +131,15 @@ pub enum Fault {
     Partition,
     Freeze,
     Crash,
+    /// The process aborts (`std::process::abort`) when the entry starts.
+    Abort,
 }
 
 impl Fault {
     /// Whether the fault ends the store's life (no window).
     #[must_use]
     pub fn is_permanent(self) -> bool {
-        self == Self::Crash
+        matches!(self, Self::Crash | Self::Abort)
     }
 }
 
@@ -221,9 +242,10 @@ impl std::str::FromStr for Entry {
             "partition" => Fault::Partition,
             "freeze" => Fault::Freeze,
             "crash" => Fault::Crash,
+            "abort" => Fault::Abort,
             other => {
                 return Err(format!(
-                    "unknown fault {other:?} (delay, error, lost-ack, stale, partition, freeze, crash)"
+                    "unknown fault {other:?} (delay, error, lost-ack, stale, partition, freeze, crash, abort)"
                 ));
             }
         };
@@ -262,6 +284,7 @@ impl fmt::Display for Entry {
             Fault::Partition => f.write_str(" partition")?,
             Fault::Freeze => f.write_str(" freeze")?,
             Fault::Crash => f.write_str(" crash")?,
+            Fault::Abort => f.write_str(" abort")?,
         }
         if !self.fault.is_permanent() {
             write!(f, " for {}ms", self.window.as_millis())?;
