@@ -365,3 +365,88 @@ async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoff
         );
     }
 }
+
+/// Runs `corium-fleet request-status DB ID --endpoint ADDRESS` and returns
+/// its standard output.
+fn request_status_cli(address: &str, db: &str, id: &str) -> String {
+    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+        .args(["request-status", db, id, "--endpoint", address])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "request-status: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_status_answers_the_committed_answer_or_fences_the_id_for_good() {
+    use corium_fleet_client::{Client, Config, RequestStatus};
+    for backend in Backend::all() {
+        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let db = "asked";
+        assert!(corium::create(&address, db).await.unwrap());
+        let sdk = Client::connect(Config::new(&address)).await.unwrap();
+        let database = sdk.database(db);
+
+        // Committed: the answer is the first one, byte for byte, through
+        // the SDK and the CLI alike.
+        let committed_id = uuid::Uuid::new_v4().to_string();
+        let first = with_id(&address, db, "asked-a", &committed_id).await.unwrap();
+        assert_eq!(
+            database.request_status(&committed_id).await.unwrap(),
+            RequestStatus::Committed(first.clone()),
+            "{backend:?}"
+        );
+        let printed = request_status_cli(&address, db, &committed_id);
+        assert!(
+            printed.starts_with("committed") && printed.contains(&format!("t={}", first.basis_t)),
+            "{backend:?}: {printed}"
+        );
+
+        // Never sent: "not committed", and the id is fenced — a late copy of
+        // the request is refused and commits nothing, even after the owner
+        // moves.
+        let unused = uuid::Uuid::new_v4().to_string();
+        let RequestStatus::NotCommitted { fenced_at } = database.request_status(&unused).await.unwrap()
+        else {
+            panic!("{backend:?}: an unused id is not committed");
+        };
+        assert!(fenced_at > first.basis_t, "{backend:?}");
+        let owner = fleet.candidates(db)[0];
+        fleet.nodes[owner].kill();
+        let late = until_refused(&address, db, "asked-late", &unused).await;
+        assert_eq!(late.code(), tonic::Code::InvalidArgument, "{backend:?}: {late:?}");
+        assert!(late.message().contains("fenced"), "{backend:?}: {late:?}");
+        assert!(ts_of(&address, db, "asked-late").await.is_empty(), "{backend:?}");
+        // Asking again gives the same answer (the marker is durable).
+        assert_eq!(
+            database.request_status(&unused).await.unwrap(),
+            RequestStatus::NotCommitted { fenced_at },
+            "{backend:?}"
+        );
+        let printed = request_status_cli(&address, db, &unused);
+        assert!(printed.starts_with("not committed"), "{backend:?}: {printed}");
+        // A malformed id is refused.
+        assert!(database.request_status("not-a-uuid").await.is_err());
+    }
+}
+
+/// Sends `with_id` until it is refused with a status that is not retryable
+/// (bounded).
+async fn until_refused(address: &str, db: &str, name: &str, id: &str) -> tonic::Status {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        match with_id(address, db, name, id).await {
+            Ok(response) => panic!("{db} {id}: committed after it was fenced: {response:?}"),
+            Err(status) if retryable(status.code()) && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            Err(status) => return status,
+        }
+    }
+}

@@ -323,6 +323,28 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         .await
         .expect("an error");
         assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+        // The answer names the id the ingress assigned; asking about it
+        // gives the committed answer.
+        if let Some(id) = status.metadata().get(corium_fleet_common::metadata::REQUEST_ID) {
+            let id = id.to_str().unwrap().to_owned();
+            assert!(status.message().contains(&id), "{status:?}");
+            let sdk = corium_fleet_client::Client::connect(corium_fleet_client::Config::new(address))
+                .await
+                .unwrap();
+            let answer = sdk.database(DB).request_status(&id).await.unwrap();
+            let corium_fleet_client::RequestStatus::Committed(committed) = answer else {
+                panic!("{label}: {id} did not commit: {answer:?}");
+            };
+            let log = corium::log(address, DB).await.unwrap();
+            assert!(
+                log.iter()
+                    .any(|(t, strings)| *t == committed.basis_t && strings.contains(&name)),
+                "{label}: {name} at t={}",
+                committed.basis_t
+            );
+        } else {
+            assert_eq!(label, "no id", "{status:?}");
+        }
     }
 
     // Refusals before the commit that stock clients give up on: Corium's own
