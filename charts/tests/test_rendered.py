@@ -137,7 +137,8 @@ TRANSACTOR_KEYS = {"zone", "weight", "listen", "admin_listen", "advertise", "sto
                    "registry_ttl_ms", "registry_renew_ms", "placement_map"}
 INGRESS_KEYS = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
                 "members", "replicas", "placement_map", "owner_cache_ttl_ms",
-                "owner_cache_capacity", "max_request_bytes", "max_deadline_ms", "log"}
+                "owner_cache_capacity", "max_request_bytes", "max_deadline_ms", "log",
+                "assign_request_ids"}
 
 
 # --- every CI values set ----------------------------------------------------------------------
@@ -620,6 +621,13 @@ def test_default_membership_is_the_registry():
     assert not [d for d in kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("placement-map")]
     for w in workloads(docs):
         assert "placement-map" not in {v["name"] for v in w["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_the_ingress_assigns_request_ids_unless_told_not_to():
+    _, ingress = _configs(template(*POSTGRES))
+    assert ingress["assign_request_ids"] is True
+    _, ingress = _configs(template(*POSTGRES, "--set", "ingress.assignRequestIds=false"))
+    assert ingress["assign_request_ids"] is False
 
 
 def test_registry_settings_follow_the_values():

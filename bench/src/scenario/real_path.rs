@@ -1,7 +1,10 @@
 //! `Transact` straight to the owner against the same call through the
 //! ingress, each with and without a request id, on one storage backend:
 //! added latency as a ratio, the cost of request ids, and the share of
-//! forwards that took exactly one hop.
+//! forwards that took exactly one hop. Through the ingress, "without" is an
+//! ingress started with `--assign-request-ids false`, "with" the default
+//! ingress, which gives the client's id-less call one of its own (what every
+//! stock client's write costs).
 
 use serde::Serialize;
 
@@ -30,11 +33,14 @@ pub struct Result {
     pub load: String,
 }
 
-const PATHS: [(&str, bool, bool); 4] = [
-    ("direct", false, false),
-    ("direct+id", false, true),
-    ("ingress", true, false),
-    ("ingress+id", true, true),
+/// Path name, through which ingress (none: straight to the owner; 0: the
+/// one without request ids; 1: the one assigning them), and whether the
+/// client sends its own id.
+const PATHS: [(&str, Option<usize>, bool); 4] = [
+    ("direct", None, false),
+    ("direct+id", None, true),
+    ("ingress", Some(0), false),
+    ("ingress+id", Some(1), false),
 ];
 
 /// Runs it: `rounds` rounds of `requests` per path and concurrency.
@@ -47,14 +53,16 @@ pub async fn run(backend: Backend, rounds: usize, requests: usize) -> anyhow::Re
         Backend::Postgres { .. } => "postgres",
     };
     let mut fleet = Fleet::start(backend, 3, std::time::Duration::from_secs(5)).await;
+    fleet.start_ingresses(1, &["--assign-request-ids", "false"]).await;
     fleet.start_ingresses(1, &[]).await;
-    let ingress = fleet.ingresses[0].endpoint();
+    let ingresses = [fleet.ingresses[0].endpoint(), fleet.ingresses[1].endpoint()];
+    let ingress = ingresses[0].clone();
     let db = "bench-real";
     corium::create(&ingress, db).await?;
     let owner = fleet.nodes[fleet.candidates(db)[0]].endpoint();
     // Warm up every path (connections, caches, the owner's cell).
-    for (path, via_ingress, ids) in PATHS {
-        let endpoint = if via_ingress { &ingress } else { &owner };
+    for (path, via, ids) in PATHS {
+        let endpoint = via.map_or(&owner, |index| &ingresses[index]);
         load::transact(
             endpoint,
             db,
@@ -67,14 +75,17 @@ pub async fn run(backend: Backend, rounds: usize, requests: usize) -> anyhow::Re
         )
         .await?;
     }
-    let before = crate::scenario::metrics(fleet.ingresses[0].admin).await;
+    let before = [
+        crate::scenario::metrics(fleet.ingresses[0].admin).await,
+        crate::scenario::metrics(fleet.ingresses[1].admin).await,
+    ];
     let mut rows = Vec::new();
     for concurrency in [1, 16] {
         let mut samples: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = vec![Default::default(); PATHS.len()];
         for round in 0..rounds {
             // Paths interleaved within a round, so drift hits all alike.
-            for (index, (path, via_ingress, ids)) in PATHS.iter().enumerate() {
-                let endpoint = if *via_ingress { &ingress } else { &owner };
+            for (index, (path, via, ids)) in PATHS.iter().enumerate() {
+                let endpoint = via.map_or(&owner, |via| &ingresses[via]);
                 let shape = Shape {
                     concurrency,
                     requests,
@@ -99,8 +110,15 @@ pub async fn run(backend: Backend, rounds: usize, requests: usize) -> anyhow::Re
             });
         }
     }
-    let after = crate::scenario::metrics(fleet.ingresses[0].admin).await;
-    let delta = |name: &str| crate::scenario::counter(&after, name) - crate::scenario::counter(&before, name);
+    let after = [
+        crate::scenario::metrics(fleet.ingresses[0].admin).await,
+        crate::scenario::metrics(fleet.ingresses[1].admin).await,
+    ];
+    let delta = |name: &str| {
+        (0..2)
+            .map(|i| crate::scenario::counter(&after[i], name) - crate::scenario::counter(&before[i], name))
+            .sum::<f64>()
+    };
     let forwarded = delta("corium_fleet_ingress_forwarded_total");
     let retried = delta("corium_fleet_ingress_not_owner_retries_total")
         + delta("corium_fleet_ingress_connect_retries_total");

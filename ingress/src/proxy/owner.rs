@@ -298,6 +298,15 @@ impl Proxy {
         });
         if ours {
             Attempt::OwnerUnknown(response)
+        } else if retries.idempotent()
+            && matches!(
+                status.code(),
+                tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+            )
+        {
+            // The node ran out of the call's deadline (its commit may run
+            // on): the call's outcome is unknown and its time is up.
+            Attempt::Late
         } else if status.code() == tonic::Code::Unavailable {
             Attempt::NodeUnavailable(response)
         } else {

@@ -2,9 +2,10 @@
 //! at most once, replays the committed answer to every retry, and answers
 //! whether an id committed — fencing it first when it did not.
 //!
-//! - No lookup on the way in: the id is `:db.unique/value`, so a duplicate
-//!   cannot commit; its commit fails, and only then is the committed
-//!   transaction looked up and replayed.
+//! - One index seek on the way in (`record::find`): a resend finds its
+//!   committed record and is replayed without a commit; another request
+//!   under a used id is refused. The record's uniqueness is the backstop for
+//!   an exact duplicate that slips past (a caller that left mid-commit).
 //! - Concurrent submissions of one id on this owner queue behind one another
 //!   (one lock per id in flight) and the later ones replay; across owners the
 //!   unique index is the backstop.
@@ -15,7 +16,7 @@
 //! - Every failure says whether anything may have committed
 //!   ([`LedgerError::Unknown`]) or provably did not.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
@@ -216,8 +217,7 @@ where
     C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
     Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
 {
-    let id_text = id.hyphenated().to_string();
-    let digest = record::digest(request);
+    let digest = record::Digest::of(request);
     let state = state_of(on).await?;
     // Refusals in Corium's own words, as the same request without an id
     // would get them.
@@ -234,48 +234,48 @@ where
     if !record::supported(&db) {
         return Err(LedgerError::Unsupported(Unsupported::NoAttributes));
     }
-    let named = record::tempids(&db, &forms);
-    if let Some(tempid) = named.iter().flatten().find(|tempid| record::reserved(tempid)) {
-        return Err(LedgerError::Unsupported(Unsupported::ReservedTempid(
-            tempid.clone(),
-        )));
+    if let Some(found) = record::find(&db, id, Some(&digest)) {
+        return found_answer(on, &state, id, found).await;
     }
-    let tx = record::augmented(
-        forms,
-        &id_text,
-        &digest,
-        named.as_ref().unwrap_or(&BTreeSet::new()),
-    );
+    let (tx, written) = record::augmented(&db, id, &digest, forms)
+        .map_err(|record::Reserved(tempid)| LedgerError::Unsupported(Unsupported::ReservedTempid(tempid)))?;
     let (committed, _held) = commit(codec::encode_edn(&tx), request.expected_basis_t).await;
     match committed {
-        Ok(response) => {
-            if named.is_none() {
-                tracing::debug!(db = on.name, request_id = %id, "tempids unknown before expansion; a replay answers none");
-            }
-            record::normalise(response, named.as_ref())
-                .map(|response| (response, Outcome::Committed))
-                .map_err(|error| LedgerError::unknown(Cause::StorageFailed, error))
-        }
+        Ok(response) => record::normalise(response, &written)
+            .map(|response| (response, Outcome::Committed))
+            .map_err(|error| LedgerError::unknown(Cause::StorageFailed, error)),
         Err(error) => {
             let refusal = LedgerError::after_commit(error)?;
-            // Only the database refusing ours (the id's uniqueness) can mean
-            // "already committed": look for it.
-            match record::find(&state.db(), &id_text) {
+            // Refused by the database: an exact duplicate that committed
+            // meanwhile (its record's uniqueness) is answered; anything
+            // else is the refusal.
+            match record::find(&state.db(), id, Some(&digest)) {
+                Some(found) => found_answer(on, &state, id, found).await,
                 None => Err(LedgerError::Refused(refusal)),
-                Some((tx, recorded)) if recorded == record::FENCED => Err(LedgerError::Invalid(format!(
-                    "corium-request-id {id_text} was fenced by a request-status query (t={}): this request \
-                     never committed and never will; send it under a new id",
-                    tx.sequence()
-                ))),
-                Some((tx, recorded)) if recorded != digest => Err(LedgerError::Invalid(format!(
-                    "corium-request-id {id_text} was already used by a different transaction (t={}) in {:?}; \
-                     nothing was committed. Use a new id for a new transaction",
-                    tx.sequence(),
-                    on.name
-                ))),
-                Some((tx, _)) => Ok((replay(on, &state, tx).await?, Outcome::Replayed)),
             }
         }
+    }
+}
+
+/// The answer to a request whose id is already recorded as `found`.
+async fn found_answer(
+    on: Database<'_>,
+    state: &DbState,
+    id: uuid::Uuid,
+    found: record::Found,
+) -> Result<(pb::TransactResponse, Outcome), LedgerError> {
+    let t = found.tx().sequence();
+    match found {
+        record::Found::Same(tx) => Ok((replay(on, state, tx).await?, Outcome::Replayed)),
+        record::Found::Fenced(_) => Err(LedgerError::Invalid(format!(
+            "corium-request-id {id} was fenced by a request-status query (t={t}): this request never \
+             committed and never will; send it under a new id"
+        ))),
+        record::Found::Other(_) => Err(LedgerError::Invalid(format!(
+            "corium-request-id {id} was already used by a different transaction (t={t}) in {:?}; \
+             nothing was committed. Use a new id for a new transaction",
+            on.name
+        ))),
     }
 }
 
@@ -288,15 +288,15 @@ where
     C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
     Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
 {
-    let id_text = id.hyphenated().to_string();
     let state = state_of(on).await?;
-    if !record::supported(&state.db()) {
+    let db = state.db();
+    if !record::supported(&db) {
         return Err(LedgerError::Unsupported(Unsupported::NoAttributes));
     }
-    if let Some((tx, recorded)) = record::find(&state.db(), &id_text) {
-        return answer(on, &state, tx, &recorded).await;
+    if let Some(found) = record::find(&db, id, None) {
+        return answer(on, &state, found).await;
     }
-    let (committed, _held) = commit(codec::encode_edn(&record::fence_marker(&id_text)), None).await;
+    let (committed, _held) = commit(codec::encode_edn(&record::fence_marker(&db, id)), None).await;
     match committed {
         Ok(response) => Ok(Status::NotCommitted {
             fenced_at: response.basis_t,
@@ -305,28 +305,27 @@ where
             let refusal = LedgerError::after_commit(error)?;
             // A commit under the id slipped in (from another owner's
             // recovery): answer it.
-            match record::find(&state.db(), &id_text) {
-                Some((tx, recorded)) => answer(on, &state, tx, &recorded).await,
+            match record::find(&state.db(), id, None) {
+                Some(found) => answer(on, &state, found).await,
                 None => Err(LedgerError::Refused(refusal)),
             }
         }
     }
 }
 
-/// The status of an id found committed as `tx` with digest `recorded`.
-async fn answer(
-    on: Database<'_>,
-    state: &DbState,
-    tx: corium_core::EntityId,
-    recorded: &str,
-) -> Result<Status, LedgerError> {
-    if recorded == record::FENCED {
-        fence(on, state).await?;
-        return Ok(Status::NotCommitted {
-            fenced_at: tx.sequence(),
-        });
+/// The status of an id found recorded as `found`.
+async fn answer(on: Database<'_>, state: &DbState, found: record::Found) -> Result<Status, LedgerError> {
+    match found {
+        record::Found::Fenced(tx) => {
+            fence(on, state).await?;
+            Ok(Status::NotCommitted {
+                fenced_at: tx.sequence(),
+            })
+        }
+        record::Found::Same(tx) | record::Found::Other(tx) => {
+            replay(on, state, tx).await.map(Status::Committed)
+        }
     }
-    replay(on, state, tx).await.map(Status::Committed)
 }
 
 /// Whether this cell still holds the lease it read `state` under: the
@@ -369,7 +368,7 @@ async fn replay(
         basis_before: t - 1,
         basis_t: t,
         tx_instant: record.tx_instant,
-        tempids: record::encode_tempids(&record::recorded_tempids(&db, tx)),
+        tempids: record::encode_tempids(&record::answer_tempids(&db, tx, &record.datoms)),
         tx_data,
     };
     fence(on, state).await?;

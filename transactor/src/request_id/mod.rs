@@ -8,12 +8,19 @@
 //! every database the fleet creates (Corium installs attributes only through
 //! its schema path).
 //!
-//! - [`record`] — what the transaction writes about itself (id, digest,
-//!   tempid bindings) and how an answer is read back from it;
+//! - [`record`] — what the transaction writes about itself, how it is found
+//!   again, and how an answer is read back from it;
+//! - [`key`] — the one `bytes` value that is the whole record of most
+//!   transactions;
+//! - [`shape`] — the caller's tempids, read with Corium's own converter;
 //! - [`ledger`] — one cell's ledger: commit once, replay, and "did it
 //!   commit?" with a fence.
 
+pub mod key;
 pub mod ledger;
 pub mod record;
+pub mod shape;
+#[cfg(test)]
+mod tests;
 
 pub use ledger::{Database, Ledger, LedgerError, Origin, Outcome, Status, Unsupported};

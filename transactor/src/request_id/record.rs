@@ -1,44 +1,56 @@
 //! The request record: what a transaction carrying a request id writes about
-//! itself, and how a committed answer is read back from it.
+//! itself, how it is found again, and how its answer is read back.
 //!
-//! - the transaction entity (`"datomic.tx"`) gets `:fleet.request/id` (the
-//!   id, `:db.unique/value`) and `:fleet.request/digest` (SHA-256 of the
-//!   request bytes and its expected basis);
-//! - the caller's tempids are bound to the entities they resolve to: one
-//!   tempid on the transaction entity itself (`:fleet.request/tempid-name`,
-//!   `:fleet.request/tempid`), several as one small binding entity each
-//!   (`:fleet.tempid/name`, `:fleet.tempid/entity`) listed by
-//!   `:fleet.request/tempids`;
-//! - the caller's tempids are found with Corium's own form converter
-//!   (`corium_forms::txforms::tx_items_from_edn`), so the set is exactly the
-//!   one Corium resolves: entity positions and reference values alike;
-//! - a fence marker (a status query's "never will commit") is the id with
-//!   the digest [`FENCED`].
+//! Format 2 (every database the fleet creates from 0009 on): one datom on
+//! the transaction entity, `:fleet.request/key` (`bytes`,
+//! `:db.unique/value`; `key.rs`), which carries the id, a digest of the
+//! request and how the caller's tempids bind:
+//!
+//! - no tempid of the caller's own: nothing more;
+//! - one tempid that is the only entity the transaction writes about: its
+//!   name (and its identity attribute and value) in the key — the answer's
+//!   entity is read back from the log record, so no reference datom is
+//!   written (a reference costs a commit ~15–20 µs of CPU in Corium, more
+//!   than the rest of the record; `docs/benchmarks.md`);
+//! - anything else: binding entities, one reference each (format 1's).
+//!
+//! Format 1 (databases created before): `:fleet.request/id` (string,
+//! unique), `:fleet.request/digest` (hex SHA-256), tempid bindings. Read
+//! everywhere, written only where the database lacks the key attribute.
+//!
+//! Corium installs attributes only through its schema path, so the fleet
+//! adds all of them to the schema of every database it creates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use corium_core::{EntityId, Keyword, KeywordInterner, Value};
+use corium_core::{Datom, EntityId, Keyword, Value};
 use corium_db::Db;
 use corium_protocol::codec;
 use corium_protocol::pb;
 use corium_query::edn::Edn;
-use corium_tx::{EntityRef, TX_TEMPID, TxItem, TxOp};
+use corium_tx::TX_TEMPID;
 use sha2::{Digest as _, Sha256};
 
+use super::key::{self, Key, Mode};
+use super::shape::{self, Shape};
+
 /// Attribute idents, without the leading colon.
+const KEY: (&str, &str) = ("fleet.request", "key");
 const ID: (&str, &str) = ("fleet.request", "id");
 const DIGEST: (&str, &str) = ("fleet.request", "digest");
 const TEMPIDS: (&str, &str) = ("fleet.request", "tempids");
 const TEMPID_NAME: (&str, &str) = ("fleet.tempid", "name");
-/// The one tempid of a single-tempid transaction, kept on the transaction
-/// entity itself (no binding entity: two datoms fewer).
+/// A single bound tempid, kept on the transaction entity itself (no binding
+/// entity: two datoms fewer).
 const ONE_TEMPID_NAME: (&str, &str) = ("fleet.request", "tempid-name");
 const ONE_TEMPID: (&str, &str) = ("fleet.request", "tempid");
 const TEMPID_ENTITY: (&str, &str) = ("fleet.tempid", "entity");
 
 /// The schema the fleet installs, as EDN.
-const SCHEMA: &str = "[{:db/ident :fleet.request/id :db/valueType :db.type/string \
+const SCHEMA: &str = "[{:db/ident :fleet.request/key :db/valueType :db.type/bytes \
+     :db/cardinality :db.cardinality/one :db/unique :db.unique/value} \
+     {:db/ident :fleet.request/id :db/valueType :db.type/string \
      :db/cardinality :db.cardinality/one :db/unique :db.unique/value} \
      {:db/ident :fleet.request/digest :db/valueType :db.type/string \
      :db/cardinality :db.cardinality/one} \
@@ -57,9 +69,8 @@ const SCHEMA: &str = "[{:db/ident :fleet.request/id :db/valueType :db.type/strin
 pub const BINDING_PREFIX: &str = "fleet.tempid/";
 /// Tempid prefixes the fleet reserves.
 const RESERVED_PREFIXES: [&str; 2] = [BINDING_PREFIX, "fleet.schema/"];
-/// The digest of a fence marker: the id was asked about before anything
-/// committed under it, so nothing ever will.
-pub const FENCED: &str = "fenced";
+/// Format 1's digest of a fence marker.
+const FENCED_V1: &str = "fenced";
 
 fn keyword((namespace, name): (&str, &str)) -> Keyword {
     Keyword::new(Some(namespace), name)
@@ -69,67 +80,51 @@ fn attr(db: &Db, ident: (&str, &str)) -> Option<EntityId> {
     db.idents().entid(&keyword(ident))
 }
 
-/// Whether `db` has the request-id attributes (every database the fleet
-/// creates does; one created elsewhere may not).
+/// Whether `db` can record request ids (every database the fleet creates
+/// can; one created elsewhere may not).
 #[must_use]
 pub fn supported(db: &Db) -> bool {
-    attr(db, ID).is_some()
+    attr(db, KEY).is_some() || attr(db, ID).is_some()
 }
 
-/// The digest a request id is bound to: the transaction bytes and the basis
+/// What a request id is bound to: the transaction bytes and the basis
 /// condition, so a retry must repeat exactly the same request.
-#[must_use]
-pub fn digest(request: &pb::TransactRequest) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(request.tx_data.len().to_be_bytes());
-    hasher.update(&request.tx_data);
-    match request.expected_basis_t {
-        Some(basis) => {
-            hasher.update([1]);
-            hasher.update(basis.to_be_bytes());
-        }
-        None => hasher.update([0]),
-    }
-    hasher
-        .finalize()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub struct Digest([u8; 32]);
 
-/// The tempids of a transaction exactly as Corium resolves them: every
-/// `EntityRef::Temp` its own converter produces, in entity position and as a
-/// reference value (`"datomic.tx"` included when the caller names it).
-/// `None` when Corium's converter refuses the forms before expansion (a
-/// transaction-function call, or forms Corium will refuse itself): the
-/// record then binds no tempid.
-#[must_use]
-pub fn tempids(db: &Db, forms: &[Edn]) -> Option<BTreeSet<String>> {
-    // A throwaway interner: keyword values are interned by the real commit.
-    let mut interner = KeywordInterner::default();
-    let items = corium_forms::txforms::tx_items_from_edn(db, &mut interner, forms).ok()?;
-    let mut found = BTreeSet::new();
-    let mut temp = |entity: &EntityRef| {
-        if let EntityRef::Temp(tempid) = entity {
-            found.insert(tempid.clone());
-        }
-    };
-    for item in &items {
-        match item {
-            TxItem::Map(map) => temp(&map.entity),
-            TxItem::Op(
-                TxOp::Add(entity, ..)
-                | TxOp::Retract(entity, ..)
-                | TxOp::Cas(entity, ..)
-                | TxOp::RetractEntity(entity),
-            ) => temp(entity),
-            TxItem::Op(TxOp::AddRef(entity, _, target)) => {
-                temp(entity);
-                temp(target);
+impl Digest {
+    /// The digest of `request`.
+    #[must_use]
+    pub fn of(request: &pb::TransactRequest) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(request.tx_data.len().to_be_bytes());
+        hasher.update(&request.tx_data);
+        match request.expected_basis_t {
+            Some(basis) => {
+                hasher.update([1]);
+                hasher.update(basis.to_be_bytes());
             }
+            None => hasher.update([0]),
         }
+        Self(hasher.finalize().into())
     }
-    Some(found)
+
+    /// Format 2's 8 bytes.
+    fn short(&self) -> [u8; 8] {
+        let mut short = [0; 8];
+        short.copy_from_slice(&self.0[..8]);
+        short
+    }
+
+    /// Format 1's hex text.
+    fn hex(&self) -> String {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        self.0
+            .iter()
+            .flat_map(|byte| [DIGITS[usize::from(byte >> 4)], DIGITS[usize::from(byte & 15)]])
+            .map(char::from)
+            .collect()
+    }
 }
 
 /// Whether a tempid is one the fleet reserves for its own record.
@@ -144,10 +139,22 @@ fn map(pairs: Vec<(Edn, Edn)>) -> Edn {
     Edn::Map(pairs)
 }
 
+fn kw(ident: (&str, &str)) -> Edn {
+    Edn::Keyword(keyword(ident))
+}
+
+fn bytes_edn(bytes: &[u8]) -> Edn {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let hex: String = bytes
+        .iter()
+        .flat_map(|byte| [DIGITS[usize::from(byte >> 4)], DIGITS[usize::from(byte & 15)]])
+        .map(char::from)
+        .collect();
+    Edn::Tagged("bytes".to_owned(), Box::new(Edn::Str(hex)))
+}
+
 /// `schema` (a create request's EDN vector of attribute maps) with the
-/// request-id attributes added, unless it already has them. Corium installs
-/// attributes only through its schema path (create or `AlterSchema`), never
-/// in a transaction, so the fleet adds them when it creates a database.
+/// request-id attributes added, unless it already has them.
 ///
 /// # Errors
 /// A message when `schema` is not an EDN vector.
@@ -185,25 +192,27 @@ pub fn with_schema(schema: &[u8]) -> Result<Vec<u8>, String> {
     Ok(codec::encode_edn(&Edn::Vector(attributes)))
 }
 
-/// The caller's forms plus the request record on the transaction entity and
-/// one binding entity per tempid (none for a single tempid).
-#[must_use]
-pub fn augmented(forms: Vec<Edn>, id: &str, digest: &str, tempids: &BTreeSet<String>) -> Edn {
-    let mut out = Vec::with_capacity(forms.len() + tempids.len() + 1);
-    out.extend(forms);
-    let kw = |ident: (&str, &str)| Edn::Keyword(keyword(ident));
-    let mut tx = vec![
-        (kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned())),
-        (kw(ID), Edn::Str(id.to_owned())),
-        (kw(DIGEST), Edn::Str(digest.to_owned())),
-    ];
+/// What [`augmented`] wrote about the caller's tempids, for the first answer.
+#[derive(Clone, Debug)]
+pub struct Written {
+    /// The caller's tempids (`None`: unknown before expansion).
+    pub tempids: Option<BTreeSet<String>>,
+}
+
+/// A transaction names a tempid the fleet reserves.
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub struct Reserved(pub String);
+
+/// Binding entities for `tempids`, added to `out`, and the attributes they
+/// put on the transaction entity.
+fn bindings(out: &mut Vec<Edn>, tempids: &BTreeSet<String>) -> Vec<(Edn, Edn)> {
     if let [tempid] = tempids.iter().collect::<Vec<_>>().as_slice() {
-        tx.push((kw(ONE_TEMPID_NAME), Edn::Str((*tempid).clone())));
-        tx.push((kw(ONE_TEMPID), Edn::Str((*tempid).clone())));
-        out.push(map(tx));
-        return Edn::Vector(out);
+        return vec![
+            (kw(ONE_TEMPID_NAME), Edn::Str((*tempid).clone())),
+            (kw(ONE_TEMPID), Edn::Str((*tempid).clone())),
+        ];
     }
-    let mut bindings = Vec::with_capacity(tempids.len());
+    let mut listed = Vec::with_capacity(tempids.len());
     for (n, tempid) in tempids.iter().enumerate() {
         let binding = format!("{BINDING_PREFIX}{n}");
         out.push(map(vec![
@@ -211,24 +220,163 @@ pub fn augmented(forms: Vec<Edn>, id: &str, digest: &str, tempids: &BTreeSet<Str
             (kw(TEMPID_NAME), Edn::Str(tempid.clone())),
             (kw(TEMPID_ENTITY), Edn::Str(tempid.clone())),
         ]));
-        bindings.push(Edn::Str(binding));
+        listed.push(Edn::Str(binding));
     }
-    if !bindings.is_empty() {
-        tx.push((kw(TEMPIDS), Edn::Vector(bindings)));
+    if listed.is_empty() {
+        Vec::new()
+    } else {
+        vec![(kw(TEMPIDS), Edn::Vector(listed))]
     }
-    out.push(map(tx));
-    Edn::Vector(out)
 }
 
-/// A fence marker: the id alone, under the [`FENCED`] digest.
+/// The caller's forms plus the request record of `id` (format 2 where the
+/// database has the key attribute, else format 1).
+///
+/// # Errors
+/// [`Reserved`] when the forms name a tempid the fleet reserves.
+pub fn augmented(
+    db: &Db,
+    id: uuid::Uuid,
+    digest: &Digest,
+    forms: Vec<Edn>,
+) -> Result<(Edn, Written), Reserved> {
+    let shape: Shape = shape::of(db, &forms);
+    if let Some(tempid) = shape.tempids.iter().flatten().find(|tempid| reserved(tempid)) {
+        return Err(Reserved(tempid.clone()));
+    }
+    let own = shape.own();
+    let mut out = Vec::with_capacity(forms.len() + own.len() + 1);
+    out.extend(forms);
+    let mut tx = vec![(kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned()))];
+    if attr(db, KEY).is_some() {
+        let entity_mode = match &shape.entity {
+            Some((name, Ok(identity))) => Some(Mode::Entity {
+                name: name.clone(),
+                identity: identity.clone(),
+            }),
+            _ => None,
+        };
+        let key = |mode: Mode| Key {
+            id: id.as_u128(),
+            digest: digest.short(),
+            tx_named: shape.tx_named(),
+            mode,
+        };
+        let entity_key = entity_mode.and_then(|mode| key(mode).encode());
+        match entity_key {
+            Some(bytes) => tx.push((kw(KEY), bytes_edn(&bytes))),
+            None => {
+                let mode = if own.is_empty() {
+                    Mode::None
+                } else {
+                    Mode::Bindings
+                };
+                let bytes = key(mode)
+                    .encode()
+                    .expect("modes without an identity always encode");
+                tx.push((kw(KEY), bytes_edn(&bytes)));
+                if !own.is_empty() {
+                    tx.extend(bindings(&mut out, &own));
+                }
+            }
+        }
+    } else {
+        // Format 1 has no flag for "datomic.tx": it is bound like any other.
+        tx.push((kw(ID), Edn::Str(id.hyphenated().to_string())));
+        tx.push((kw(DIGEST), Edn::Str(digest.hex())));
+        let all = shape.tempids.clone().unwrap_or_default();
+        tx.extend(bindings(&mut out, &all));
+    }
+    out.push(map(tx));
+    Ok((
+        Edn::Vector(out),
+        Written {
+            tempids: shape.tempids,
+        },
+    ))
+}
+
+/// A fence marker for `id`: nothing committed under it, and nothing will.
 #[must_use]
-pub fn fence_marker(id: &str) -> Edn {
-    let kw = |ident: (&str, &str)| Edn::Keyword(keyword(ident));
-    Edn::Vector(vec![map(vec![
-        (kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned())),
-        (kw(ID), Edn::Str(id.to_owned())),
-        (kw(DIGEST), Edn::Str(FENCED.to_owned())),
-    ])])
+pub fn fence_marker(db: &Db, id: uuid::Uuid) -> Edn {
+    let mut tx = vec![(kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned()))];
+    if attr(db, KEY).is_some() {
+        let key = Key {
+            id: id.as_u128(),
+            digest: [0; 8],
+            tx_named: false,
+            mode: Mode::Fenced,
+        };
+        tx.push((kw(KEY), bytes_edn(&key.encode().expect("a fence encodes"))));
+    } else {
+        tx.push((kw(ID), Edn::Str(id.hyphenated().to_string())));
+        tx.push((kw(DIGEST), Edn::Str(FENCED_V1.to_owned())));
+    }
+    Edn::Vector(vec![map(tx)])
+}
+
+/// A committed record of an id, as found.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Found {
+    /// The same request (same digest): its transaction entity.
+    Same(EntityId),
+    /// Another request under the same id.
+    Other(EntityId),
+    /// A fence marker.
+    Fenced(EntityId),
+}
+
+impl Found {
+    /// The transaction entity.
+    #[must_use]
+    pub const fn tx(self) -> EntityId {
+        match self {
+            Self::Same(tx) | Self::Other(tx) | Self::Fenced(tx) => tx,
+        }
+    }
+}
+
+/// The record of `id` in `db`, compared with `digest` (`None`: compare
+/// nothing, any record is `Same`). One index seek (format 2), one lookup
+/// (format 1).
+#[must_use]
+pub fn find(db: &Db, id: uuid::Uuid, digest: Option<&Digest>) -> Option<Found> {
+    if let Some(key_attr) = attr(db, KEY) {
+        let prefix = key::id_prefix(id.as_u128());
+        let start = Value::Bytes(prefix.clone().into());
+        let found = db
+            .index_range(key_attr, Some(&start), None)
+            .ok()?
+            .map_while(|datom| match &datom.v {
+                Value::Bytes(bytes) if bytes.starts_with(&prefix) => Some((datom.e, Key::decode(bytes))),
+                _ => None,
+            })
+            .next();
+        if let Some((tx, key)) = found {
+            let key = key?;
+            return Some(match key.mode {
+                Mode::Fenced => Found::Fenced(tx),
+                _ if digest.is_none_or(|digest| digest.short() == key.digest) => Found::Same(tx),
+                _ => Found::Other(tx),
+            });
+        }
+    }
+    let id_attr = attr(db, ID)?;
+    let tx = db.lookup(id_attr, &Value::Str(Arc::from(id.hyphenated().to_string())))?;
+    let recorded = attr(db, DIGEST)
+        .and_then(|digest_attr| db.values(tx, digest_attr).into_iter().next())
+        .and_then(|value| match value {
+            Value::Str(digest) => Some(digest.to_string()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Some(if recorded == FENCED_V1 {
+        Found::Fenced(tx)
+    } else if digest.is_none_or(|digest| digest.hex() == recorded) {
+        Found::Same(tx)
+    } else {
+        Found::Other(tx)
+    })
 }
 
 /// Encodes a tempid map the way Corium answers it.
@@ -242,25 +390,31 @@ pub fn encode_tempids(tempids: &BTreeMap<String, i64>) -> Vec<u8> {
     ))
 }
 
+fn raw(entity: EntityId) -> i64 {
+    i64::try_from(entity.raw()).unwrap_or(i64::MAX)
+}
+
 /// Corium's answer to the augmented transaction as the caller's own: the
 /// record's binding tempids dropped, and `"datomic.tx"` kept only when the
-/// caller named it (`named`, when known) — so the answer is the one Corium
-/// gives the same transaction without a request id, and the one a replay
-/// rebuilds.
+/// caller named it (or its tempids are unknown) — the answer Corium gives
+/// the same transaction without a request id, and the one a replay builds.
 ///
 /// # Errors
 /// Corium's tempid map does not decode.
 pub fn normalise(
     mut response: pb::TransactResponse,
-    named: Option<&BTreeSet<String>>,
+    written: &Written,
 ) -> Result<pb::TransactResponse, String> {
     let decoded = codec::decode_edn(&response.tempids).map_err(|error| error.to_string())?;
+    let keep_tx = written
+        .tempids
+        .as_ref()
+        .is_none_or(|tempids| tempids.contains(TX_TEMPID));
     let mut kept = BTreeMap::new();
     if let Edn::Map(pairs) = decoded {
         for (key, value) in pairs {
             if let (Edn::Str(name), Edn::Long(eid)) = (key, value) {
-                let ours = name.starts_with(BINDING_PREFIX)
-                    || (name == TX_TEMPID && named.is_some_and(|named| !named.contains(TX_TEMPID)));
+                let ours = name.starts_with(BINDING_PREFIX) || (name == TX_TEMPID && !keep_tx);
                 if !ours {
                     kept.insert(name, eid);
                 }
@@ -277,23 +431,18 @@ fn tempid_of(db: &Db, e: EntityId, name_attr: EntityId, entity_attr: EntityId) -
     let tempid = db.values(e, name_attr).into_iter().next();
     let entity = db.values(e, entity_attr).into_iter().next();
     match (tempid, entity) {
-        (Some(Value::Str(tempid)), Some(Value::Ref(entity))) => Some((
-            tempid.to_string(),
-            i64::try_from(entity.raw()).unwrap_or(i64::MAX),
-        )),
+        (Some(Value::Str(tempid)), Some(Value::Ref(entity))) => Some((tempid.to_string(), raw(entity))),
         _ => None,
     }
 }
 
-/// The tempid map recorded on transaction entity `tx`.
-#[must_use]
-pub fn recorded_tempids(db: &Db, tx: EntityId) -> BTreeMap<String, i64> {
+/// The tempids bound by binding entities (or the single binding on the
+/// transaction entity).
+fn bound_tempids(db: &Db, tx: EntityId) -> BTreeMap<String, i64> {
     let mut tempids = BTreeMap::new();
-    // One tempid: on the transaction entity itself.
     if let (Some(name_attr), Some(entity_attr)) = (attr(db, ONE_TEMPID_NAME), attr(db, ONE_TEMPID)) {
         tempids.extend(tempid_of(db, tx, name_attr, entity_attr));
     }
-    // Several: one binding entity each.
     if let (Some(bindings), Some(name_attr), Some(entity_attr)) =
         (attr(db, TEMPIDS), attr(db, TEMPID_NAME), attr(db, TEMPID_ENTITY))
     {
@@ -306,19 +455,55 @@ pub fn recorded_tempids(db: &Db, tx: EntityId) -> BTreeMap<String, i64> {
     tempids
 }
 
-/// The committed transaction carrying `id`, and its digest, if any.
+/// The entity a key's one tempid resolved to: the one the transaction's
+/// datoms name besides the transaction itself; for an upsert that asserted
+/// nothing new, the entity its identity value named at `t`.
+fn entity_of(
+    db: &Db,
+    tx: EntityId,
+    datoms: &[Datom],
+    identity: Option<&(EntityId, Value)>,
+) -> Option<EntityId> {
+    let mut named = datoms.iter().map(|datom| datom.e).filter(|e| *e != tx);
+    if let Some(first) = named.next() {
+        return named.all(|e| e == first).then_some(first);
+    }
+    let (attr, value) = identity?;
+    db.as_of(tx.sequence()).lookup(*attr, value)
+}
+
+/// The tempid map of the committed transaction `tx` (its log record's
+/// `datoms`), as its first answer gave it.
 #[must_use]
-pub fn find(db: &Db, id: &str) -> Option<(EntityId, String)> {
-    let id_attr = attr(db, ID)?;
-    let tx = db.lookup(id_attr, &Value::Str(Arc::from(id)))?;
-    let digest = attr(db, DIGEST)
-        .and_then(|digest_attr| db.values(tx, digest_attr).into_iter().next())
+pub fn answer_tempids(db: &Db, tx: EntityId, datoms: &[Datom]) -> BTreeMap<String, i64> {
+    let key = attr(db, KEY)
+        .and_then(|key_attr| db.values(tx, key_attr).into_iter().next())
         .and_then(|value| match value {
-            Value::Str(digest) => Some(digest.to_string()),
+            Value::Bytes(bytes) => Key::decode(&bytes),
             _ => None,
-        })
-        .unwrap_or_default();
-    Some((tx, digest))
+        });
+    let Some(key) = key else {
+        // Format 1.
+        return bound_tempids(db, tx);
+    };
+    let mut tempids = match &key.mode {
+        Mode::None | Mode::Fenced => BTreeMap::new(),
+        Mode::Bindings => bound_tempids(db, tx),
+        Mode::Entity { name, identity } => {
+            let mut one = BTreeMap::new();
+            match entity_of(db, tx, datoms, identity.as_ref()) {
+                Some(entity) => {
+                    one.insert(name.clone(), raw(entity));
+                }
+                None => tracing::warn!(tx = tx.raw(), tempid = %name, "cannot resolve a recorded tempid"),
+            }
+            one
+        }
+    };
+    if key.tx_named {
+        tempids.insert(TX_TEMPID.to_owned(), raw(tx));
+    }
+    tempids
 }
 
 #[cfg(test)]
@@ -326,74 +511,27 @@ mod tests {
     use super::*;
     use corium_query::edn::read_one;
 
-    fn forms(text: &str) -> Vec<Edn> {
-        match read_one(text).unwrap() {
-            Edn::Vector(forms) => forms,
-            _ => unreachable!(),
-        }
-    }
-
-    /// A database value with `:item/name` (string) and `:item/child` (ref).
-    fn db() -> Db {
-        use corium_core::{Attribute, Cardinality, Partition, Schema, ValueType};
-        let name = EntityId::new(Partition::Db as u32, 100);
-        let child = EntityId::new(Partition::Db as u32, 101);
-        let mut schema = Schema::default();
-        for (id, value_type) in [(name, ValueType::Str), (child, ValueType::Ref)] {
-            schema.insert(Attribute {
-                id,
-                value_type,
-                cardinality: Cardinality::One,
-                unique: None,
-                is_component: false,
-                indexed: false,
-                no_history: false,
-            });
-        }
-        let mut idents = corium_db::Idents::default();
-        idents.insert(Keyword::new(Some("item"), "name"), name);
-        idents.insert(Keyword::new(Some("item"), "child"), child);
-        Db::new(schema).with_naming(idents, KeywordInterner::default())
-    }
-
     #[test]
-    fn tempids_are_the_ones_corium_resolves_reference_values_included() {
-        let found = tempids(
-            &db(),
-            &forms(
-                r#"[{:db/id "a" :item/name "x"}
-                    [:db/add "b" :item/child "c"]
-                    [:db/add "datomic.tx" :item/name "tx"]
-                    {:db/id "d" :item/name "not-a-tempid"}]"#,
-            ),
-        )
-        .expect("converts");
-        let want: BTreeSet<String> = ["a", "b", "c", "d", "datomic.tx"]
-            .map(str::to_owned)
-            .into_iter()
-            .collect();
-        assert_eq!(found, want);
-        // A transaction-function call does not convert before expansion.
-        assert_eq!(tempids(&db(), &forms(r#"[[:my/fn "a"]]"#)), None);
-    }
-
-    #[test]
-    fn digest_binds_bytes_and_basis_condition() {
+    fn digests_bind_bytes_and_basis_condition() {
         let request = |bytes: &[u8], basis: Option<u64>| pb::TransactRequest {
             db: "d".into(),
             protocol_version: 1,
             tx_data: bytes.to_vec(),
             expected_basis_t: basis,
         };
-        let base = digest(&request(b"abc", None));
-        assert_eq!(base, digest(&request(b"abc", None)));
-        assert_eq!(base.len(), 64);
-        assert_ne!(base, digest(&request(b"abd", None)));
-        assert_ne!(base, digest(&request(b"abc", Some(0))));
+        let base = Digest::of(&request(b"abc", None));
+        assert_eq!(base, Digest::of(&request(b"abc", None)));
+        assert_eq!(base.hex().len(), 64);
+        assert_ne!(base, Digest::of(&request(b"abd", None)));
+        assert_ne!(base, Digest::of(&request(b"abc", Some(0))));
         assert_ne!(
-            digest(&request(b"abc", Some(1))),
-            digest(&request(b"abc", Some(2)))
+            Digest::of(&request(b"abc", Some(1))),
+            Digest::of(&request(b"abc", Some(2)))
         );
+        assert_eq!(&base.hex()[..16], &{
+            let short = base.short();
+            short.iter().map(|byte| format!("{byte:02x}")).collect::<String>()
+        });
     }
 
     #[test]
@@ -403,27 +541,26 @@ mod tests {
             ..pb::TransactResponse::default()
         };
         let corium = answer(&[("a", 10), ("datomic.tx", 7), ("fleet.tempid/0", 11)]);
-        let named: BTreeSet<String> = ["a".to_owned()].into_iter().collect();
+        let written = |names: &[&str]| Written {
+            tempids: Some(names.iter().map(|name| (*name).to_owned()).collect()),
+        };
         assert_eq!(
-            normalise(corium.clone(), Some(&named)).unwrap(),
+            normalise(corium.clone(), &written(&["a"])).unwrap(),
             answer(&[("a", 10)])
         );
-        let named_tx: BTreeSet<String> = ["a".to_owned(), "datomic.tx".to_owned()].into_iter().collect();
         assert_eq!(
-            normalise(corium.clone(), Some(&named_tx)).unwrap(),
+            normalise(corium.clone(), &written(&["a", "datomic.tx"])).unwrap(),
             answer(&[("a", 10), ("datomic.tx", 7)])
         );
         // Unknown tempids (a function call): only the bindings go.
         assert_eq!(
-            normalise(corium, None).unwrap(),
+            normalise(corium, &Written { tempids: None }).unwrap(),
             answer(&[("a", 10), ("datomic.tx", 7)])
         );
     }
 
     #[test]
-    fn augmented_transaction_records_the_request_and_binds_tempids() {
-        let one: BTreeSet<String> = ["a".to_owned()].into_iter().collect();
-        let tx = augmented(forms(r#"[{:db/id "a" :item/name "x"}]"#), "id-1", "d1", &one);
+    fn the_schema_is_added_once() {
         let schema = codec::encode_edn(
             &read_one(
                 "[{:db/ident :item/name :db/valueType :db.type/string :db/cardinality :db.cardinality/one}]",
@@ -433,32 +570,11 @@ mod tests {
         let extended = with_schema(&schema).unwrap();
         let text = format!("{:?}", codec::decode_edn(&extended).unwrap());
         assert!(
-            text.contains("item") && text.contains("fleet.request") && text.contains("unique"),
+            text.contains("item") && text.contains("fleet.request") && text.contains("bytes"),
             "{text}"
         );
-        // Idempotent: extending twice adds nothing.
         assert_eq!(with_schema(&extended).unwrap(), extended);
-        let text = format!("{tx:?}");
-        for needle in ["fleet.request", "id-1", "d1", "tempid-name", "datomic.tx"] {
-            assert!(text.contains(needle), "{needle} missing from {text}");
-        }
-        // Two tempids: one binding entity each.
-        let two: BTreeSet<String> = ["a".to_owned(), "b".to_owned()].into_iter().collect();
-        let text = format!(
-            "{:?}",
-            augmented(
-                forms(r#"[{:db/id "a" :item/name "x"} {:db/id "b" :item/name "y"}]"#),
-                "id-2",
-                "d2",
-                &two,
-            )
-        );
-        assert!(
-            text.contains("fleet.tempid/0") && text.contains("fleet.tempid/1"),
-            "{text}"
-        );
-        // Round-trips through Corium's codec.
-        assert_eq!(codec::decode_edn(&codec::encode_edn(&tx)).unwrap(), tx);
-        assert!(format!("{:?}", fence_marker("id-3")).contains(FENCED));
+        assert!(with_schema(b"not edn").is_err());
+        assert!(reserved("fleet.tempid/0") && reserved("fleet.schema/x") && !reserved("x"));
     }
 }

@@ -1,0 +1,166 @@
+//! The request record against a real Corium node (in memory): for every
+//! shape of transaction, the record is found again, its answer's tempids are
+//! the first answer's, and those are the tempids Corium gives the same
+//! transaction without a request id.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use corium_protocol::codec;
+use corium_protocol::pb;
+use corium_query::edn::{Edn, read_one};
+use corium_transactor::node::{NodeConfig, TransactorNode};
+
+use super::record::{self, Digest, Found};
+
+const SCHEMA: &str = "[{:db/ident :item/name :db/valueType :db.type/string \
+    :db/cardinality :db.cardinality/one :db/unique :db.unique/identity} \
+    {:db/ident :item/note :db/valueType :db.type/string :db/cardinality :db.cardinality/one} \
+    {:db/ident :item/child :db/valueType :db.type/ref :db/cardinality :db.cardinality/one}]";
+
+async fn node() -> (Arc<TransactorNode>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = NodeConfig::new(dir.path().to_path_buf());
+    config.store = corium_transactor::StoreSpec::memory();
+    config.ha = false;
+    config.gc_interval = None;
+    (TransactorNode::open(config).await.unwrap(), dir)
+}
+
+fn tempid_map(encoded: &[u8]) -> BTreeMap<String, i64> {
+    match codec::decode_edn(encoded).unwrap() {
+        Edn::Map(pairs) => pairs
+            .into_iter()
+            .map(|(key, value)| match (key, value) {
+                (Edn::Str(name), Edn::Long(eid)) => (name, eid),
+                other => panic!("{other:?}"),
+            })
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Commits `text` under a fresh id on `db` through the record, and checks
+/// that the record finds and answers it as its first answer did.
+async fn through_the_record(node: &Arc<TransactorNode>, db: &str, text: &str) -> pb::TransactResponse {
+    let tx_data = codec::encode_edn(&read_one(text).unwrap());
+    let request = pb::TransactRequest {
+        db: db.to_owned(),
+        protocol_version: corium_protocol::PROTOCOL_VERSION,
+        tx_data,
+        expected_basis_t: None,
+    };
+    let id = uuid::Uuid::new_v4();
+    let digest = Digest::of(&request);
+    let state = node.db_state(db).await.unwrap();
+    let Edn::Vector(forms) = read_one(text).unwrap() else {
+        unreachable!()
+    };
+    assert_eq!(record::find(&state.db(), id, Some(&digest)), None);
+    let (augmented, written) = record::augmented(&state.db(), id, &digest, forms).unwrap();
+    let committed = node.transact(db, &codec::encode_edn(&augmented)).await.unwrap();
+    let first = record::normalise(committed, &written).unwrap();
+    let after = state.db();
+    let Some(Found::Same(tx)) = record::find(&after, id, Some(&digest)) else {
+        panic!("{db}: {text}: not found again");
+    };
+    assert_eq!(tx.sequence(), first.basis_t, "{text}");
+    let other = Digest::of(&pb::TransactRequest {
+        tx_data: b"other".to_vec(),
+        ..request.clone()
+    });
+    assert_eq!(
+        record::find(&after, id, Some(&other)),
+        Some(Found::Other(tx)),
+        "{text}"
+    );
+    let datoms = state
+        .tx_range(first.basis_t, Some(first.basis_t + 1))
+        .await
+        .unwrap()
+        .remove(0)
+        .datoms;
+    assert_eq!(
+        record::answer_tempids(&after, tx, &datoms),
+        tempid_map(&first.tempids),
+        "{db}: {text}: a replay's tempids are the first answer's"
+    );
+    first
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_shape_replays_its_first_answer_and_answers_as_corium_does() {
+    let (node, _dir) = node().await;
+    let schema = codec::encode_edn(&read_one(SCHEMA).unwrap());
+    // "fleet": format 2; "plain": no record at all (Corium's own answers);
+    // "old": format 1 (a database created before the key attribute).
+    let with_v2 = record::with_schema(&schema).unwrap();
+    assert!(node.create_db("fleet", &with_v2, None).await.unwrap());
+    assert!(node.create_db("plain", &schema, None).await.unwrap());
+    let Edn::Vector(mut attributes) = codec::decode_edn(&with_v2).unwrap() else {
+        unreachable!()
+    };
+    attributes.retain(|attribute| !format!("{attribute:?}").contains("\"key\""));
+    assert!(
+        node.create_db("old", &codec::encode_edn(&Edn::Vector(attributes)), None)
+            .await
+            .unwrap()
+    );
+    for db in ["fleet", "plain", "old"] {
+        node.transact(
+            db,
+            &codec::encode_edn(&read_one(r#"[{:db/id "e" :item/name "existing"}]"#).unwrap()),
+        )
+        .await
+        .unwrap();
+    }
+    let cases = [
+        // One entity, upserted by identity (the common case).
+        r#"[{:db/id "x" :item/name "n1" :item/note "a"}]"#,
+        // The same upsert again: nothing new asserted about it.
+        r#"[{:db/id "x" :item/name "n1" :item/note "a"}]"#,
+        // One fresh entity, and the transaction named.
+        r#"[[:db/add "x" :item/note "fresh"] [:db/add "datomic.tx" :item/note "tx"]]"#,
+        // No tempid at all.
+        r#"[[:db/add [:item/name "existing"] :item/note "b"]]"#,
+        // Two entities, one referring to the other.
+        r#"[[:db/add "x" :item/child "y"] {:db/id "y" :item/note "c"}]"#,
+        // Two entities side by side.
+        r#"[{:db/id "a" :item/note "1"} {:db/id "b" :item/note "2"}]"#,
+        // An entity and an existing one.
+        r#"[{:db/id "x" :item/note "d"} [:db/add [:item/name "existing"] :item/note "e"]]"#,
+    ];
+    for text in cases {
+        let plain = node
+            .transact("plain", &codec::encode_edn(&read_one(text).unwrap()))
+            .await
+            .unwrap();
+        for db in ["fleet", "old"] {
+            let first = through_the_record(&node, db, text).await;
+            assert_eq!(
+                tempid_map(&first.tempids).keys().collect::<Vec<_>>(),
+                tempid_map(&plain.tempids).keys().collect::<Vec<_>>(),
+                "{db}: {text}: the tempids Corium answers without an id"
+            );
+        }
+    }
+    // A fence marker is found as one, by any digest.
+    for db in ["fleet", "old"] {
+        let state = node.db_state(db).await.unwrap();
+        let id = uuid::Uuid::new_v4();
+        let fenced = node
+            .transact(db, &codec::encode_edn(&record::fence_marker(&state.db(), id)))
+            .await
+            .unwrap();
+        let found = record::find(&state.db(), id, None).unwrap();
+        assert_eq!(found, Found::Fenced(found.tx()));
+        assert_eq!(found.tx().sequence(), fenced.basis_t);
+    }
+    // A reserved tempid is refused before anything is written.
+    let state = node.db_state("fleet").await.unwrap();
+    let Edn::Vector(forms) = read_one(r#"[{:db/id "fleet.tempid/0" :item/note "x"}]"#).unwrap() else {
+        unreachable!()
+    };
+    let request = pb::TransactRequest::default();
+    assert!(record::augmented(&state.db(), uuid::Uuid::new_v4(), &Digest::of(&request), forms).is_err());
+}
