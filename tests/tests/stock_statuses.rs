@@ -25,6 +25,9 @@ const DB: &str = "statuses";
 /// The ingress's deadline for a call with none (stock `Connection` sends none).
 const MAX_DEADLINE_MS: &str = "3000";
 
+/// A row's script, made fresh for each run of it.
+type Script = fn() -> Vec<Step>;
+
 /// What one row expects.
 struct Expect {
     /// Attempts that reached the hop.
@@ -233,7 +236,7 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
     // ambiguous attempt: with an assigned id the ingress retries with the
     // same id and the client gets the committed answer; without, the client
     // gets an unknown outcome it does not resend. Committed once either way.
-    let ambiguous: [(&str, fn() -> Vec<Step>); 4] = [
+    let ambiguous: [(&str, Script); 4] = [
         ("owner's unknown outcome", || {
             vec![Step::CommitThenAnswer(unknown_status)]
         }),

@@ -175,7 +175,7 @@ impl Key {
             Mode::Bindings => 2,
             Mode::Fenced => 3,
         };
-        out.push(u8::from(self.tx_named) * TX_NAMED | (mode << MODE_SHIFT));
+        out.push((u8::from(self.tx_named) * TX_NAMED) | (mode << MODE_SHIFT));
         if let Mode::Entity { name, identity } = &self.mode {
             varint(&mut out, name.len() as u64);
             out.extend_from_slice(name.as_bytes());

@@ -11,6 +11,14 @@ use corium_db::Db;
 use corium_query::edn::Edn;
 use corium_tx::{EntityRef, TX_TEMPID, TxItem, TxOp};
 
+/// An identity value a key cannot carry (a keyword, which travels by an
+/// interner; a double; a sealed value).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct Unkeepable;
+
+/// A tempid's first identity attribute and value, if it has one.
+pub type Identity = Result<Option<(EntityId, Value)>, Unkeepable>;
+
 /// The shape of a caller's transaction.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Shape {
@@ -21,9 +29,8 @@ pub struct Shape {
     /// entity position is it or the transaction and it has an assertion of
     /// its own: its entity is then the one the log record's datoms name
     /// besides the transaction. With its first identity attribute and value
-    /// (an upsert that asserts nothing new leaves no datom to name it), or
-    /// `Err(())` when that value cannot be kept (a keyword).
-    pub entity: Option<(String, Result<Option<(EntityId, Value)>, ()>)>,
+    /// (an upsert that asserts nothing new leaves no datom to name it).
+    pub entity: Option<(String, Identity)>,
 }
 
 impl Shape {
@@ -90,8 +97,7 @@ pub fn of(db: &Db, forms: &[Edn]) -> Shape {
 /// Whether `x` is the only entity `items` write about (besides the
 /// transaction) and has an assertion of its own; with its first identity
 /// attribute and value.
-#[allow(clippy::type_complexity)]
-fn single_entity(db: &Db, items: &[TxItem], x: &str) -> Option<Result<Option<(EntityId, Value)>, ()>> {
+fn single_entity(db: &Db, items: &[TxItem], x: &str) -> Option<Identity> {
     let is_x = |entity: &EntityRef| temp(entity) == Some(x);
     let ours =
         |entity: &EntityRef| matches!(temp(entity), Some(tempid) if tempid == x || tempid == TX_TEMPID);
@@ -101,11 +107,11 @@ fn single_entity(db: &Db, items: &[TxItem], x: &str) -> Option<Result<Option<(En
             .is_some_and(|attribute| attribute.unique == Some(Unique::Identity))
     };
     let mut asserts = false;
-    let mut found: Option<Result<(EntityId, Value), ()>> = None;
+    let mut found: Option<Result<(EntityId, Value), Unkeepable>> = None;
     let mut note = |attr: EntityId, value: &Value| {
         if found.is_none() && identity(attr) {
             found = Some(match value {
-                Value::Keyword(_) | Value::Sealed(_) | Value::Double(_) => Err(()),
+                Value::Keyword(_) | Value::Sealed(_) | Value::Double(_) => Err(Unkeepable),
                 value => Ok((attr, value.clone())),
             });
         }
@@ -220,7 +226,7 @@ mod tests {
         assert!(fresh.tx_named());
         // A keyword identity cannot be kept in the key.
         let keyworded = shape(r#"[{:db/id "x" :item/kind :k/one}]"#);
-        assert_eq!(keyworded.entity, Some(("x".to_owned(), Err(()))));
+        assert_eq!(keyworded.entity, Some(("x".to_owned(), Err(Unkeepable))));
     }
 
     #[test]
