@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::metadata;
 use corium_fleet_tests::corium;
+use corium_fleet_wire::metadata;
 use corium_protocol::pb::transactor_client::TransactorClient;
 
 /// How the load's requests are sent.

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use corium_fleet_common::not_owner;
 use corium_fleet_proto::fleet::HandoffRequest;
+use corium_fleet_wire::not_owner;
 
 use crate::status::NodeArgs;
 

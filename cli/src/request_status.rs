@@ -38,7 +38,7 @@ pub async fn run(args: RequestStatusArgs) -> anyhow::Result<()> {
     if let Ok(route) = args.database.parse() {
         request
             .metadata_mut()
-            .insert(corium_fleet_common::metadata::DATABASE_ROUTE, route);
+            .insert(corium_fleet_wire::metadata::DATABASE_ROUTE, route);
     }
     let answer = RequestsClient::new(channel)
         .status(request)

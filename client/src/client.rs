@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use corium_fleet_common::kind::ErrorKind;
-use corium_fleet_common::metadata;
+use corium_fleet_wire::kind::ErrorKind;
+use corium_fleet_wire::metadata;
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_client::CatalogClient;
 use corium_protocol::pb::transactor_client::TransactorClient;

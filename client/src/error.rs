@@ -1,8 +1,8 @@
 //! The SDK's error: what went wrong and, through [`Error::kind`], what the
 //! caller should do about it.
 
-use corium_fleet_common::kind::ErrorKind;
-use corium_fleet_common::not_owner::{self, NotOwner};
+use corium_fleet_wire::kind::ErrorKind;
+use corium_fleet_wire::not_owner::{self, NotOwner};
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]

@@ -35,6 +35,6 @@ pub mod subscription;
 
 pub use client::{Client, Database, RequestStatus, Transacted};
 pub use config::{Config, RetryPolicy, Tls};
-pub use corium_fleet_common::kind::ErrorKind;
+pub use corium_fleet_wire::kind::ErrorKind;
 pub use error::Error;
 pub use subscription::Subscription;

@@ -3,7 +3,7 @@
 //! one it delivered, so the caller sees every `t` once, in order, with no
 //! gap (the owner backfills from the durable log).
 
-use corium_fleet_common::kind::ErrorKind;
+use corium_fleet_wire::kind::ErrorKind;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 
@@ -57,7 +57,7 @@ impl Subscription {
             .map_err(|_| tonic::Status::invalid_argument("database name is not valid metadata"))?;
         request
             .metadata_mut()
-            .insert(corium_fleet_common::metadata::DATABASE_ROUTE, route);
+            .insert(corium_fleet_wire::metadata::DATABASE_ROUTE, route);
         let stream = tokio::time::timeout(self.db.client.config.request_timeout, client.subscribe(request))
             .await
             .map_err(|_| tonic::Status::deadline_exceeded("subscribe did not answer in time"))??;

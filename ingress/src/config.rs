@@ -116,7 +116,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     /// Parsed at validation, so a bad `--storage` is a usage error.
-    pub storage: corium_fleet_transactor::config::Storage,
+    pub storage: corium_fleet_store::Storage,
     pub data_dir: PathBuf,
     pub members: Vec<Member>,
     pub replicas: usize,
@@ -214,7 +214,7 @@ impl Args {
         if max_deadline_ms == 0 {
             return Err("--max-deadline-ms must be positive".to_owned());
         }
-        let storage = corium_fleet_transactor::config::Storage::parse(
+        let storage = corium_fleet_store::Storage::parse(
             self.storage.as_deref().unwrap_or("filesystem"),
             self.s3_endpoint,
             self.s3_region,

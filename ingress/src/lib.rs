@@ -57,17 +57,17 @@ pub struct Listeners {
 pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("cannot open storage {storage}: {detail}")]
-    Storage { storage: String, detail: String },
+    #[error(transparent)]
+    Storage(#[from] corium_fleet_store::OpenError),
 }
 
 impl Error {
     /// What an operator or supervisor should do.
     #[must_use]
-    pub const fn kind(&self) -> corium_fleet_common::kind::ErrorKind {
+    pub const fn kind(&self) -> corium_fleet_wire::kind::ErrorKind {
         match self {
-            Self::Config(_) => corium_fleet_common::kind::ErrorKind::GiveUp,
-            Self::Storage { .. } => corium_fleet_common::kind::ErrorKind::RetryLater,
+            Self::Config(_) => corium_fleet_wire::kind::ErrorKind::GiveUp,
+            Self::Storage { .. } => corium_fleet_wire::kind::ErrorKind::RetryLater,
         }
     }
 }
@@ -83,18 +83,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     corium_fleet_common::tls::install_default_provider();
-    let storage = &config.storage;
-    let describe = storage.describe();
-    let spec = storage.spec();
+    let describe = config.storage.describe();
     // The same bounded, retrying open as a node's (fresh stores race to
     // initialise their schema).
     let store =
-        corium_fleet_transactor::open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe)
-            .await
-            .map_err(|error| Error::Storage {
-                storage: describe.clone(),
-                detail: error.to_string(),
-            })?;
+        corium_fleet_store::open(&config.storage, &config.data_dir, config.storage_timeout * 2).await?;
     let metrics = Arc::new(metrics::Metrics::default());
     let cache = owner_cache::Cache::new(
         Arc::clone(&store),
@@ -113,10 +106,10 @@ pub async fn run(
     let storage_timeout = config.storage_timeout;
     let tls_listen = config.tls_listen.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let members = corium_fleet_transactor::registry::Members::new(config.members.clone());
+    let members = corium_fleet_store::registry::Members::new(config.members.clone());
     if config.members.is_empty() {
         // No static list: follow the live members in the node registry.
-        tokio::spawn(corium_fleet_transactor::registry::follow(
+        tokio::spawn(corium_fleet_store::registry::follow(
             Arc::clone(&store),
             members.clone(),
             Duration::from_secs(3),
@@ -126,7 +119,7 @@ pub async fn run(
     let map = corium_fleet_common::placement_map::Watched::default();
     if let Some(path) = config.placement_map.clone() {
         if config.members.is_empty() {
-            corium_fleet_transactor::registry::refresh(store.as_ref(), &members).await;
+            corium_fleet_store::registry::refresh(store.as_ref(), &members).await;
         }
         let (loaded, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
             &path,

@@ -24,7 +24,7 @@ fn main() -> std::process::ExitCode {
                 .await
                 .map_err(|error| match error.kind() {
                     // A configuration the process cannot run with: exit 2.
-                    corium_fleet_common::kind::ErrorKind::GiveUp => Failure::Usage(error.to_string()),
+                    corium_fleet_wire::kind::ErrorKind::GiveUp => Failure::Usage(error.to_string()),
                     kind => Failure::Runtime(format!("{error} ({kind:?})")),
                 })
         },

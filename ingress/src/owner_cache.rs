@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use corium_fleet_common::owner::{node_of, now_unix_ms};
 
-use corium_fleet_common::not_owner::NotOwner;
-use corium_store::{DbRoot, FullStore, db_root_name, meta_root_name};
+use corium_fleet_wire::not_owner::NotOwner;
+use corium_store::FullStore;
 
 use crate::metrics::Metrics;
 
@@ -93,31 +93,22 @@ impl Cache {
 
     async fn read(&self, db: &str) -> Result<Resolution, ResolveError> {
         self.metrics.cache_misses.fetch_add(1, Ordering::Relaxed);
-        let read = async {
-            let meta = self.store.get_root(&meta_root_name(db)).await?;
-            let root = self.store.get_root(&db_root_name(db)).await?;
-            Ok::<_, corium_store::StoreError>((meta.is_some(), root.as_deref().and_then(DbRoot::decode)))
-        };
-        let error = |detail: String| ResolveError {
-            db: db.to_owned(),
-            detail,
-        };
-        let (exists, root) = tokio::time::timeout(self.storage_timeout, read)
+        let view = corium_fleet_store::roots::read(self.store.as_ref(), db, self.storage_timeout)
             .await
-            .map_err(|_| error("storage timed out".to_owned()))?
-            .map_err(|store| error(store.to_string()))?;
-        if !exists {
+            .map_err(|error| ResolveError {
+                db: db.to_owned(),
+                detail: error.to_string(),
+            })?;
+        if !view.exists {
             return Ok(Resolution::Unknown);
         }
-        Ok(match root {
-            Some(root) if !root.owner.is_empty() && root.lease_expires_unix_ms > now_unix_ms() => {
-                Resolution::Owned(Owner {
-                    node_id: node_of(&root.owner).to_owned(),
-                    lease_version: root.lease_version,
-                    endpoint: root.owner_endpoint,
-                })
-            }
-            _ => Resolution::NoLiveOwner,
+        Ok(match view.live_owner(now_unix_ms()) {
+            Some(root) => Resolution::Owned(Owner {
+                node_id: node_of(&root.owner).to_owned(),
+                lease_version: root.lease_version,
+                endpoint: root.owner_endpoint.clone(),
+            }),
+            None => Resolution::NoLiveOwner,
         })
     }
 
@@ -150,7 +141,7 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     use async_trait::async_trait;
-    use corium_store::{BlobId, BlobIdStream, BlobStore, MemoryStore, RootStore, StoreError};
+    use corium_store::{BlobId, BlobIdStream, BlobStore, MemoryStore, RootStore, StoreError, meta_root_name};
 
     use super::*;
 

@@ -60,7 +60,7 @@ impl Ack {
         answer: &tonic::Response<corium_protocol::pb::TransactResponse>,
         at: Duration,
     ) -> Self {
-        use corium_fleet_common::metadata::{LEASE_VERSION, REPLAYED};
+        use corium_fleet_wire::metadata::{LEASE_VERSION, REPLAYED};
         use prost::Message as _;
         let metadata = answer.metadata();
         Self {

@@ -206,8 +206,8 @@ impl State {
                     .map(str::to_owned)
             };
             self.received.lock().unwrap().push(Received {
-                request_id: header(corium_fleet_common::metadata::REQUEST_ID),
-                correlation: header(corium_fleet_common::metadata::X_REQUEST_ID),
+                request_id: header(corium_fleet_wire::metadata::REQUEST_ID),
+                correlation: header(corium_fleet_wire::metadata::X_REQUEST_ID),
                 step: format!("{step:?}"),
             });
             step
@@ -216,7 +216,7 @@ impl State {
         };
         let request_id = request
             .headers()
-            .get(corium_fleet_common::metadata::REQUEST_ID)
+            .get(corium_fleet_wire::metadata::REQUEST_ID)
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
         if let Step::Refuse(status) = &step {

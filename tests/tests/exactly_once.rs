@@ -7,11 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::metadata::REQUEST_ID;
 use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::{Backend, Fleet, http_get, metric};
+use corium_fleet_wire::metadata::REQUEST_ID;
 use corium_protocol::pb;
 
 const TTL: Duration = Duration::from_millis(1500);
@@ -201,7 +201,7 @@ async fn an_owner_dying_between_append_and_reply_is_retried_with_the_same_id_and
             backend.clone(),
             3,
             TTL,
-            &[(corium_fleet_transactor::fault::CRASH_AFTER_COMMIT, &id)],
+            &[(corium_fleet_faults::env::CRASH_AFTER_COMMIT, &id)],
         )
         .await;
         fleet.start_ingresses(1, &[]).await;

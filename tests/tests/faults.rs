@@ -16,13 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::metadata::REQUEST_ID;
+use corium_fleet_faults::Rng;
 use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::checker::{self, Ack, Durable, History};
 use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::{Backend, Fleet};
-use corium_fleet_transactor::faulty::Rng;
+use corium_fleet_wire::metadata::REQUEST_ID;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use nix::sys::signal::Signal;
 use prost::Message as _;
@@ -209,11 +209,11 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     // leaves the registry), so the restart registers at once and the
     // schedule's times fall where they were drawn.
     let (schedule, storage_faults_end) = storage_schedule(&mut rng);
-    fleet.nodes[victim].set_env(corium_fleet_transactor::fault::SCHEDULE, Some(&schedule));
+    fleet.nodes[victim].set_env(corium_fleet_faults::env::SCHEDULE, Some(&schedule));
     tokio::task::block_in_place(|| fleet.nodes[victim].terminate());
     fleet.nodes[victim].restart().await;
     let victim_started = Instant::now();
-    fleet.nodes[victim].set_env(corium_fleet_transactor::fault::SCHEDULE, None);
+    fleet.nodes[victim].set_env(corium_fleet_faults::env::SCHEDULE, None);
     // The drain handed the moved databases to their successor: back to
     // the victim, so the storage faults land on their owner.
     hand_to(&fleet, &moved, victim).await;
@@ -351,11 +351,10 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     }
     // Log record keys, where the log is in the root store.
     if let Backend::Postgres { url } = &backend {
-        let store = corium_fleet_transactor::open_store(
-            &corium_transactor::StoreSpec::postgres(url.clone()),
+        let store = corium_fleet_store::open(
+            &corium_fleet_store::Storage::Postgres { url: url.clone() },
             &fleet.path("keys"),
             Duration::from_secs(10),
-            "postgres",
         )
         .await
         .unwrap();

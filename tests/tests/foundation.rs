@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::metadata;
-use corium_fleet_common::not_owner;
 use corium_fleet_tests::corium::{self, channel, placement};
 use corium_fleet_tests::{Backend, Fleet, http_get, metric};
+use corium_fleet_wire::metadata;
+use corium_fleet_wire::not_owner;
 
 const TTL: Duration = Duration::from_millis(1500);
 

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::metadata;
 use corium_fleet_tests::corium::{self, frame, raw_call};
 use corium_fleet_tests::{Backend, Fleet, http_get};
+use corium_fleet_wire::metadata;
 use prost::Message as _;
 
 const TTL: Duration = Duration::from_millis(1500);

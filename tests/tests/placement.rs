@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::not_owner;
 use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::corium::{self, channel, placement as view_of};
 use corium_fleet_tests::{Backend, Fleet, http_get, load};
+use corium_fleet_wire::not_owner;
 
 const TTL: Duration = Duration::from_millis(1500);
 

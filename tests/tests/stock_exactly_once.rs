@@ -16,11 +16,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::outcome;
+use corium_fleet_faults::Rng;
 use corium_fleet_tests::checker::{self, Ack, Durable, History};
 use corium_fleet_tests::corium;
 use corium_fleet_tests::{Backend, Fleet};
-use corium_fleet_transactor::faulty::Rng;
+use corium_fleet_wire::outcome;
 use corium_peer::{ConnectConfig, Connection, PeerError};
 use corium_protocol::pb::transactor_client::TransactorClient;
 use nix::sys::signal::Signal;
@@ -195,12 +195,12 @@ async fn owner_of(fleet: &Fleet, address: &str, db: &str) -> usize {
 /// lost log acknowledgements a little before.
 fn armed(backend: &Backend, rng: &mut Rng) -> Vec<(&'static str, String)> {
     let mut armed = vec![(
-        corium_fleet_transactor::fault::CRASH_AFTER_COMMIT,
+        corium_fleet_faults::env::CRASH_AFTER_COMMIT,
         format!("#{}", 150 + rng.below(150)),
     )];
     if matches!(backend, Backend::Postgres { .. }) {
         armed.push((
-            corium_fleet_transactor::fault::SCHEDULE,
+            corium_fleet_faults::env::SCHEDULE,
             format!(
                 "seed={}; @3000ms lost-ack for 1500ms p=0.2 op=append; after append#{} abort",
                 rng.below(1000),

@@ -15,10 +15,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use corium_fleet_common::not_owner::{self, Candidate, NotOwner};
-use corium_fleet_common::outcome::{self, Cause};
 use corium_fleet_tests::scripted::{ScriptedHop, Step};
 use corium_fleet_tests::{Backend, Fleet, corium, free_port};
+use corium_fleet_wire::not_owner::{self, Candidate, NotOwner};
+use corium_fleet_wire::outcome::{self, Cause};
 use corium_peer::{ConnectConfig, Connection, PeerError};
 
 const DB: &str = "statuses";
@@ -328,7 +328,7 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
         // The answer names the id the ingress assigned; asking about it
         // gives the committed answer.
-        if let Some(id) = status.metadata().get(corium_fleet_common::metadata::REQUEST_ID) {
+        if let Some(id) = status.metadata().get(corium_fleet_wire::metadata::REQUEST_ID) {
             let id = id.to_str().unwrap().to_owned();
             assert!(status.message().contains(&id), "{status:?}");
             let sdk = corium_fleet_client::Client::connect(corium_fleet_client::Config::new(address))

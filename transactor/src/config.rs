@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corium_fleet_common::placement::{self, Member};
-use corium_transactor::StoreSpec;
 use serde::Deserialize;
 
 /// `corium-fleet-transactor` flags. Every flag can also be set in the file
@@ -120,93 +119,6 @@ pub struct Tls {
     pub client_ca: PathBuf,
 }
 
-/// Where the shared store lives.
-#[derive(Clone, Debug)]
-pub enum Storage {
-    Filesystem,
-    Postgres {
-        url: String,
-    },
-    S3 {
-        bucket: String,
-        prefix: String,
-        endpoint: Option<String>,
-        region: String,
-    },
-}
-
-impl Storage {
-    /// Parses the `--storage` value.
-    ///
-    /// # Errors
-    /// A message naming the accepted forms.
-    pub fn parse(text: &str, s3_endpoint: Option<String>, s3_region: Option<String>) -> Result<Self, String> {
-        if text == "filesystem" || text == "fs" {
-            return Ok(Self::Filesystem);
-        }
-        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
-            return Ok(Self::Postgres { url: text.to_owned() });
-        }
-        if let Some(rest) = text.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(format!(
-                    "storage {text:?}: the S3 bucket is missing (s3://BUCKET[/PREFIX])"
-                ));
-            }
-            return Ok(Self::S3 {
-                bucket: bucket.to_owned(),
-                prefix: prefix.to_owned(),
-                endpoint: s3_endpoint,
-                region: s3_region.unwrap_or_else(|| "us-east-1".to_owned()),
-            });
-        }
-        Err(format!(
-            "unknown storage {text:?}: expected `filesystem`, `postgres://USER@HOST:PORT/DB` or `s3://BUCKET[/PREFIX]`"
-        ))
-    }
-
-    /// Corium's store spec for this storage.
-    #[must_use]
-    pub fn spec(&self) -> StoreSpec {
-        match self {
-            Self::Filesystem => StoreSpec::filesystem(),
-            Self::Postgres { url } => StoreSpec::postgres(url.clone()),
-            Self::S3 {
-                bucket,
-                prefix,
-                endpoint,
-                region,
-            } => StoreSpec::new(
-                "s3",
-                corium_store::StorageConfig::from_value(serde_json::json!({
-                    "bucket": bucket,
-                    "prefix": prefix,
-                    "region": region,
-                    "endpoint_url": endpoint,
-                    "access_key_id": std::env::var("AWS_ACCESS_KEY_ID").ok(),
-                    "secret_access_key": std::env::var("AWS_SECRET_ACCESS_KEY").ok(),
-                    "session_token": std::env::var("AWS_SESSION_TOKEN").ok(),
-                }))
-                .unwrap_or_else(|_| unreachable!("a JSON object")),
-            ),
-        }
-    }
-
-    /// A description safe to print (no credentials).
-    #[must_use]
-    pub fn describe(&self) -> String {
-        match self {
-            Self::Filesystem => "filesystem".to_owned(),
-            Self::Postgres { url } => {
-                let host = url.rsplit('@').next().unwrap_or(url);
-                format!("postgres://…@{host}")
-            }
-            Self::S3 { bucket, prefix, .. } => format!("s3://{bucket}/{prefix}"),
-        }
-    }
-}
-
 /// A validated node configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -216,7 +128,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     pub advertise: String,
-    pub storage: Storage,
+    pub storage: corium_fleet_store::Storage,
     pub data_dir: PathBuf,
     pub lease_ttl: Duration,
     /// Every member, this node included (only this node when the members
@@ -381,7 +293,7 @@ impl Args {
                 endpoint: advertise.clone(),
             }),
         }
-        let storage = Storage::parse(
+        let storage = corium_fleet_store::Storage::parse(
             self.storage.as_deref().unwrap_or("filesystem"),
             self.s3_endpoint,
             self.s3_region,
@@ -438,7 +350,7 @@ mod tests {
         let config = parse(&["--node-id", "n1"]).unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:7001");
         assert_eq!(config.advertise, "http://127.0.0.1:7001");
-        assert!(matches!(config.storage, Storage::Filesystem));
+        assert!(matches!(config.storage, corium_fleet_store::Storage::Filesystem));
         assert_eq!(config.members.len(), 1);
     }
 
@@ -494,7 +406,10 @@ mod tests {
         assert_eq!(config.node_id, "from-file");
         assert_eq!(config.zone, "flag");
         assert_eq!(config.lease_ttl, Duration::from_secs(2));
-        assert!(matches!(config.storage, Storage::Postgres { .. }));
+        assert!(matches!(
+            config.storage,
+            corium_fleet_store::Storage::Postgres { .. }
+        ));
         std::fs::write(&file, "nodeid = 1\n").unwrap();
         assert!(
             parse(&["--config", file.to_str().unwrap()])

@@ -11,10 +11,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
 use async_trait::async_trait;
-use corium_store::{BlobId, BlobIdStream, BlobStore, FullStore, RootStore, StoreError};
+use corium_store::{FullStore, RootStore, StoreError};
 use serde::Serialize;
 
 /// Root operations on one database.
@@ -77,30 +76,7 @@ impl CountingStore {
     }
 }
 
-#[async_trait]
-impl BlobStore for CountingStore {
-    async fn put(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
-        self.inner.put(bytes).await
-    }
-    async fn get(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(id).await
-    }
-    async fn contains(&self, id: &BlobId) -> Result<bool, StoreError> {
-        self.inner.contains(id).await
-    }
-    async fn put_if_absent(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
-        self.inner.put_if_absent(bytes).await
-    }
-    async fn delete(&self, id: &BlobId) -> Result<(), StoreError> {
-        self.inner.delete(id).await
-    }
-    async fn list(&self) -> Result<BlobIdStream, StoreError> {
-        self.inner.list().await
-    }
-    async fn modified_at(&self, id: &BlobId) -> Result<Option<SystemTime>, StoreError> {
-        self.inner.modified_at(id).await
-    }
-}
+corium_fleet_store::delegate_blobs!(CountingStore, inner);
 
 #[async_trait]
 impl RootStore for CountingStore {

@@ -1,7 +1,7 @@
 //! The node's error type and its coarse kind.
 
-use corium_fleet_common::kind::ErrorKind;
-use corium_fleet_common::outcome::{self, Cause};
+use corium_fleet_wire::kind::ErrorKind;
+use corium_fleet_wire::outcome::{self, Cause};
 
 use crate::request_id::{LedgerError, Origin, Unsupported};
 
@@ -10,14 +10,14 @@ use crate::request_id::{LedgerError, Origin, Unsupported};
 pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("cannot open storage {storage}: {source}")]
+    #[error(transparent)]
+    Open(#[from] corium_fleet_store::OpenError),
+    #[error("storage {storage} failed: {source}")]
     Storage {
         storage: String,
         #[source]
         source: corium_store::StoreError,
     },
-    #[error("storage {0} did not answer within the storage timeout")]
-    StorageTimeout(String),
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -28,7 +28,7 @@ impl Error {
     pub const fn kind(&self) -> ErrorKind {
         match self {
             Self::Config(_) => ErrorKind::GiveUp,
-            Self::Storage { .. } | Self::StorageTimeout(_) => ErrorKind::RetryLater,
+            Self::Open(_) | Self::Storage { .. } => ErrorKind::RetryLater,
             Self::Serve(_) => ErrorKind::PageSomeone,
         }
     }
@@ -125,6 +125,15 @@ pub fn write_status(db: &str, status: tonic::Status) -> tonic::Status {
     outcome::to_status(db, None, cause, status.message())
 }
 
+/// The status of a `Transact` on `db` that failed on its cell.
+#[must_use]
+pub fn transact_status(db: &str, error: crate::cell::TransactError) -> tonic::Status {
+    match error {
+        crate::cell::TransactError::Commit(error) => commit_status(db, None, &error),
+        crate::cell::TransactError::Ledger { id, origin, error } => ledger_status(db, &id, origin, error),
+    }
+}
+
 /// The status of a ledger failure on `db` for a transaction under `id`.
 #[must_use]
 pub fn ledger_status(db: &str, id: &uuid::Uuid, origin: Origin, error: LedgerError) -> tonic::Status {
@@ -161,7 +170,7 @@ pub fn ledger_status(db: &str, id: &uuid::Uuid, origin: Origin, error: LedgerErr
 
 #[cfg(test)]
 mod tests {
-    use corium_fleet_common::outcome;
+    use corium_fleet_wire::outcome;
     use corium_transactor::TransactError;
     use corium_transactor::node::NodeError;
 

@@ -10,7 +10,6 @@
 //! - [`cell`] — opening, draining, evicting one database's cell;
 //! - [`fork`] — fleet-wide reservation of fork target names;
 //! - [`host`] — all cells of a node and the ownership decision;
-//! - [`registry`] — node records in storage: live members, unique node ids;
 //! - [`counting`] — the shared store, counting root operations per database;
 //! - [`peer`] — calls to other nodes' admin service (handoff, drain);
 //! - [`request_id`] — exactly-once `Transact`: durable request ids at the owner;
@@ -20,8 +19,8 @@
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
 //! - [`principal`] — who may carry `corium-principal` (ingress peers only);
 //! - [`error`] — the crate's error and its kind;
-//! - [`fault`] — process-level fault injection for the fault tests (environment only);
-//! - [`faulty`] — `FaultyStore`: seeded storage fault schedules (simulation and fault tests).
+//! - [`seams`] — the one seam tests inject through (a store wrapper, a commit
+//!   observer); empty in production.
 //!
 //! [`run`] starts a node on given listeners until a shutdown future resolves;
 //! the binary and the tests start nodes the same way.
@@ -31,15 +30,13 @@ pub mod cell;
 pub mod config;
 pub mod counting;
 pub mod error;
-pub mod fault;
-pub mod faulty;
 pub mod fork;
 pub mod host;
 pub mod metrics;
 pub mod peer;
 pub mod principal;
-pub mod registry;
 pub mod request_id;
+pub mod seams;
 pub mod service;
 pub mod standby;
 pub mod view;
@@ -57,6 +54,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 pub use config::{Args, Config};
 pub use error::Error;
+pub use seams::Seams;
 
 /// The two sockets a node serves.
 pub struct Listeners {
@@ -86,37 +84,6 @@ fn server_tls(tls: &config::Tls) -> Result<tonic::transport::ServerTlsConfig, Er
             read(&tls.key)?,
         ))
         .client_ca_root(tonic::transport::Certificate::from_pem(read(&tls.client_ca)?)))
-}
-
-/// Opens the shared store, retrying a few times: nodes starting together
-/// race to initialise a fresh PostgreSQL schema, and a store that is itself
-/// restarting answers a moment later. Gives up after a bounded number of
-/// attempts so a supervisor sees the failure.
-pub async fn open_store(
-    spec: &corium_transactor::StoreSpec,
-    data_dir: &std::path::Path,
-    timeout: Duration,
-    describe: &str,
-) -> Result<Arc<corium_transactor::NodeStore>, Error> {
-    const ATTEMPTS: u32 = 8;
-    let mut attempt = 1;
-    loop {
-        let open = corium_transactor::backend::open_node_store(spec, data_dir);
-        let error = match tokio::time::timeout(timeout, open).await {
-            Ok(Ok(store)) => return Ok(store),
-            Ok(Err(source)) => Error::Storage {
-                storage: describe.to_owned(),
-                source,
-            },
-            Err(_) => Error::StorageTimeout(describe.to_owned()),
-        };
-        if attempt == ATTEMPTS {
-            return Err(error);
-        }
-        tracing::warn!(storage = describe, attempt, %error, "cannot open storage; retrying");
-        tokio::time::sleep(Duration::from_millis(250) * attempt).await;
-        attempt += 1;
-    }
 }
 
 /// The accepted gRPC connections, with Nagle's algorithm off: a response's
@@ -201,6 +168,7 @@ pub async fn start(
     store: Arc<dyn corium_store::FullStore>,
     view_kind: &'static str,
     admin: Option<TcpListener>,
+    after_commit: Option<seams::CommitObserver>,
 ) -> Result<Running, Error> {
     let describe = config.storage.describe();
     let root_ops = Arc::new(counting::CountingStore::new(store));
@@ -223,6 +191,7 @@ pub async fn start(
         corium_fleet_common::placement_map::Map::default(),
         peers,
         incarnation,
+        after_commit,
     );
     tracing::info!(
         node = %host.config.node_id,
@@ -237,7 +206,7 @@ pub async fn start(
     // The placement map is checked before this node registers, so a bad map
     // stops the process before it touches the registry or any database.
     if !host.config.static_members {
-        registry::refresh(host.base.as_ref(), &host.members).await;
+        corium_fleet_store::registry::refresh(host.base.as_ref(), &host.members).await;
     }
     if let Some(path) = host.config.placement_map.clone() {
         let mut members: Vec<corium_fleet_common::placement::Member> = host.members.get().to_vec();
@@ -270,7 +239,7 @@ pub async fn start(
             stop_rx.clone(),
         ));
     }
-    let record = registry::Record {
+    let record = corium_fleet_store::registry::Record {
         node_id: host.config.node_id.clone(),
         incarnation: host.incarnation.clone(),
         zone: host.config.zone.clone(),
@@ -280,17 +249,17 @@ pub async fn start(
             .saturating_add(i64::try_from(host.config.registry_ttl.as_millis()).unwrap_or(i64::MAX)),
         owned: Vec::new(),
     };
-    registry::register(host.base.as_ref(), &record)
+    corium_fleet_store::registry::register(host.base.as_ref(), &record)
         .await
         .map_err(|error| match error {
-            registry::RegistryError::Duplicate { .. } => Error::Config(error.to_string()),
-            registry::RegistryError::Store(source) => Error::Storage {
+            corium_fleet_store::registry::RegistryError::Duplicate { .. } => Error::Config(error.to_string()),
+            corium_fleet_store::registry::RegistryError::Store(source) => Error::Storage {
                 storage: describe.clone(),
                 source,
             },
         })?;
     let owner_of = Arc::clone(&host);
-    let registration = tokio::spawn(registry::keep(
+    let registration = tokio::spawn(corium_fleet_store::registry::keep(
         Arc::clone(&host.base),
         record,
         host.config.registry_ttl,
@@ -300,7 +269,7 @@ pub async fn start(
         stop_rx.clone(),
     ));
     if !host.config.static_members {
-        tokio::spawn(registry::follow(
+        tokio::spawn(corium_fleet_store::registry::follow(
             Arc::clone(&host.base),
             host.members.clone(),
             host.config.registry_renew,
@@ -332,23 +301,43 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
+    run_with(config, listeners, shutdown, Seams::default()).await
+}
+
+/// [`run`], with what a test injects through `seams`.
+///
+/// # Errors
+/// When storage cannot be opened, a seam refuses, or the server fails.
+pub async fn run_with(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send,
+    seams: Seams,
+) -> Result<(), Error> {
     corium_fleet_common::tls::install_default_provider();
-    fault::announce();
-    let spec = config.storage.spec();
-    let describe = config.storage.describe();
+    let Seams {
+        wrap_store,
+        after_commit,
+    } = seams;
     std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
         storage: format!("data directory {}", config.data_dir.display()),
         source: source.into(),
     })?;
     let Listeners { grpc, admin } = listeners;
     let ready = async {
-        let opened = open_store(&spec, &config.data_dir, config.storage_timeout * 2, &describe).await?;
-        let store = fault::wrap_store(opened).map_err(Error::Config)?;
-        let placement = corium_store::storage_backend(spec.kind())
+        let opened = corium_fleet_store::open(&config.storage, &config.data_dir, config.storage_timeout * 2)
+            .await
+            .map_err(Error::Open)?;
+        let store = match wrap_store {
+            Some(wrap) => wrap(opened).map_err(Error::Config)?,
+            None => opened,
+        };
+        let kind = config.storage.kind();
+        let placement = corium_store::storage_backend(kind)
             .map(|backend| backend.capabilities().log_placement)
-            .ok_or_else(|| Error::Config(format!("storage backend {:?} is not compiled in", spec.kind())))?;
+            .ok_or_else(|| Error::Config(format!("storage backend {kind:?} is not compiled in")))?;
         let view_kind = view::kind_for(placement).map_err(Error::Config)?;
-        start(config, store, view_kind, Some(admin)).await
+        start(config, store, view_kind, Some(admin), after_commit).await
     };
     let (grpc, started) = refuse_until(grpc, ready).await;
     let Running {

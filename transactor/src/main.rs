@@ -4,6 +4,24 @@ use clap::Parser;
 use corium_fleet_common::process::{self, Failure};
 use corium_fleet_transactor::{Args, Listeners};
 
+/// What the test suite injects (storage fault schedules, a crash after a
+/// commit, read from the environment): only in a build with the
+/// `fault-injection` feature.
+#[cfg(feature = "fault-injection")]
+fn seams() -> corium_fleet_transactor::Seams {
+    corium_fleet_faults::env::announce();
+    corium_fleet_transactor::Seams {
+        wrap_store: Some(Box::new(corium_fleet_faults::env::wrap_store)),
+        after_commit: Some(std::sync::Arc::new(corium_fleet_faults::env::after_commit)),
+    }
+}
+
+/// A production build injects nothing.
+#[cfg(not(feature = "fault-injection"))]
+fn seams() -> corium_fleet_transactor::Seams {
+    corium_fleet_transactor::Seams::default()
+}
+
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
     corium_fleet_common::logging::init(args.log.as_deref());
@@ -15,13 +33,18 @@ fn main() -> std::process::ExitCode {
                 grpc: process::bind(config.listen).await?,
                 admin: process::bind(config.admin_listen).await?,
             };
-            corium_fleet_transactor::run(config, listeners, corium_fleet_common::signal::shutdown())
-                .await
-                .map_err(|error| match error.kind() {
-                    // A configuration the process cannot run with: exit 2.
-                    corium_fleet_common::kind::ErrorKind::GiveUp => Failure::Usage(error.to_string()),
-                    kind => Failure::Runtime(format!("{error} ({kind:?})")),
-                })
+            corium_fleet_transactor::run_with(
+                config,
+                listeners,
+                corium_fleet_common::signal::shutdown(),
+                seams(),
+            )
+            .await
+            .map_err(|error| match error.kind() {
+                // A configuration the process cannot run with: exit 2.
+                corium_fleet_wire::kind::ErrorKind::GiveUp => Failure::Usage(error.to_string()),
+                kind => Failure::Runtime(format!("{error} ({kind:?})")),
+            })
         },
     )
 }

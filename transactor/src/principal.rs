@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use corium_fleet_common::metadata;
+use corium_fleet_wire::metadata;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 

@@ -86,7 +86,7 @@ pub fn takeover_due(
 /// catalog scan: a database nobody owns needs no watching (its next request
 /// activates it), so standby work follows the active databases.
 async fn watched(host: &Host) -> Result<std::collections::BTreeSet<String>, corium_store::StoreError> {
-    let records = crate::registry::records(host.base.as_ref()).await?;
+    let records = corium_fleet_store::registry::records(host.base.as_ref()).await?;
     Ok(records
         .into_iter()
         .filter(|record| !(record.node_id == host.config.node_id && record.incarnation == host.incarnation))
@@ -149,7 +149,7 @@ pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<b
                 "lease lapsed; taking over"
             );
             if let Err(status) = host.activate(&db, true).await {
-                tracing::info!(db, error = status.message(), "takeover not done");
+                tracing::info!(db, %status, "takeover not done");
             }
         }
         host.metrics

@@ -18,12 +18,11 @@
 //! `StorageConfig` (an extension and a JSON field).
 
 use std::sync::{Arc, OnceLock};
-use std::time::SystemTime;
 
 use async_trait::async_trait;
 use corium_store::{
-    BackendCapabilities, BlobId, BlobIdStream, BlobStore, FullStore, LogPlacement, ReadStore, RootStore,
-    StorageBackend, StorageConfig, StoreError,
+    BackendCapabilities, FullStore, LogPlacement, ReadStore, RootStore, StorageBackend, StorageConfig,
+    StoreError,
 };
 
 /// The shared base store, attached to a cell's `StorageConfig` as a
@@ -122,30 +121,7 @@ impl CellView {
     }
 }
 
-#[async_trait]
-impl BlobStore for CellView {
-    async fn put(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
-        self.base.put(bytes).await
-    }
-    async fn get(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError> {
-        self.base.get(id).await
-    }
-    async fn contains(&self, id: &BlobId) -> Result<bool, StoreError> {
-        self.base.contains(id).await
-    }
-    async fn put_if_absent(&self, bytes: &[u8]) -> Result<BlobId, StoreError> {
-        self.base.put_if_absent(bytes).await
-    }
-    async fn delete(&self, id: &BlobId) -> Result<(), StoreError> {
-        self.base.delete(id).await
-    }
-    async fn list(&self) -> Result<BlobIdStream, StoreError> {
-        self.base.list().await
-    }
-    async fn modified_at(&self, id: &BlobId) -> Result<Option<SystemTime>, StoreError> {
-        self.base.modified_at(id).await
-    }
-}
+corium_fleet_store::delegate_blobs!(CellView, base);
 
 #[async_trait]
 impl RootStore for CellView {

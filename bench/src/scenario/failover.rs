@@ -57,7 +57,7 @@ impl Writer {
                 if let Ok(value) = id.parse() {
                     request
                         .metadata_mut()
-                        .insert(corium_fleet_common::metadata::REQUEST_ID, value);
+                        .insert(corium_fleet_wire::metadata::REQUEST_ID, value);
                 }
                 if client.transact(request).await.is_ok() {
                     recorded

@@ -95,7 +95,7 @@ async fn drive(
                 request.set_timeout(Duration::from_secs(30));
                 request
                     .metadata_mut()
-                    .insert(corium_fleet_common::metadata::DATABASE_ROUTE, db.parse()?);
+                    .insert(corium_fleet_wire::metadata::DATABASE_ROUTE, db.parse()?);
                 transactor.transact(request).await?;
             }
             anyhow::Ok(())

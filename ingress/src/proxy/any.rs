@@ -4,8 +4,8 @@
 
 use std::sync::atomic::Ordering;
 
-use corium_fleet_common::outcome::{self, Cause};
 use corium_fleet_common::placement::Member;
+use corium_fleet_wire::outcome::{self, Cause};
 use hyper::http::Response;
 use tonic::Status;
 

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::metadata;
+use corium_fleet_wire::metadata;
 use http_body_util::BodyExt as _;
 use hyper::http::{HeaderValue, Request, Response, Uri};
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corium_fleet_common::metadata;
+use corium_fleet_wire::metadata;
 use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Incoming;
 use hyper::http::request::Parts;

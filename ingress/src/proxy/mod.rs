@@ -43,7 +43,7 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     limits: crate::limits::Limits,
     /// Placement members (static, or followed from the node registry).
-    members: corium_fleet_transactor::registry::Members,
+    members: corium_fleet_store::registry::Members,
     /// The operator placement map (empty without `--placement-map`).
     map: corium_fleet_common::placement_map::Watched,
     next_any: AtomicUsize,
@@ -56,7 +56,7 @@ impl Proxy {
     /// Unreadable or invalid upstream TLS material.
     pub fn new(
         config: Config,
-        members: corium_fleet_transactor::registry::Members,
+        members: corium_fleet_store::registry::Members,
         map: corium_fleet_common::placement_map::Watched,
         cache: owner_cache::Cache,
         metrics: Arc<Metrics>,

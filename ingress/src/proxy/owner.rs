@@ -25,8 +25,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use corium_fleet_common::not_owner::{self, NotOwner};
-use corium_fleet_common::outcome::{self, Cause};
+use corium_fleet_wire::not_owner::{self, NotOwner};
+use corium_fleet_wire::outcome::{self, Cause};
 use hyper::http::Response;
 use tonic::Status;
 

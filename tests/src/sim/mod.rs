@@ -23,11 +23,11 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use corium_fleet_common::metadata::REQUEST_ID;
-use corium_fleet_common::not_owner;
-use corium_fleet_transactor::faulty::Rng;
+use corium_fleet_faults::Rng;
 use corium_fleet_transactor::service::catalog::FleetCatalog;
 use corium_fleet_transactor::service::transactor::FleetTransactor;
+use corium_fleet_wire::metadata::REQUEST_ID;
+use corium_fleet_wire::not_owner;
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog as _;
 use corium_protocol::pb::transactor_server::Transactor as _;
@@ -385,9 +385,7 @@ pub async fn run(plan: &Plan, options: Options) -> Report {
     for n in 0..shape.nodes {
         // Storage faults are armed once the databases exist (below), so
         // their times and operation counts fall in the run.
-        world
-            .start(n, corium_fleet_transactor::faulty::Schedule::default())
-            .await;
+        world.start(n, corium_fleet_faults::Schedule::default()).await;
     }
     let (writers_done, _) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {

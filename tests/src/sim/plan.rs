@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use corium_fleet_transactor::faulty::{Entry, Fault, OpClass, Rng, Schedule, When};
+use corium_fleet_faults::{Entry, Fault, OpClass, Rng, Schedule, When};
 
 /// A timed process-level event.
 #[derive(Clone, Debug, PartialEq)]

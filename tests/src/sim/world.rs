@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corium_fleet_common::placement::Member;
+use corium_fleet_faults::{FaultyStore, Schedule};
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
-use corium_fleet_transactor::config::{Config, Storage};
-use corium_fleet_transactor::faulty::{FaultyStore, Schedule};
+use corium_fleet_store::Storage;
+use corium_fleet_transactor::config::Config;
 use corium_fleet_transactor::host::Host;
 use corium_fleet_transactor::service::admin::FleetAdminSvc;
 use corium_fleet_transactor::{Running, view};
@@ -129,10 +130,15 @@ impl World {
         let view_kind = view::kind_for(LogPlacement::RootStore).expect("native view");
         let config = self.config(n);
         std::fs::create_dir_all(&config.data_dir).expect("data directory");
-        let running =
-            corium_fleet_transactor::start(config, Arc::clone(&store) as Arc<dyn FullStore>, view_kind, None)
-                .await
-                .unwrap_or_else(|error| panic!("node-{n} did not start: {error}"));
+        let running = corium_fleet_transactor::start(
+            config,
+            Arc::clone(&store) as Arc<dyn FullStore>,
+            view_kind,
+            None,
+            None,
+        )
+        .await
+        .unwrap_or_else(|error| panic!("node-{n} did not start: {error}"));
         let listener = bind_again(self.slots[n].port).await;
         let svc = FleetAdminServer::new(FleetAdminSvc(Arc::clone(&running.host)));
         let admin = tokio::spawn(async move {

@@ -21,7 +21,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use corium_db::Db;
-use corium_fleet_common::outcome::Cause;
+use corium_fleet_wire::outcome::Cause;
 use corium_protocol::codec;
 use corium_protocol::pb;
 use corium_query::edn::Edn;

@@ -152,7 +152,7 @@ impl FleetAdmin for FleetAdminSvc {
                 if let Some(owner) = view.live_owner(now_unix_ms())
                     && !host.template.is_own(&owner.owner)
                 {
-                    return Err(host.not_owner(&db, Some(owner)));
+                    return Err(host.not_owner(&db, Some(owner)).into());
                 }
                 host.activate(&db, false).await?
             }

@@ -70,7 +70,7 @@ impl Catalog for FleetCatalog {
         check_name(&db)?;
         host.check_metadata(request.metadata(), &db)?;
         if host.rank(&db).is_none() {
-            return Err(host.not_owner(&db, None));
+            return Err(host.not_owner(&db, None).into());
         }
         if host.is_stopping() {
             return Err(Status::unavailable("this node is shutting down; retry"));
@@ -101,7 +101,7 @@ impl Catalog for FleetCatalog {
         check_name(&db)?;
         let cell = host.owner(request.metadata(), &db).await?;
         let Some(permit) = cell.admit() else {
-            return Err(host.not_owner(&db, None));
+            return Err(host.not_owner(&db, None).into());
         };
         // Stop new ownership first: with the catalog entry gone no candidate
         // activates the database (it is NOT_FOUND everywhere) while Corium
@@ -147,7 +147,7 @@ impl Catalog for FleetCatalog {
                 return Err(already_exists(&target));
             }
             let Some(permit) = cell.admit() else {
-                return Err(host.not_owner(&source, None));
+                return Err(host.not_owner(&source, None).into());
             };
             let allowance = cell.fork_targets.allow(&target);
             let response = svc(Arc::clone(&cell.node))
@@ -239,7 +239,8 @@ impl Catalog for FleetCatalog {
         // fixed by the owner.
         let host = Arc::clone(&self.0);
         let db = request.get_ref().db.clone();
-        let spec = host.config.storage.spec();
+        let spec =
+            corium_transactor::StoreSpec::new(host.config.storage.kind(), host.config.storage.config());
         let data_dir = host.template.data_dir.clone();
         let name = db.clone();
         dispatch(&self.0, request, &db, |node, _request| async move {

@@ -31,7 +31,7 @@ where
     let cell = host.owner(request.metadata(), db).await?;
     let Some(_permit) = cell.admit() else {
         // Draining or deposed between the decision and admission.
-        return Err(host.not_owner(db, None));
+        return Err(host.not_owner(db, None).into());
     };
     let mut response = call(Arc::clone(&cell.node), request).await?;
     stamp_lease_version(&mut response, cell.lease_version);
@@ -43,7 +43,7 @@ where
 /// acknowledgements in `t` order never go down.
 pub(crate) fn stamp_lease_version<T>(response: &mut Response<T>, lease_version: u64) {
     response.metadata_mut().insert(
-        corium_fleet_common::metadata::LEASE_VERSION,
+        corium_fleet_wire::metadata::LEASE_VERSION,
         tonic::metadata::MetadataValue::from(lease_version),
     );
 }

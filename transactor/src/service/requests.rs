@@ -31,7 +31,7 @@ impl Requests for FleetRequests {
         })?;
         let cell = host.owner(request.metadata(), &db).await?;
         let Some(permit) = cell.admit() else {
-            return Err(host.not_owner(&db, None));
+            return Err(host.not_owner(&db, None).into());
         };
         let on = Database {
             node: &cell.node,

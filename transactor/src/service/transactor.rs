@@ -11,11 +11,11 @@ use corium_protocol::pb::transactor_server::Transactor;
 use corium_transactor::server::TransactorSvc;
 use tonic::{Request, Response, Status};
 
-use corium_fleet_common::metadata;
+use corium_fleet_wire::metadata;
 
 use super::dispatch;
 use crate::host::Host;
-use crate::request_id::{Database, Origin, Outcome};
+use crate::request_id::{Origin, Outcome};
 
 /// Corium's protocol-version rule for requests (its own check is private).
 fn check_version(version: u32) -> Result<(), Status> {
@@ -55,48 +55,36 @@ impl Transactor for FleetTransactor {
         let db = request.get_ref().db.clone();
         let host = &self.0;
         let cell = host.owner(request.metadata(), &db).await?;
-        let Some(permit) = cell.admit() else {
-            return Err(host.not_owner(&db, None));
-        };
+        let permit = cell.admit().ok_or_else(|| host.not_owner(&db, None))?;
         let request = request.into_inner();
         check_version(request.protocol_version)?;
         // The cell's own commit rather than Corium's service: it cannot be
         // cancelled half-way, and a failure after the append may have landed
-        // answers an unknown outcome (`error::commit_status`). Authorization
-        // is disabled in cells, so nothing is skipped.
-        let commit = |tx_data, basis| cell.commit(permit, tx_data, basis);
-        let Some(id) = id else {
-            let (committed, permit) = commit(request.tx_data, request.expected_basis_t).await;
-            drop(permit);
-            host.reset_if_failed(&cell);
-            let mut response =
-                Response::new(committed.map_err(|error| crate::error::commit_status(&db, None, &error))?);
-            super::stamp_lease_version(&mut response, cell.lease_version);
-            return Ok(response);
-        };
-        let on = Database {
-            node: &cell.node,
-            name: &db,
-            store: host.base.as_ref(),
-        };
-        let answered = cell.ledger.transact(on, id, &request, commit).await;
+        // answers an unknown outcome (`error::transact_status`).
+        // Authorization is disabled in cells, so nothing is skipped.
+        let answered = cell
+            .transact(permit, request, id.map(|id| (id, origin)), host.base.as_ref())
+            .await;
         host.reset_if_failed(&cell);
-        let (response, outcome) =
-            answered.map_err(|error| crate::error::ledger_status(&db, &id, origin, error))?;
-        let counter = match outcome {
-            Outcome::Committed => {
-                crate::fault::after_commit(&id);
-                &host.metrics.request_id_commits
-            }
-            Outcome::Replayed => {
-                tracing::info!(db, request_id = %id, basis_t = response.basis_t, "duplicate request id; replayed the committed answer");
-                &host.metrics.request_id_replays
-            }
-        };
-        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut response = Response::new(response);
+        let transacted = answered.map_err(|error| crate::error::transact_status(&db, error))?;
+        if let Some(id) = id {
+            let counter = match transacted.outcome {
+                Outcome::Committed => {
+                    if let Some(observe) = &host.after_commit {
+                        observe(&id);
+                    }
+                    &host.metrics.request_id_commits
+                }
+                Outcome::Replayed => {
+                    tracing::info!(db, request_id = %id, basis_t = transacted.response.basis_t, "duplicate request id; replayed the committed answer");
+                    &host.metrics.request_id_replays
+                }
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut response = Response::new(transacted.response);
         super::stamp_lease_version(&mut response, cell.lease_version);
-        if outcome == Outcome::Replayed {
+        if transacted.outcome == Outcome::Replayed {
             response.metadata_mut().insert(
                 metadata::REPLAYED,
                 tonic::metadata::MetadataValue::from_static("1"),

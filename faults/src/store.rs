@@ -10,12 +10,7 @@
 //! any boundary of the commit/renew/publish protocol. The simulation tier
 //! wraps each in-process node's view of one shared store in its own
 //! `FaultyStore`; a real node wraps its store when
-//! `CORIUM_FLEET_FAULT_SCHEDULE` is set (tests only; see `fault.rs`).
-//!
-//! Layout: [`schedule`] — the entries, their text form and the seeded
-//! generator; this file — the wrapper.
-
-pub mod schedule;
+//! `CORIUM_FLEET_FAULT_SCHEDULE` is set (tests only; see `env.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -26,7 +21,7 @@ use async_trait::async_trait;
 use corium_store::{BlobId, BlobIdStream, BlobStore, FullStore, RootStore, StoreError};
 use tokio::time::Instant;
 
-pub use schedule::{Entry, Fault, OpClass, Rng, Schedule, When};
+use crate::schedule::{Fault, OpClass, Rng, Schedule, When};
 
 /// How long a partitioned operation takes to fail (a refused connection,
 /// not a hung one).

@@ -9,8 +9,8 @@
 //!   answer is sent — the "owner died after the log append, before the
 //!   reply" case that exactly-once must survive.
 //! - `CORIUM_FLEET_FAULT_SCHEDULE=<schedule>`: the node's storage is wrapped
-//!   in a [`FaultyStore`](crate::faulty::FaultyStore) following that
-//!   schedule (text form in `faulty/schedule.rs`), times counted from start:
+//!   in a [`FaultyStore`](crate::FaultyStore) following that
+//!   schedule (text form in `schedule.rs`), times counted from start:
 //!   a partition of this one node from storage, lost acknowledgements,
 //!   errors, delays, stale reads, a freeze. A schedule that does not parse
 //!   stops the node (exit 2) naming the entry.
@@ -49,7 +49,7 @@ pub const SCHEDULE: &str = "CORIUM_FLEET_FAULT_SCHEDULE";
 /// # Errors
 /// The schedule does not parse.
 pub fn wrap_store(
-    store: std::sync::Arc<corium_transactor::NodeStore>,
+    store: std::sync::Arc<dyn corium_store::FullStore>,
 ) -> Result<std::sync::Arc<dyn corium_store::FullStore>, String> {
     let Some(text) = std::env::var(SCHEDULE)
         .ok()
@@ -57,11 +57,9 @@ pub fn wrap_store(
     else {
         return Ok(store);
     };
-    let schedule: crate::faulty::Schedule = text.parse().map_err(|error| format!("{SCHEDULE}: {error}"))?;
+    let schedule: crate::Schedule = text.parse().map_err(|error| format!("{SCHEDULE}: {error}"))?;
     tracing::warn!(schedule = %schedule, "FAULT INJECTION ARMED: this node's storage follows a fault schedule");
-    Ok(std::sync::Arc::new(crate::faulty::FaultyStore::new(
-        store, schedule,
-    )))
+    Ok(std::sync::Arc::new(crate::FaultyStore::new(store, schedule)))
 }
 
 /// Logs any fault that is armed (called once at start).

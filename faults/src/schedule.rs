@@ -1,4 +1,4 @@
-//! A fault schedule: what [`FaultyStore`](super::FaultyStore) does to which
+//! A fault schedule: what [`FaultyStore`](crate::FaultyStore) does to which
 //! storage operations, and when — a list of `(when, fault)` entries plus the
 //! seed of the coin flips behind probabilistic faults.
 //!

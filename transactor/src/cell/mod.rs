@@ -7,6 +7,15 @@
 //! The rules behind this seam (`ha=false`, no GC in cells, unique owner per
 //! incarnation, drain before release, the renewal race) are measured in
 //! `docs/design/0002-cells.md`.
+//!
+//! Layout: this file — a cell, its opening and its admission gate;
+//! [`template`] — what every cell of a node is opened with; `commit.rs` —
+//! Corium's commit in a task of its own and a whole `Transact`;
+//! `eviction.rs` — giving the lease back.
+
+mod commit;
+mod eviction;
+pub mod template;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -15,12 +24,13 @@ use std::time::Duration;
 use corium_protocol::authz::Guard;
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog;
-use corium_store::{DbRoot, FullStore, db_root_name};
-use corium_transactor::StoreSpec;
 use corium_transactor::lease::{self, Lease};
-use corium_transactor::node::{NodeConfig, NodeError, TransactorNode};
+use corium_transactor::node::{NodeError, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tokio::sync::{Semaphore, watch};
+
+pub use commit::{TransactError, Transacted};
+pub use template::Template;
 
 use crate::view;
 
@@ -29,51 +39,6 @@ pub type Admission = tokio::sync::OwnedSemaphorePermit;
 
 /// Permits in a cell's admission gate. Drain takes them all.
 const GATE_PERMITS: u32 = 1 << 20;
-
-/// Everything a node needs to open cells; shared by all of them.
-pub struct Template {
-    pub base: Arc<dyn FullStore>,
-    pub view_kind: &'static str,
-    pub data_dir: std::path::PathBuf,
-    /// `<node-id>/<incarnation>`, unique per process. Every cell's lease
-    /// owner is this prefix plus a per-process generation
-    /// (`<node-id>/<incarnation>.<n>`), so no two cells — across processes
-    /// or one after another in a process — ever hold a lease under the same
-    /// owner id: Corium re-acquires a lease at the *same* version for the
-    /// same owner, and each activation must fence everything before it.
-    pub owner_prefix: String,
-    /// The next cell generation.
-    pub generation: AtomicU64,
-    pub advertise: String,
-    pub lease_ttl_ms: i64,
-}
-
-impl Template {
-    /// Whether a lease owner is one of this process's cells.
-    #[must_use]
-    pub fn is_own(&self, owner: &str) -> bool {
-        owner
-            .strip_prefix(self.owner_prefix.as_str())
-            .is_some_and(|rest| rest.starts_with('.'))
-    }
-
-    fn node_config(&self, db: Option<&str>, fork_targets: &view::ForkTargets) -> NodeConfig {
-        let mut config = NodeConfig::new(self.data_dir.clone());
-        config.store = StoreSpec::new(self.view_kind, view::config(&self.base, db, fork_targets));
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        config.owner = format!("{}.{generation}", self.owner_prefix);
-        config.lease_ttl_ms = self.lease_ttl_ms;
-        // Never wait for a held lease: the fleet decides when to retry.
-        config.lease_wait_ms = 0;
-        // Corium's HA standby poller never exits and would re-acquire an
-        // evicted cell's lease; the fleet does standby itself.
-        config.ha = false;
-        // GC is node-wide work over every root; a cell must not run it.
-        config.gc_interval = None;
-        config.advertise = Some(self.advertise.clone());
-        config
-    }
-}
 
 /// One hosted database.
 pub struct Cell {
@@ -268,116 +233,9 @@ impl Cell {
         self.closed.subscribe()
     }
 
-    /// Commits `tx_data` on this cell, in a task of its own.
-    ///
-    /// Corium's group commit runs in the leading caller's future: a caller
-    /// that goes away (its deadline, a reset stream) while the batch's log
-    /// append is in flight cancels the leader after the append may have
-    /// landed and before the log's next `t` advances, and every later append
-    /// then fails as a "corrupt transaction log" until the lease moves. A
-    /// spawned commit runs to its end whatever the caller does. Found by the
-    /// simulation tier (docs/design/0007-fault-suite.md).
-    ///
-    /// A commit that fails in storage marks the cell for reset: whether the
-    /// append landed is unknown (a lost acknowledgement leaves the same
-    /// stale next `t`), and only recovery from storage knows.
-    ///
-    /// # Errors
-    /// Corium's error for the transaction.
-    ///
-    /// The task holds the call's admission permit while it runs, so a drain
-    /// (handoff, eviction, shutdown) waits for a commit whose caller left;
-    /// the permit comes back with the answer.
-    pub async fn commit(
-        &self,
-        permit: Admission,
-        tx_data: Vec<u8>,
-        expected_basis_t: Option<u64>,
-    ) -> (Result<pb::TransactResponse, NodeError>, Option<Admission>) {
-        let node = Arc::clone(&self.node);
-        let db = self.db.clone();
-        let (result, permit) = match tokio::spawn(async move {
-            let result = node.transact_at(&db, &tx_data, expected_basis_t).await;
-            (result, permit)
-        })
-        .await
-        {
-            Ok((result, permit)) => (result, Some(permit)),
-            Err(error) => (
-                Err(NodeError::GroupCommit(format!("commit task failed: {error}"))),
-                None,
-            ),
-        };
-        if let Err(error) = &result
-            && crate::error::is_storage_failure(error)
-        {
-            self.storage_failed.store(true, Ordering::Release);
-        }
-        (result, permit)
-    }
-
-    /// Whether a commit failed in storage since the cell opened.
-    #[must_use]
-    pub fn storage_failed(&self) -> bool {
-        self.storage_failed.load(Ordering::Acquire)
-    }
-
     /// Marks the cell closed without releasing anything (deposition).
     pub fn close(&self) {
         self.gate.close();
         let _ = self.closed.send(true);
-    }
-
-    /// Graceful eviction: stop admitting, wait (bounded) for in-flight calls,
-    /// release the lease, and watch in the background (`recheck`) that a
-    /// renewal already in flight did not re-extend it. Returns whether every
-    /// in-flight call finished in time.
-    pub async fn evict(
-        &self,
-        store: &Arc<dyn FullStore>,
-        drain_timeout: Duration,
-        recheck: Duration,
-    ) -> bool {
-        let drained = tokio::time::timeout(drain_timeout, self.gate.acquire_many(GATE_PERMITS))
-            .await
-            .is_ok_and(|permit| permit.is_ok());
-        let held = self.lease().await.ok();
-        self.close();
-        self.node.release_leases().await;
-        if let Some(held) = held {
-            tokio::spawn(rerelease(Arc::clone(store), self.db.clone(), held, recheck));
-        }
-        drained
-    }
-}
-
-/// The renewal race: `release_leases` does not take the commit lock, so a
-/// renewal already in flight can re-extend a released lease. For `window`
-/// (one renewal period and then some) re-read the root and release again
-/// if the released owner and version are back with a live expiry. A new
-/// owner (another cell, here or elsewhere) is never touched: the check is
-/// on the exact owner id and version.
-async fn rerelease(store: Arc<dyn FullStore>, db: String, held: Lease, window: Duration) {
-    let deadline = tokio::time::Instant::now() + window;
-    while tokio::time::Instant::now() < deadline {
-        let root = match store.get_root(&db_root_name(&db)).await {
-            Ok(root) => root.as_deref().and_then(DbRoot::decode),
-            Err(error) => {
-                tracing::warn!(db = %db, %error, "cannot re-check released lease");
-                return;
-            }
-        };
-        match root {
-            Some(root) if root.owner == held.owner && root.lease_version == held.version => {
-                if root.lease_expires_unix_ms != 0
-                    && let Err(error) = lease::release(store.as_ref(), &db, &held).await
-                {
-                    tracing::warn!(db = %db, %error, "lease re-release failed");
-                }
-            }
-            // Someone else owns it now, or it is gone: nothing to watch.
-            _ => return,
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

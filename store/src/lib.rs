@@ -1,0 +1,31 @@
+//! Corium Fleet's view of the shared store, shared by the transactor nodes
+//! and the ingress (which reads it, never writes a database): the storage
+//! flag, opening the store, reading a database's roots, the node registry,
+//! and the delegation store wrappers share.
+//!
+//! Layout:
+//! - [`storage`] — `--storage` (`filesystem`, `postgres://…`, `s3://…`) and
+//!   its backend configuration;
+//! - [`open`](mod@open) — opening it through Corium's backend registry, with
+//!   bounded retries;
+//! - [`roots`] — the one reader of a database's catalog entry and lease;
+//! - [`registry`] — node records in storage: live members, unique node ids,
+//!   the databases each node owns;
+//! - [`delegate`] — [`delegate_blobs!`], the blob half of every store wrapper.
+
+pub mod delegate;
+pub mod open;
+pub mod registry;
+pub mod roots;
+pub mod storage;
+
+pub use open::{OpenError, open};
+pub use roots::{ReadError, RootView};
+pub use storage::Storage;
+
+/// What [`delegate_blobs!`] expands to needs; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+    pub use corium_store::{BlobId, BlobIdStream, BlobStore, StoreError};
+}

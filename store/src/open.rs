@@ -1,0 +1,98 @@
+//! Opening the shared store through Corium's storage-backend registry, the
+//! way a Corium node opens its own (`corium_transactor::backend::
+//! open_node_store`): the same backends, the filesystem's root under
+//! `DATA_DIR/store`, so nodes and ingresses over one `--storage` see one
+//! store. Opening retries a few times: nodes starting together race to
+//! initialise a fresh PostgreSQL schema, and a store that is itself
+//! restarting answers a moment later.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corium_store::{FullStore, StorageConfig, StoreError, storage_backend};
+
+use crate::Storage;
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The backend refused to open (bad configuration, unreachable).
+    #[error("cannot open storage {storage}: {source}")]
+    Store {
+        /// The storage, described without credentials.
+        storage: String,
+        /// Corium's error.
+        #[source]
+        source: StoreError,
+    },
+    /// The backend did not answer within the timeout.
+    #[error("storage {0} did not answer within the storage timeout")]
+    Timeout(String),
+}
+
+/// Registers the backends the fleet can run on (once per process; a backend
+/// a Corium node registered first stays).
+fn register_backends() {
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| {
+        let _ = corium_store_postgres::register();
+        let _ = corium_store_s3::register();
+    });
+}
+
+/// The backend configuration of `storage` with the filesystem's root under
+/// `data_dir` (as a Corium node fills it in).
+///
+/// # Errors
+/// A configuration Corium refuses.
+pub fn backend_config(storage: &Storage, data_dir: &Path) -> Result<StorageConfig, StoreError> {
+    let config = storage.config();
+    if matches!(storage, Storage::Filesystem) && config.get("root").is_none() {
+        return StorageConfig::from_value(serde_json::json!({ "root": data_dir.join("store") })).map_err(
+            |error| StoreError::InvalidBackendConfig {
+                kind: "filesystem".into(),
+                detail: error.to_string(),
+            },
+        );
+    }
+    Ok(config)
+}
+
+async fn open_once(storage: &Storage, data_dir: &Path) -> Result<Arc<dyn FullStore>, StoreError> {
+    register_backends();
+    let backend = storage_backend(storage.kind())
+        .ok_or_else(|| StoreError::BackendUnavailable(storage.kind().to_owned()))?;
+    backend.open(&backend_config(storage, data_dir)?).await
+}
+
+/// Opens `storage` (bounded by `timeout` per attempt), retrying a bounded
+/// number of times so a supervisor sees a failure that persists.
+///
+/// # Errors
+/// The last attempt's failure.
+pub async fn open(
+    storage: &Storage,
+    data_dir: &Path,
+    timeout: Duration,
+) -> Result<Arc<dyn FullStore>, OpenError> {
+    const ATTEMPTS: u32 = 8;
+    let describe = storage.describe();
+    let mut attempt = 1;
+    loop {
+        let error = match tokio::time::timeout(timeout, open_once(storage, data_dir)).await {
+            Ok(Ok(store)) => return Ok(store),
+            Ok(Err(source)) => OpenError::Store {
+                storage: describe.clone(),
+                source,
+            },
+            Err(_) => OpenError::Timeout(describe.clone()),
+        };
+        if attempt == ATTEMPTS {
+            return Err(error);
+        }
+        tracing::warn!(storage = %describe, attempt, %error, "cannot open storage; retrying");
+        tokio::time::sleep(Duration::from_millis(250) * attempt).await;
+        attempt += 1;
+    }
+}

@@ -1,0 +1,56 @@
+//! What every cell of a node is opened with: the shared store, the view
+//! kind, and the `NodeConfig` rules of the cell seam (design note 0002).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use corium_store::FullStore;
+use corium_transactor::StoreSpec;
+use corium_transactor::node::NodeConfig;
+
+use crate::view;
+
+/// Everything a node needs to open cells; shared by all of them.
+pub struct Template {
+    pub base: Arc<dyn FullStore>,
+    pub view_kind: &'static str,
+    pub data_dir: std::path::PathBuf,
+    /// `<node-id>/<incarnation>`, unique per process. Every cell's lease
+    /// owner is this prefix plus a per-process generation
+    /// (`<node-id>/<incarnation>.<n>`), so no two cells — across processes
+    /// or one after another in a process — ever hold a lease under the same
+    /// owner id: Corium re-acquires a lease at the *same* version for the
+    /// same owner, and each activation must fence everything before it.
+    pub owner_prefix: String,
+    /// The next cell generation.
+    pub generation: AtomicU64,
+    pub advertise: String,
+    pub lease_ttl_ms: i64,
+}
+
+impl Template {
+    /// Whether a lease owner is one of this process's cells.
+    #[must_use]
+    pub fn is_own(&self, owner: &str) -> bool {
+        owner
+            .strip_prefix(self.owner_prefix.as_str())
+            .is_some_and(|rest| rest.starts_with('.'))
+    }
+
+    pub(super) fn node_config(&self, db: Option<&str>, fork_targets: &view::ForkTargets) -> NodeConfig {
+        let mut config = NodeConfig::new(self.data_dir.clone());
+        config.store = StoreSpec::new(self.view_kind, view::config(&self.base, db, fork_targets));
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        config.owner = format!("{}.{generation}", self.owner_prefix);
+        config.lease_ttl_ms = self.lease_ttl_ms;
+        // Never wait for a held lease: the fleet decides when to retry.
+        config.lease_wait_ms = 0;
+        // Corium's HA standby poller never exits and would re-acquire an
+        // evicted cell's lease; the fleet does standby itself.
+        config.ha = false;
+        // GC is node-wide work over every root; a cell must not run it.
+        config.gc_interval = None;
+        config.advertise = Some(self.advertise.clone());
+        config
+    }
+}

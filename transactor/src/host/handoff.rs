@@ -1,0 +1,218 @@
+//! Handing a database to another node (admin RPC, drain on SIGTERM,
+//! rebalancing after a membership change): stop admitting, publish the
+//! indexes, drain, release, and ask the target to activate at once;
+//! meanwhile this node answers `NotOwner` naming the target.
+//! `docs/design/0005-placement-and-handoff.md` has the protocol.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use corium_fleet_common::placement::Member;
+use corium_fleet_proto::fleet::HandoffResponse;
+use corium_fleet_wire::not_owner;
+use futures::StreamExt as _;
+use tonic::Status;
+
+use super::{Host, now_unix_ms};
+
+/// Databases handed off at once during a drain.
+const DRAIN_PARALLELISM: usize = 16;
+/// How often a handoff asks its target again when the target still saw
+/// this node's released lease (a late renewal; see `hand`).
+const RELEASE_RACE_RETRIES: usize = 5;
+
+impl Host {
+    /// The node a database is being handed to, while the handoff runs.
+    pub(super) fn handoff_target(&self, db: &str) -> Option<Member> {
+        self.handing_off
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(db)
+            .cloned()
+    }
+
+    /// Hands `db`, owned here, to the live candidate `target`.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for this node as target, `FAILED_PRECONDITION`
+    /// for a target that is not a live candidate, a typed `NotOwner` when
+    /// this node does not hold the lease — in each case nothing changes —
+    /// and `ABORTED` when the lease was released but the target did not
+    /// activate (the database is then cold and activates on its next
+    /// request).
+    pub async fn handoff(self: &Arc<Self>, db: &str, target: &str) -> Result<HandoffResponse, Status> {
+        if self.cell(db).is_none() {
+            // Not held here: name the holder so the caller can ask it.
+            let view = self.read_root(db).await?;
+            if !view.exists {
+                return Err(Status::not_found(format!("unknown database {db:?}")));
+            }
+            return Err(self.not_owner(db, view.live_owner(now_unix_ms())).into());
+        }
+        if target == self.config.node_id {
+            return Err(Status::invalid_argument(format!(
+                "{target:?} already owns {db:?}; hand it to another candidate"
+            )));
+        }
+        let candidates = self.candidates(db);
+        let Some(member) = candidates.iter().find(|member| member.node_id == target).cloned() else {
+            let names: Vec<&str> = candidates.iter().map(|member| member.node_id.as_str()).collect();
+            return Err(Status::failed_precondition(format!(
+                "{target:?} is not a live candidate for {db:?} (candidates: {})",
+                names.join(", ")
+            )));
+        };
+        self.hand(db, member, "admin").await
+    }
+
+    /// The handoff itself, once the target is chosen.
+    async fn hand(
+        self: &Arc<Self>,
+        db: &str,
+        target: Member,
+        reason: &'static str,
+    ) -> Result<HandoffResponse, Status> {
+        let lock = self.activation_lock(db);
+        let _guard = lock.lock().await;
+        let Some(cell) = self.cell(db) else {
+            let view = self.read_root(db).await?;
+            return Err(self.not_owner(db, view.live_owner(now_unix_ms())).into());
+        };
+        // Publish the indexes first, while still serving: the target then
+        // recovers from a fresh index instead of replaying the whole log
+        // tail, which is most of a handoff's unavailability on storage
+        // where the log is one root per record.
+        self.publish_indexes(&cell).await;
+        let started = Instant::now();
+        self.handing_off
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(db.to_owned(), target.clone());
+        let closing = self.closing_guard(db);
+        self.remove(&cell);
+        let drained = cell
+            .evict(&self.base, self.config.drain_timeout, self.rerelease_window())
+            .await;
+        drop(closing);
+        self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+        let mut activated = self.peers.activate(&target.endpoint, db).await;
+        for _ in 0..RELEASE_RACE_RETRIES {
+            // The target still saw this node's lease: a renewal in flight
+            // re-extended it after the release (the race `cell::rerelease`
+            // clears within its next pass, ~100 ms). Ask again shortly.
+            let ours = activated
+                .as_ref()
+                .err()
+                .and_then(not_owner::from_status)
+                .is_some_and(|detail| {
+                    detail.owner_id == self.config.node_id && detail.lease_version == cell.lease_version
+                });
+            if !ours {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            activated = self.peers.activate(&target.endpoint, db).await;
+        }
+        self.handing_off
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(db);
+        let elapsed = started.elapsed();
+        match activated {
+            Ok(answer) => {
+                self.metrics.handoffs.fetch_add(1, Ordering::Relaxed);
+                self.metrics.handoff_seconds.observe(elapsed);
+                tracing::info!(
+                    db,
+                    to = %target.node_id,
+                    from_version = cell.lease_version,
+                    lease_version = answer.lease_version,
+                    reason,
+                    drained,
+                    unavailable_ms = elapsed.as_millis(),
+                    "database handed off"
+                );
+                Ok(HandoffResponse {
+                    database: db.to_owned(),
+                    from_node_id: self.config.node_id.clone(),
+                    to_node_id: target.node_id.clone(),
+                    lease_version: answer.lease_version,
+                    unavailable_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                    drained,
+                })
+            }
+            Err(status) => {
+                self.metrics.handoff_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(db, to = %target.node_id, reason, error = status.message(), "handoff target did not activate; the database is cold");
+                Err(Status::aborted(format!(
+                    "released {db:?} but {} did not activate it ({}: {}); it activates on its next request",
+                    target.node_id,
+                    status.code(),
+                    status.message()
+                )))
+            }
+        }
+    }
+
+    /// Hands `db` to the first of `targets` that activates it; when the
+    /// first does not, the lease is already released and the others are
+    /// asked in turn. A database nobody takes stays released (cold) and
+    /// activates on a candidate at its next request.
+    pub(super) async fn hand_to_first(
+        self: &Arc<Self>,
+        db: &str,
+        targets: Vec<Member>,
+        reason: &'static str,
+    ) {
+        let mut targets = targets.into_iter();
+        let Some(first) = targets.next() else { return };
+        match self.hand(db, first, reason).await {
+            Err(status) if status.code() == tonic::Code::Aborted => {}
+            _ => return,
+        }
+        for target in targets {
+            match self.peers.activate(&target.endpoint, db).await {
+                Ok(answer) => {
+                    self.metrics.handoffs.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(db, to = %target.node_id, lease_version = answer.lease_version, reason, "database handed off to a later candidate");
+                    return;
+                }
+                Err(status) => {
+                    tracing::warn!(db, to = %target.node_id, error = status.message(), "candidate did not activate");
+                }
+            }
+        }
+    }
+
+    /// Shutdown (drain): stop activating, then hand each owned database to
+    /// its next live candidate (release, then that candidate acquires at
+    /// once), so no database waits out a TTL. A database no successor takes
+    /// is left released: its next request activates it on a candidate.
+    pub async fn release_all(self: &Arc<Self>) {
+        self.stopping.store(true, Ordering::Release);
+        let cells = self.cells();
+        let started = Instant::now();
+        let count = cells.len();
+        futures::stream::iter(cells)
+            .map(|cell| {
+                let host = Arc::clone(self);
+                async move {
+                    let successors = host.successors(&cell.db);
+                    if successors.is_empty() {
+                        host.evict(&cell).await;
+                    } else {
+                        host.hand_to_first(&cell.db, successors, "drain").await;
+                    }
+                }
+            })
+            .buffer_unordered(DRAIN_PARALLELISM)
+            .collect::<Vec<()>>()
+            .await;
+        tracing::info!(
+            databases = count,
+            elapsed_ms = started.elapsed().as_millis(),
+            "drain finished"
+        );
+    }
+}

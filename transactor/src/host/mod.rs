@@ -1,0 +1,254 @@
+//! The host: every cell of one node, and what decides and changes who
+//! serves each database.
+//!
+//! Layout:
+//! - this file — the cells, placement as this node sees it, closing marks;
+//! - [`ownership`] — the decision before every owner-dependent call;
+//! - [`refusal`] — its typed "no", mapped to a status at the service edge;
+//! - [`activation`] — opening a cell (acquire + recover);
+//! - [`lifecycle`] — a cell's monitor, eviction, reset;
+//! - [`handoff`] — moving a database to another node, and the drain.
+
+mod activation;
+mod handoff;
+mod lifecycle;
+mod ownership;
+mod refusal;
+
+pub use refusal::Refusal;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use corium_fleet_common::placement::Member;
+use corium_fleet_common::placement_map;
+use corium_fleet_wire::not_owner::Candidate;
+use corium_store::FullStore;
+
+use crate::cell::{Cell, Template};
+use crate::config::Config;
+use crate::counting::{CountingStore, RootOps};
+use crate::metrics::Metrics;
+use crate::peer::Peers;
+
+pub use corium_fleet_common::owner::{node_of, now_unix_ms};
+
+pub use corium_fleet_store::RootView;
+
+/// All cells of one node.
+pub struct Host {
+    pub config: Config,
+    pub template: Template,
+    pub base: Arc<dyn FullStore>,
+    pub metrics: Arc<Metrics>,
+    pub incarnation: String,
+    /// Placement members: the static `--member` list, or the live node
+    /// registry, refreshed in the background.
+    pub members: corium_fleet_store::registry::Members,
+    /// The operator's placement map (empty without `--placement-map`).
+    pub map: placement_map::Watched,
+    /// How this node asks a peer to activate (handoff, drain).
+    pub peers: Peers,
+    /// Root operations per database (`/debug/root-ops`).
+    pub root_ops: Arc<CountingStore>,
+    /// Databases being handed off, and to whom: requests for them are
+    /// answered with a `NotOwner` naming the target until it serves.
+    handing_off: Mutex<HashMap<String, Member>>,
+    /// Databases whose cell is draining and releasing (eviction, handoff,
+    /// shutdown): not served, not re-activated, until the release is done.
+    closing: Mutex<std::collections::HashSet<String>>,
+    /// Signalled whenever a cell is installed or removed, so the registry
+    /// record's owned list (what candidates watch) is republished soon.
+    pub owned_changed: Arc<tokio::sync::Notify>,
+    cells: Mutex<HashMap<String, Arc<Cell>>>,
+    /// One activation at a time per database on this node.
+    activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Set once shutdown begins: no new activations.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Told of every commit under a request id (the test seam; `None` in
+    /// production).
+    pub after_commit: Option<crate::seams::CommitObserver>,
+}
+
+impl Host {
+    #[must_use]
+    pub fn new(
+        config: Config,
+        template: Template,
+        root_ops: Arc<CountingStore>,
+        map: placement_map::Map,
+        peers: Peers,
+        incarnation: String,
+        after_commit: Option<crate::seams::CommitObserver>,
+    ) -> Arc<Self> {
+        let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
+        Arc::new(Self {
+            members: corium_fleet_store::registry::Members::new(config.members.clone()),
+            map: placement_map::Watched::new(map),
+            peers,
+            root_ops,
+            handing_off: Mutex::new(HashMap::new()),
+            closing: Mutex::new(std::collections::HashSet::new()),
+            owned_changed: Arc::new(tokio::sync::Notify::new()),
+            config,
+            template,
+            base,
+            metrics: Arc::new(Metrics::default()),
+            incarnation,
+            cells: Mutex::new(HashMap::new()),
+            activating: Mutex::new(HashMap::new()),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            after_commit,
+        })
+    }
+
+    /// The live cell for `db`, if this node hosts it.
+    #[must_use]
+    pub fn cell(&self, db: &str) -> Option<Arc<Cell>> {
+        self.cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(db)
+            .cloned()
+    }
+
+    /// Every live cell.
+    #[must_use]
+    pub fn cells(&self) -> Vec<Arc<Cell>> {
+        self.cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Ranked candidates of `db` over the live members (the placement map
+    /// first, else rendezvous).
+    #[must_use]
+    pub fn candidates(&self, db: &str) -> Vec<Member> {
+        placement_map::candidates(db, &self.members.get(), self.config.replicas, &self.map.get())
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// The candidates `db` will have once this node has left: where a drain
+    /// hands it.
+    #[must_use]
+    pub fn successors(&self, db: &str) -> Vec<Member> {
+        let others: Vec<Member> = self
+            .members
+            .get()
+            .iter()
+            .filter(|member| member.node_id != self.config.node_id)
+            .cloned()
+            .collect();
+        placement_map::candidates(db, &others, self.config.replicas, &self.map.get())
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// This node's rank among the candidates of `db`.
+    #[must_use]
+    pub fn rank(&self, db: &str) -> Option<usize> {
+        self.candidates(db)
+            .iter()
+            .position(|member| member.node_id == self.config.node_id)
+    }
+
+    /// Root operations per database since start.
+    #[must_use]
+    pub fn root_ops(&self) -> std::collections::BTreeMap<String, RootOps> {
+        self.root_ops.snapshot()
+    }
+
+    /// Ranked candidates of `db` as the wire type; while this node shuts
+    /// down, the candidates it leaves behind.
+    #[must_use]
+    pub fn candidate_list(&self, db: &str) -> Vec<Candidate> {
+        let candidates = if self.is_stopping() {
+            self.successors(db)
+        } else {
+            self.candidates(db)
+        };
+        candidates
+            .iter()
+            .enumerate()
+            .map(|(rank, member)| Candidate {
+                node_id: member.node_id.clone(),
+                zone: member.zone.clone(),
+                endpoint: member.endpoint.clone(),
+                rank: u32::try_from(rank).unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    /// Registers a freshly opened cell and starts its monitor.
+    pub fn install(self: &Arc<Self>, cell: Arc<Cell>) {
+        self.cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(cell.db.clone(), Arc::clone(&cell));
+        self.owned_changed.notify_one();
+        tokio::spawn(Arc::clone(self).monitor(cell));
+    }
+
+    /// Removes `cell` if it is still the registered one.
+    pub(super) fn remove(&self, cell: &Arc<Cell>) {
+        let mut cells = self
+            .cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cells
+            .get(&cell.db)
+            .is_some_and(|current| Arc::ptr_eq(current, cell))
+        {
+            cells.remove(&cell.db);
+            self.owned_changed.notify_one();
+        }
+    }
+
+    pub(super) fn is_closing(&self, db: &str) -> bool {
+        self.closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(db)
+    }
+
+    /// Marks `db` closing until the guard drops.
+    pub(super) fn closing_guard(&self, db: &str) -> Closing<'_> {
+        self.closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(db.to_owned());
+        Closing {
+            host: self,
+            db: db.to_owned(),
+        }
+    }
+
+    /// Whether shutdown has begun.
+    #[must_use]
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+/// Clears a database's closing mark when dropped.
+pub(super) struct Closing<'a> {
+    host: &'a Host,
+    db: String,
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.host
+            .closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.db);
+    }
+}

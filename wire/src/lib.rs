@@ -1,0 +1,16 @@
+//! Corium Fleet's wire conventions beside the `corium.v1` protocol: what a
+//! client or a server needs to speak to the fleet, with no server stack.
+//!
+//! Layout:
+//! - [`metadata`] — the fleet's gRPC metadata keys and their parsing;
+//! - [`detail`] — typed status details (`google.rpc.Status` in `grpc-status-details-bin`);
+//! - [`not_owner`] — the one encoder/decoder of the typed `NotOwner` detail;
+//! - [`outcome`] — the typed `OutcomeUnknown` detail (a write that may have
+//!   committed) and the stock clients' resend rule it is built against;
+//! - [`kind`] — the coarse error kind that tells a caller what to do.
+
+pub mod detail;
+pub mod kind;
+pub mod metadata;
+pub mod not_owner;
+pub mod outcome;
