@@ -9,11 +9,11 @@ use corium_protocol::pb::transactor_client::TransactorClient;
 
 /// How the load's requests are sent.
 #[derive(Clone, Copy, Debug)]
-pub struct Shape {
-    pub concurrency: usize,
-    pub requests: usize,
+pub(crate) struct Shape {
+    pub(crate) concurrency: usize,
+    pub(crate) requests: usize,
     /// Send a fresh `corium-request-id` with each transaction.
-    pub request_ids: bool,
+    pub(crate) request_ids: bool,
 }
 
 /// Runs the load against `db` at `endpoint`; returns every latency and the
@@ -21,7 +21,7 @@ pub struct Shape {
 ///
 /// # Errors
 /// The first failed request.
-pub async fn transact(
+pub(crate) async fn transact(
     endpoint: &str,
     db: &str,
     prefix: &str,

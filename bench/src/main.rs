@@ -11,7 +11,7 @@
 //!   nodes against one stock `corium transactor` (filesystem store).
 //!
 //! The ingress-vs-HAProxy/Envoy comparison is `scripts/bench/proxies.sh`.
-//! `make bench` runs everything (release build, PostgreSQL on loopback).
+//! `make bench` runs everything (release build, `PostgreSQL` on loopback).
 
 mod load;
 mod scenario;
@@ -22,6 +22,9 @@ use std::path::PathBuf;
 use clap::Parser;
 use corium_fleet_tests::Backend;
 
+/// The JSON report: one entry per scenario and backend.
+type Report = serde_json::Map<String, serde_json::Value>;
+
 #[derive(Parser)]
 #[command(
     name = "corium-fleet-bench",
@@ -31,7 +34,7 @@ struct Args {
     /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
-    /// PostgreSQL server URL (a fresh database is made per scenario); without
+    /// `PostgreSQL` server URL (a fresh database is made per scenario); without
     /// it only the filesystem store is measured.
     #[arg(long, env = "CORIUM_FLEET_TEST_PG_URL")]
     postgres: Option<String>,
@@ -52,7 +55,7 @@ struct Args {
     out: PathBuf,
 }
 
-/// The backends to measure; PostgreSQL gets a fresh database per scenario.
+/// The backends to measure; `PostgreSQL` gets a fresh database per scenario.
 fn backends(postgres: Option<&str>) -> Vec<Option<&str>> {
     let mut all = vec![None];
     if let Some(url) = postgres {
@@ -74,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
         args.databases = args.databases.min(60);
     }
     let wants = |name: &str| args.scenarios.iter().any(|s| s == name || s == "all");
-    let mut report = serde_json::Map::new();
+    let mut report = Report::new();
     report.insert("load_at_start".into(), stats::load().into());
     for server in backends(args.postgres.as_deref()) {
         let label = if server.is_some() {
@@ -83,176 +86,237 @@ async fn main() -> anyhow::Result<()> {
             "filesystem"
         };
         if wants("real-path") {
-            let result = scenario::real_path::run(backend(server), args.rounds, args.requests).await?;
-            println!(
-                "\n== real path ({label}): Transact, {} requests × {} rounds, median (min–max) ==",
-                args.requests, args.rounds
-            );
-            println!(
-                "{:<4} {:<11} {:>22} {:>22} {:>22}",
-                "c", "path", "p50 µs", "p99 µs", "tx/s"
-            );
-            for row in &result.rows {
-                println!(
-                    "{:<4} {:<11} {:>22} {:>22} {:>22}",
-                    row.concurrency,
-                    row.path,
-                    row.p50_us.to_string(),
-                    row.p99_us.to_string(),
-                    row.per_second.to_string()
-                );
-            }
-            for c in [1, 16] {
-                let find = |path: &str| {
-                    result
-                        .rows
-                        .iter()
-                        .find(|row| row.concurrency == c && row.path == path)
-                        .map(|row| row.p50_us.median)
-                };
-                if let (Some(direct), Some(ingress), Some(direct_id), Some(ingress_id)) = (
-                    find("direct"),
-                    find("ingress"),
-                    find("direct+id"),
-                    find("ingress+id"),
-                ) {
-                    println!(
-                        "c={c}: ingress/direct p50 {:.2}×; request id cost at p50: direct {:+.1} %, ingress {:+.1} %",
-                        ingress / direct,
-                        (direct_id / direct - 1.0) * 100.0,
-                        (ingress_id / ingress - 1.0) * 100.0
-                    );
-                }
-            }
-            println!(
-                "one-hop share {:.4}, owner-cache hit rate {:.4}, load {}",
-                result.one_hop_share, result.owner_cache_hit_rate, result.load
-            );
-            report.insert(format!("real_path_{label}"), serde_json::to_value(&result)?);
+            real_path(&args, server, label, &mut report).await?;
         }
         if wants("failover") {
-            let result = scenario::failover::run(backend(server), args.rounds).await?;
-            println!(
-                "\n== failover ({label}), lease TTL {} ms, {} repetitions, median (min–max) ms ==",
-                result.lease_ttl_ms, args.rounds
-            );
-            println!(
-                "SIGKILL → first commit through the ingress  {}",
-                result.sigkill_to_commit_ms
-            );
-            println!(
-                "handoff, owner-reported unavailability     {}",
-                result.handoff_reported_ms
-            );
-            println!(
-                "handoff, longest client gap                {}",
-                result.handoff_client_gap_ms
-            );
-            println!(
-                "SIGTERM drain, longest client gap          {}",
-                result.drain_client_gap_ms
-            );
-            println!(
-                "no event, longest client gap (baseline)    {}",
-                result.quiet_client_gap_ms
-            );
-            println!("load {}", result.load);
-            report.insert(format!("failover_{label}"), serde_json::to_value(&result)?);
+            failover(&args, server, label, &mut report).await?;
         }
         if wants("owner-cache") {
-            let result = scenario::owner_cache::run(backend(server), args.rounds).await?;
-            let share =
-                |spread: stats::Spread| format!("{:.4} ({:.4}–{:.4})", spread.median, spread.min, spread.max);
-            println!(
-                "\n== owner cache ({label}): {} databases through one ingress, 3 s per phase, {} rounds, median (min–max) ==",
-                result.databases, args.rounds
-            );
-            println!(
-                "hit rate, owners steady                   {}",
-                share(result.steady_hit_rate)
-            );
-            println!(
-                "hit rate, an owner moving every 250 ms    {}  ({} handoffs, {} stale entries found, one-hop share {}, {} errors in {} requests)",
-                share(result.churn_hit_rate),
-                result.churn_handoffs,
-                result.churn_stale,
-                share(result.churn_one_hop_share),
-                result.churn_errors,
-                result.churn_requests
-            );
-            println!(
-                "storage reads for a burst of {} requests to an unseen database: {}",
-                result.burst_requests, result.burst_storage_reads
-            );
-            println!("load {}", result.load);
-            report.insert(format!("owner_cache_{label}"), serde_json::to_value(&result)?);
+            owner_cache(&args, server, label, &mut report).await?;
         }
         if wants("activation") {
-            let result = scenario::activation::run(backend(server), args.databases, 10).await?;
-            println!(
-                "\n== activation ({label}): {} databases, {} active ==",
-                result.databases, result.active
-            );
-            println!(
-                "cold request p50 {:.0} µs p99 {:.0} µs; hot request p50 {:.0} µs p99 {:.0} µs",
-                result.cold_request.p50_us,
-                result.cold_request.p99_us,
-                result.hot_request.p50_us,
-                result.hot_request.p99_us
-            );
-            println!(
-                "RSS per hot database {:.0} KiB; left per evicted database {:.0} KiB",
-                result.rss_per_hot_db_kib, result.rss_per_cold_db_kib
-            );
-            println!(
-                "root ops/s: idle {:.1}, with {} active {:.1} (on the active ones {:.1})",
-                result.root_ops_per_s_idle,
-                result.active,
-                result.root_ops_per_s_active,
-                result.root_ops_per_s_on_active
-            );
-            println!("load {}", result.load);
-            report.insert(format!("activation_{label}"), serde_json::to_value(&result)?);
+            activation(&args, server, label, &mut report).await?;
         }
         if wants("recovery") {
-            let lengths: &[usize] = if args.quick {
-                &[0, 200]
-            } else {
-                &[0, 1000, 4000, 16000]
-            };
-            let points = scenario::recovery::run(backend(server), lengths, args.rounds).await?;
-            println!("\n== recovery ({label}): handoff unavailability against history length ==");
-            for point in &points {
-                let ms: Vec<f64> = point.handoff_ms.iter().map(|ms| *ms as f64).collect();
-                println!(
-                    "{:>6} transactions: {} ms",
-                    point.transactions,
-                    stats::spread(&ms)
-                );
-            }
-            report.insert(format!("recovery_{label}"), serde_json::to_value(&points)?);
+            recovery(&args, server, label, &mut report).await?;
         }
     }
     if wants("scaling") {
-        let per_client = if args.quick { 50 } else { 300 };
-        let rows = scenario::scaling::run(12, args.rounds, per_client).await?;
-        println!("\n== scaling (filesystem): 12 databases, 16 clients, {per_client} transactions each ==");
-        let stock = rows.first().map_or(1.0, |row| row.transactions_per_second.median);
-        for row in &rows {
-            println!(
-                "{:<28} {:>22} tx/s  {:.2}× stock  (load {})",
-                row.target,
-                row.transactions_per_second.to_string(),
-                row.transactions_per_second.median / stock,
-                row.load
-            );
-        }
-        report.insert("scaling_filesystem".into(), serde_json::to_value(&rows)?);
+        scaling(&args, &mut report).await?;
     }
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&args.out, serde_json::to_string_pretty(&report)?)?;
     println!("\nwrote {}", args.out.display());
+    Ok(())
+}
+
+/// `real-path`: `Transact` direct to the owner and through the ingress,
+/// with and without request ids. Prints the table and adds the figures to
+/// `report`.
+async fn real_path(
+    args: &Args,
+    server: Option<&str>,
+    label: &str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let result = scenario::real_path::run(backend(server), args.rounds, args.requests).await?;
+    println!(
+        "\n== real path ({label}): Transact, {} requests × {} rounds, median (min–max) ==",
+        args.requests, args.rounds
+    );
+    println!(
+        "{:<4} {:<11} {:>22} {:>22} {:>22}",
+        "c", "path", "p50 µs", "p99 µs", "tx/s"
+    );
+    for row in &result.rows {
+        println!(
+            "{:<4} {:<11} {:>22} {:>22} {:>22}",
+            row.concurrency,
+            row.path,
+            row.p50_us.to_string(),
+            row.p99_us.to_string(),
+            row.per_second.to_string()
+        );
+    }
+    for c in [1, 16] {
+        let find = |path: &str| {
+            result
+                .rows
+                .iter()
+                .find(|row| row.concurrency == c && row.path == path)
+                .map(|row| row.p50_us.median)
+        };
+        if let (Some(direct), Some(ingress), Some(direct_id), Some(ingress_id)) = (
+            find("direct"),
+            find("ingress"),
+            find("direct+id"),
+            find("ingress+id"),
+        ) {
+            println!(
+                "c={c}: ingress/direct p50 {:.2}×; request id cost at p50: direct {:+.1} %, ingress {:+.1} %",
+                ingress / direct,
+                (direct_id / direct - 1.0) * 100.0,
+                (ingress_id / ingress - 1.0) * 100.0
+            );
+        }
+    }
+    println!(
+        "one-hop share {:.4}, owner-cache hit rate {:.4}, load {}",
+        result.one_hop_share, result.owner_cache_hit_rate, result.load
+    );
+    report.insert(format!("real_path_{label}"), serde_json::to_value(&result)?);
+    Ok(())
+}
+
+/// `failover`: SIGKILL → first commit, and the write gaps of a handoff and
+/// a drain. Prints the table and adds the figures to `report`.
+async fn failover(args: &Args, server: Option<&str>, label: &str, report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::failover::run(backend(server), args.rounds).await?;
+    println!(
+        "\n== failover ({label}), lease TTL {} ms, {} repetitions, median (min–max) ms ==",
+        result.lease_ttl_ms, args.rounds
+    );
+    println!(
+        "SIGKILL → first commit through the ingress  {}",
+        result.sigkill_to_commit_ms
+    );
+    println!(
+        "handoff, owner-reported unavailability     {}",
+        result.handoff_reported_ms
+    );
+    println!(
+        "handoff, longest client gap                {}",
+        result.handoff_client_gap_ms
+    );
+    println!(
+        "SIGTERM drain, longest client gap          {}",
+        result.drain_client_gap_ms
+    );
+    println!(
+        "no event, longest client gap (baseline)    {}",
+        result.quiet_client_gap_ms
+    );
+    println!("load {}", result.load);
+    report.insert(format!("failover_{label}"), serde_json::to_value(&result)?);
+    Ok(())
+}
+
+/// `owner-cache`: the ingress's owner cache, its hit rate steady and under
+/// churn, and the storage reads of a cold burst. Prints the table and adds
+/// the figures to `report`.
+async fn owner_cache(
+    args: &Args,
+    server: Option<&str>,
+    label: &str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let result = scenario::owner_cache::run(backend(server), args.rounds).await?;
+    let share = |spread: stats::Spread| format!("{:.4} ({:.4}–{:.4})", spread.median, spread.min, spread.max);
+    println!(
+        "\n== owner cache ({label}): {} databases through one ingress, 3 s per phase, {} rounds, median (min–max) ==",
+        result.databases, args.rounds
+    );
+    println!(
+        "hit rate, owners steady                   {}",
+        share(result.steady_hit_rate)
+    );
+    println!(
+        "hit rate, an owner moving every 250 ms    {}  ({} handoffs, {} stale entries found, one-hop share {}, {} errors in {} requests)",
+        share(result.churn_hit_rate),
+        result.churn_handoffs,
+        result.churn_stale,
+        share(result.churn_one_hop_share),
+        result.churn_errors,
+        result.churn_requests
+    );
+    println!(
+        "storage reads for a burst of {} requests to an unseen database: {}",
+        result.burst_requests, result.burst_storage_reads
+    );
+    println!("load {}", result.load);
+    report.insert(format!("owner_cache_{label}"), serde_json::to_value(&result)?);
+    Ok(())
+}
+
+/// `activation`: cold and hot requests, memory per database, root-store
+/// operations. Prints the table and adds the figures to `report`.
+async fn activation(
+    args: &Args,
+    server: Option<&str>,
+    label: &str,
+    report: &mut Report,
+) -> anyhow::Result<()> {
+    let result = scenario::activation::run(backend(server), args.databases, 10).await?;
+    println!(
+        "\n== activation ({label}): {} databases, {} active ==",
+        result.databases, result.active
+    );
+    println!(
+        "cold request p50 {:.0} µs p99 {:.0} µs; hot request p50 {:.0} µs p99 {:.0} µs",
+        result.cold_request.p50_us,
+        result.cold_request.p99_us,
+        result.hot_request.p50_us,
+        result.hot_request.p99_us
+    );
+    println!(
+        "RSS per hot database {:.0} KiB; left per evicted database {:.0} KiB",
+        result.rss_per_hot_db_kib, result.rss_per_cold_db_kib
+    );
+    println!(
+        "root ops/s: idle {:.1}, with {} active {:.1} (on the active ones {:.1})",
+        result.root_ops_per_s_idle,
+        result.active,
+        result.root_ops_per_s_active,
+        result.root_ops_per_s_on_active
+    );
+    println!("load {}", result.load);
+    report.insert(format!("activation_{label}"), serde_json::to_value(&result)?);
+    Ok(())
+}
+
+/// `recovery`: handoff unavailability against a database's history length.
+/// Prints the table and adds the figures to `report`.
+async fn recovery(args: &Args, server: Option<&str>, label: &str, report: &mut Report) -> anyhow::Result<()> {
+    let lengths: &[usize] = if args.quick {
+        &[0, 200]
+    } else {
+        &[0, 1000, 4000, 16000]
+    };
+    let points = scenario::recovery::run(backend(server), lengths, args.rounds).await?;
+    println!("\n== recovery ({label}): handoff unavailability against history length ==");
+    for point in &points {
+        // Milliseconds of one handoff: far inside f64's exact integers (2^53).
+        #[allow(clippy::cast_precision_loss)]
+        let ms: Vec<f64> = point.handoff_ms.iter().map(|ms| *ms as f64).collect();
+        println!(
+            "{:>6} transactions: {} ms",
+            point.transactions,
+            stats::spread(&ms)
+        );
+    }
+    report.insert(format!("recovery_{label}"), serde_json::to_value(&points)?);
+    Ok(())
+}
+
+/// `scaling`: aggregate throughput of 1–3 nodes against one stock `corium
+/// transactor` (filesystem store). Prints the table and adds the figures to
+/// `report`.
+async fn scaling(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let per_client = if args.quick { 50 } else { 300 };
+    let rows = scenario::scaling::run(12, args.rounds, per_client).await?;
+    println!("\n== scaling (filesystem): 12 databases, 16 clients, {per_client} transactions each ==");
+    let stock = rows.first().map_or(1.0, |row| row.transactions_per_second.median);
+    for row in &rows {
+        println!(
+            "{:<28} {:>22} tx/s  {:.2}× stock  (load {})",
+            row.target,
+            row.transactions_per_second.to_string(),
+            row.transactions_per_second.median / stock,
+            row.load
+        );
+    }
+    report.insert("scaling_filesystem".into(), serde_json::to_value(&rows)?);
     Ok(())
 }

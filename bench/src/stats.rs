@@ -6,16 +6,16 @@ use serde::Serialize;
 
 /// Latency percentiles of one round, in microseconds.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Latency {
-    pub p50_us: f64,
-    pub p99_us: f64,
-    pub requests: usize,
-    pub per_second: f64,
+pub(crate) struct Latency {
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    pub(crate) requests: usize,
+    pub(crate) per_second: f64,
 }
 
 /// The `q` quantile (0..=1) of sorted samples, nearest rank.
 #[must_use]
-pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
+pub(crate) fn quantile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -30,7 +30,7 @@ pub fn quantile(sorted: &[Duration], q: f64) -> Duration {
 
 /// Summarises one round of request latencies over `elapsed`.
 #[must_use]
-pub fn latency(mut samples: Vec<Duration>, elapsed: Duration) -> Latency {
+pub(crate) fn latency(mut samples: Vec<Duration>, elapsed: Duration) -> Latency {
     samples.sort();
     #[allow(clippy::cast_precision_loss)]
     let per_second = samples.len() as f64 / elapsed.as_secs_f64().max(1e-9);
@@ -44,15 +44,15 @@ pub fn latency(mut samples: Vec<Duration>, elapsed: Duration) -> Latency {
 
 /// Median and range of repeated figures.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Spread {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
+pub(crate) struct Spread {
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
 }
 
 /// The median and range of `values`.
 #[must_use]
-pub fn spread(values: &[f64]) -> Spread {
+pub(crate) fn spread(values: &[f64]) -> Spread {
     if values.is_empty() {
         return Spread::default();
     }
@@ -79,7 +79,7 @@ impl std::fmt::Display for Spread {
 
 /// The machine's load average, as `/proc/loadavg` reports it.
 #[must_use]
-pub fn load() -> String {
+pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|text| text.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
@@ -87,7 +87,7 @@ pub fn load() -> String {
 
 /// A process's resident set in KiB.
 #[must_use]
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|text| {

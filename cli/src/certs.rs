@@ -16,21 +16,22 @@ use rcgen::{
     KeyPair, KeyUsagePurpose, SanType,
 };
 
+/// `corium-fleet certs` flags: where to write, and for which names.
 #[derive(clap::Args, Clone)]
-pub struct CertsArgs {
+pub(crate) struct CertsArgs {
     /// Directory to write the CA and certificates into.
     #[arg(long, default_value = ".corium-fleet/certs")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Transactor node names (repeatable).
     #[arg(long = "node", default_values = ["node-1", "node-2", "node-3"])]
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Ingress names (repeatable); transactors trust `corium-principal` only
     /// from a peer whose certificate carries one of these names.
     #[arg(long = "ingress", default_values = ["corium-fleet-ingress"])]
-    pub ingresses: Vec<String>,
+    pub(crate) ingresses: Vec<String>,
     /// Replace certificates already in the directory.
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
 }
 
 fn write(dir: &Path, name: &str, contents: &str) -> anyhow::Result<()> {
@@ -62,7 +63,7 @@ fn leaf(name: &str, issuer: &Issuer<'_, KeyPair>, dir: &Path) -> anyhow::Result<
 
 /// Whether `dir` already holds a complete set for these names.
 #[must_use]
-pub fn complete(args: &CertsArgs) -> bool {
+pub(crate) fn complete(args: &CertsArgs) -> bool {
     let names = args.nodes.iter().chain(&args.ingresses);
     args.out.join("ca.pem").exists()
         && names.clone().all(|name| {
@@ -74,7 +75,7 @@ pub fn complete(args: &CertsArgs) -> bool {
 ///
 /// # Errors
 /// Files exist (without `--force`), or cannot be written.
-pub fn generate(args: &CertsArgs) -> anyhow::Result<()> {
+pub(crate) fn generate(args: &CertsArgs) -> anyhow::Result<()> {
     if args.out.join("ca.pem").exists() && !args.force {
         bail!(
             "{} already holds a fleet CA; pass --force to replace every certificate in it",
@@ -102,7 +103,11 @@ pub fn generate(args: &CertsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(args: &CertsArgs) -> anyhow::Result<()> {
+/// Runs `corium-fleet certs`: generates, then says what was written.
+///
+/// # Errors
+/// As [`generate`].
+pub(crate) fn run(args: &CertsArgs) -> anyhow::Result<()> {
     generate(args)?;
     println!(
         "corium-fleet: wrote a development CA and certificates for {} node(s) and {} ingress(es) to {}",

@@ -10,10 +10,14 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use corium_fleet_common::launch;
+use corium_fleet_common::placement::Member;
 use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
 
+/// `corium-fleet dev` flags: the shape of the local fleet.
 #[derive(clap::Args)]
-pub struct DevArgs {
+pub(crate) struct DevArgs {
     /// Where the fleet keeps its data (store, logs, node logs).
     #[arg(long, default_value = ".corium-fleet")]
     data_dir: PathBuf,
@@ -58,25 +62,6 @@ struct Node {
     child: Child,
 }
 
-async fn ready(admin: u16) -> bool {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", admin)).await.ok()?;
-        stream
-            .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.ok()?;
-        Some(answer.starts_with(b"HTTP/1.1 200"))
-    };
-    tokio::time::timeout(Duration::from_secs(2), attempt)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
-}
-
 async fn stop(nodes: &mut [Node]) {
     for node in nodes.iter() {
         if let Some(pid) = node.child.id() {
@@ -95,70 +80,33 @@ async fn stop(nodes: &mut [Node]) {
     }
 }
 
+/// The local fleet's members: `node-N` in `zone-X`, on the given gRPC ports.
+fn members(args: &DevArgs, ports: &[(u16, u16)]) -> Vec<Member> {
+    let scheme = if args.plaintext { "http" } else { "https" };
+    ports
+        .iter()
+        .enumerate()
+        .map(|(index, (grpc, _))| Member {
+            node_id: format!("node-{}", index + 1),
+            zone: format!("zone-{}", char::from(b'a' + u8::try_from(index).unwrap_or(0))),
+            weight: 1,
+            endpoint: format!("{scheme}://127.0.0.1:{grpc}"),
+        })
+        .collect()
+}
+
+/// Starts `binary` with `command_line`, logging to `logs/ID.log`, killed if the CLI
+/// dies.
 fn spawn(
-    args: &DevArgs,
     binary: &Path,
-    index: u16,
-    ports: &[(u16, u16)],
-    logs: &Path,
-) -> anyhow::Result<Node> {
-    let id = format!("node-{}", index + 1);
-    let (grpc, admin) = ports[usize::from(index)];
-    let zone = format!("zone-{}", char::from(b'a' + u8::try_from(index).unwrap_or(0)));
-    let mut command = Command::new(binary);
-    command
-        .arg("--node-id")
-        .arg(&id)
-        .arg("--zone")
-        .arg(&zone)
-        .arg("--lease-ttl-ms")
-        .arg(args.lease_ttl_ms.to_string())
-        .args(common_flags(args, grpc, admin, ports));
-    if !args.plaintext {
-        let dir = args.data_dir.join("certs");
-        command
-            .arg("--advertise")
-            .arg(format!("https://127.0.0.1:{grpc}"))
-            .arg("--tls-cert")
-            .arg(dir.join(format!("{id}.pem")))
-            .arg("--tls-key")
-            .arg(dir.join(format!("{id}.key")))
-            .arg("--tls-client-ca")
-            .arg(dir.join("ca.pem"));
-    }
-    launch(command, id, grpc, admin, binary, logs)
-}
-
-/// Flags every process of the local fleet gets: its sockets, the shared
-/// store, placement settings and the member list.
-fn common_flags(args: &DevArgs, grpc: u16, admin: u16, ports: &[(u16, u16)]) -> Vec<String> {
-    let mut flags = vec![
-        "--listen".to_owned(),
-        format!("127.0.0.1:{grpc}"),
-        "--admin-listen".to_owned(),
-        format!("127.0.0.1:{admin}"),
-        "--storage".to_owned(),
-        args.storage.clone(),
-        "--data-dir".to_owned(),
-        args.data_dir.join("data").display().to_string(),
-        "--replicas".to_owned(),
-        args.replicas.to_string(),
-    ];
-    flags.extend(member_flags(args, ports));
-    flags
-}
-
-/// Starts `command`, logging to `logs/ID.log`, killed if the CLI dies.
-fn launch(
-    mut command: Command,
+    command_line: Vec<String>,
     id: String,
-    grpc: u16,
-    admin: u16,
-    binary: &Path,
+    (grpc, admin): (u16, u16),
     logs: &Path,
 ) -> anyhow::Result<Node> {
     let log = std::fs::File::create(logs.join(format!("{id}.log")))?;
-    let child = command
+    let child = Command::new(binary)
+        .args(command_line)
         .stdout(Stdio::null())
         .stderr(log)
         .kill_on_drop(true)
@@ -172,31 +120,12 @@ fn launch(
     })
 }
 
-fn scheme(args: &DevArgs) -> &'static str {
-    if args.plaintext { "http" } else { "https" }
-}
-
-fn member_flags(args: &DevArgs, ports: &[(u16, u16)]) -> Vec<String> {
-    ports
-        .iter()
-        .enumerate()
-        .flat_map(|(index, (grpc, _))| {
-            let zone = char::from(b'a' + u8::try_from(index).unwrap_or(0));
-            let scheme = scheme(args);
-            [
-                "--member".to_owned(),
-                format!("node-{}={scheme}://127.0.0.1:{grpc},zone=zone-{zone}", index + 1),
-            ]
-        })
-        .collect()
-}
-
 /// The mTLS certificates of the local fleet, made once and kept.
 fn certs(args: &DevArgs) -> anyhow::Result<crate::certs::CertsArgs> {
     let certs = crate::certs::CertsArgs {
         out: args.data_dir.join("certs"),
         nodes: (1..=args.nodes).map(|i| format!("node-{i}")).collect(),
-        ingresses: vec!["corium-fleet-ingress".to_owned()],
+        ingresses: vec![launch::INGRESS_IDENTITY.to_owned()],
         force: true,
     };
     if !crate::certs::complete(&certs) {
@@ -205,37 +134,42 @@ fn certs(args: &DevArgs) -> anyhow::Result<crate::certs::CertsArgs> {
     Ok(certs)
 }
 
-fn spawn_ingress(args: &DevArgs, ports: &[(u16, u16)], logs: &Path) -> anyhow::Result<Node> {
-    let (grpc, admin) = (free_port()?, free_port()?);
-    let binary = sibling_binary("corium-fleet-ingress");
-    let mut command = Command::new(&binary);
-    command.args(common_flags(args, grpc, admin, ports));
-    if !args.plaintext {
-        let dir = args.data_dir.join("certs");
-        command
-            .arg("--upstream-ca")
-            .arg(dir.join("ca.pem"))
-            .arg("--upstream-cert")
-            .arg(dir.join("corium-fleet-ingress.pem"))
-            .arg("--upstream-key")
-            .arg(dir.join("corium-fleet-ingress.key"));
-    }
-    launch(command, "ingress-1".to_owned(), grpc, admin, &binary, logs)
-}
-
-pub async fn run(args: DevArgs) -> anyhow::Result<()> {
-    let logs = args.data_dir.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    if !args.plaintext {
-        certs(&args)?;
-    }
-    let binary = sibling_binary("corium-fleet-transactor");
+/// Starts every node, then the ingress (last in the returned list); on a
+/// failure, stops what started.
+async fn spawn_all(args: &DevArgs, logs: &Path) -> anyhow::Result<Vec<Node>> {
     let ports = (0..args.nodes)
         .map(|_| Ok((free_port()?, free_port()?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let members = members(args, &ports);
+    let data_dir = args.data_dir.join("data");
+    let certs = (!args.plaintext).then(|| launch::Certs(args.data_dir.join("certs")));
+    let shared = launch::Shared {
+        storage: &args.storage,
+        data_dir: &data_dir,
+        members: Some(&members),
+        replicas: Some(usize::from(args.replicas)),
+        certs: certs.as_ref(),
+    };
+    let loopback = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let transactor = sibling_binary("corium-fleet-transactor");
     let mut nodes = Vec::new();
-    for index in 0..args.nodes {
-        match spawn(&args, &binary, index, &ports, &logs) {
+    for (member, &(grpc, admin)) in members.iter().zip(&ports) {
+        let command_line = launch::node_args(
+            &shared,
+            &launch::NodeProcess {
+                member,
+                listen: loopback(grpc),
+                admin_listen: loopback(admin),
+                lease_ttl: Some(Duration::from_millis(args.lease_ttl_ms)),
+            },
+        );
+        match spawn(
+            &transactor,
+            command_line,
+            member.node_id.clone(),
+            (grpc, admin),
+            logs,
+        ) {
             Ok(node) => nodes.push(node),
             Err(error) => {
                 stop(&mut nodes).await;
@@ -243,17 +177,45 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
             }
         }
     }
-    match spawn_ingress(&args, &ports, &logs) {
+    let ingress = (|| {
+        let (grpc, admin) = (free_port()?, free_port()?);
+        let command_line = launch::ingress_args(&shared, loopback(grpc), loopback(admin));
+        spawn(
+            &sibling_binary("corium-fleet-ingress"),
+            command_line,
+            "ingress-1".to_owned(),
+            (grpc, admin),
+            logs,
+        )
+    })();
+    match ingress {
         Ok(ingress) => nodes.push(ingress),
         Err(error) => {
             stop(&mut nodes).await;
             return Err(error);
         }
     }
+    Ok(nodes)
+}
+
+/// Runs `corium-fleet dev`: starts the nodes and the ingress, waits until
+/// each is ready, prints the client address, and stops them all on SIGTERM,
+/// Ctrl-C, or when one of them exits.
+///
+/// # Errors
+/// A process cannot be started or is not ready in time (every started one
+/// is stopped first), or the certificates or log directory cannot be made.
+pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
+    let logs = args.data_dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
+    if !args.plaintext {
+        certs(&args)?;
+    }
+    let mut nodes = spawn_all(&args, &logs).await?;
     let deadline = Instant::now() + Duration::from_secs(args.ready_timeout_secs);
     for index in 0..nodes.len() {
         loop {
-            if ready(nodes[index].admin).await {
+            if launch::is_ready(std::net::SocketAddr::from(([127, 0, 0, 1], nodes[index].admin))).await {
                 break;
             }
             if let Ok(Some(status)) = nodes[index].child.try_wait() {
@@ -277,8 +239,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         }
     }
     for node in &nodes {
-        let scheme = if node.id.starts_with("node") {
-            scheme(&args)
+        let scheme = if node.id.starts_with("node") && !args.plaintext {
+            "https"
         } else {
             "http"
         };
@@ -300,7 +262,6 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     // The ingress is the one client address.
     let ingress = nodes.last().map_or(0, |node| node.grpc);
     println!("corium-fleet: ready at http://127.0.0.1:{ingress}");
-    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let exited = async {

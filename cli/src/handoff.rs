@@ -11,8 +11,10 @@ use corium_fleet_wire::not_owner;
 
 use crate::status::NodeArgs;
 
+/// `corium-fleet handoff` flags: the database, its new holder, and a node
+/// to ask.
 #[derive(clap::Args)]
-pub struct HandoffArgs {
+pub(crate) struct HandoffArgs {
     /// The database to move.
     database: String,
     /// Node id of the live candidate that takes it.
@@ -22,14 +24,20 @@ pub struct HandoffArgs {
     node: NodeArgs,
 }
 
-pub async fn run(args: HandoffArgs) -> anyhow::Result<()> {
+/// Runs `corium-fleet handoff`: asks the node, follows one `NotOwner` hint
+/// to the owner, and prints how long writes were unavailable.
+///
+/// # Errors
+/// The node cannot be reached, the database has no live owner, or the
+/// owner refused the handoff.
+pub(crate) async fn run(args: HandoffArgs) -> anyhow::Result<()> {
     let request = HandoffRequest {
         database: args.database.clone(),
         target_node_id: args.to.clone(),
     };
     let mut endpoint = args.node.endpoint.clone();
     for attempt in 0..2 {
-        let mut client = args.node.connect(&endpoint, Duration::from_secs(60)).await?;
+        let mut client = args.node.connect(&endpoint, Duration::from_mins(1)).await?;
         match client.handoff(request.clone()).await {
             Ok(response) => {
                 let done = response.into_inner();

@@ -15,8 +15,10 @@ use prost::Message as _;
 
 use crate::status::NodeArgs;
 
+/// `corium-fleet request-status` flags: the database, the request id, and
+/// where to ask.
 #[derive(clap::Args)]
-pub struct RequestStatusArgs {
+pub(crate) struct RequestStatusArgs {
     /// The database the transaction was sent to.
     database: String,
     /// The `corium-request-id` it was sent under (an unknown-outcome answer
@@ -26,7 +28,13 @@ pub struct RequestStatusArgs {
     node: NodeArgs,
 }
 
-pub async fn run(args: RequestStatusArgs) -> anyhow::Result<()> {
+/// Runs `corium-fleet request-status`: asks the owner and prints
+/// "committed" (with the transaction's `t`) or "not committed".
+///
+/// # Errors
+/// The endpoint cannot be reached, the call fails, or the answer does not
+/// decode.
+pub(crate) async fn run(args: RequestStatusArgs) -> anyhow::Result<()> {
     let channel = args
         .node
         .channel(&args.node.endpoint, Duration::from_secs(30))

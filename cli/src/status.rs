@@ -8,28 +8,31 @@ use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 
 /// How to reach one transactor node's admin service.
 #[derive(clap::Args)]
-pub struct NodeArgs {
+pub(crate) struct NodeArgs {
     /// A transactor node's gRPC endpoint.
     #[arg(long, default_value = "http://127.0.0.1:7001", env = "CORIUM_FLEET_ENDPOINT")]
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// Fleet CA (PEM) for an mTLS node (`https://` endpoint).
     #[arg(long, requires_all = ["cert", "key"])]
-    pub ca: Option<std::path::PathBuf>,
+    pub(crate) ca: Option<std::path::PathBuf>,
     /// Client certificate (PEM) signed by the fleet CA.
     #[arg(long, requires = "ca")]
-    pub cert: Option<std::path::PathBuf>,
+    pub(crate) cert: Option<std::path::PathBuf>,
     /// Private key (PEM) of --cert.
     #[arg(long, requires = "ca")]
-    pub key: Option<std::path::PathBuf>,
+    pub(crate) key: Option<std::path::PathBuf>,
     /// Name to verify the node's certificate against [default: the endpoint's host].
     #[arg(long)]
-    pub tls_name: Option<String>,
+    pub(crate) tls_name: Option<String>,
 }
 
 impl NodeArgs {
     /// The admin client of the node at `endpoint` (this node's, or another
     /// one reached with the same TLS settings).
-    pub async fn connect(
+    ///
+    /// # Errors
+    /// As [`NodeArgs::channel`].
+    pub(crate) async fn connect(
         &self,
         endpoint: &str,
         timeout: Duration,
@@ -37,8 +40,12 @@ impl NodeArgs {
         Ok(FleetAdminClient::new(self.channel(endpoint, timeout).await?))
     }
 
-    /// A channel to `endpoint` with these TLS settings.
-    pub async fn channel(
+    /// A channel to `endpoint` with these TLS settings; each call made on it
+    /// is bounded by `timeout`.
+    ///
+    /// # Errors
+    /// A bad endpoint, unreadable TLS files, or no connection within 5 s.
+    pub(crate) async fn channel(
         &self,
         endpoint: &str,
         timeout: Duration,
@@ -66,8 +73,9 @@ impl NodeArgs {
     }
 }
 
+/// `corium-fleet status` flags: the node to ask, and the output format.
 #[derive(clap::Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     #[command(flatten)]
     node: NodeArgs,
     /// Print JSON instead of a table.
@@ -75,7 +83,11 @@ pub struct StatusArgs {
     json: bool,
 }
 
-pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+/// Runs `corium-fleet status`: prints the node's status as a table or JSON.
+///
+/// # Errors
+/// The node cannot be reached or answered with an error.
+pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let endpoint = args.node.endpoint.clone();
     let mut client = args.node.connect(&endpoint, Duration::from_secs(15)).await?;
     let status = client

@@ -24,7 +24,10 @@ pub struct Client {
 /// A committed transaction and the request id it was committed under.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Transacted {
+    /// The `corium-request-id` it was committed under (the same on every
+    /// attempt).
     pub request_id: String,
+    /// The owner's answer: the committed transaction's basis, tempids, …
     pub response: pb::TransactResponse,
     /// Attempts it took (1: no retry).
     pub attempts: u32,
@@ -36,6 +39,10 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Config`] for a bad endpoint or unreadable TLS material.
+    // Nothing to await yet (the channel dials lazily), but the SDK's
+    // signature stays async: callers `.await` it, and dialling eagerly later
+    // must not break them.
+    #[allow(clippy::unused_async)]
     pub async fn connect(config: Config) -> Result<Self, Error> {
         let mut endpoint = Endpoint::from_shared(config.endpoint.clone())
             .map_err(|error| Error::Config(format!("endpoint {:?}: {error}", config.endpoint)))?
@@ -80,8 +87,8 @@ impl Client {
         self.channel.clone()
     }
 
-    /// A stock `corium-peer` configuration for `db` at this address (the
-    /// peer library brings its own connection management).
+    /// The fleet address, e.g. for a stock `corium-peer` configuration
+    /// (the peer library brings its own connection management).
     #[must_use]
     pub fn endpoint(&self) -> &str {
         &self.config.endpoint
@@ -120,7 +127,10 @@ pub enum RequestStatus {
     /// Committed; the answer it had (what a resend with the id returns).
     Committed(pb::TransactResponse),
     /// Never committed, and never will: the owner fenced the id at `t`.
-    NotCommitted { fenced_at: u64 },
+    NotCommitted {
+        /// The `t` of the marker transaction that fenced the id.
+        fenced_at: u64,
+    },
 }
 
 /// Calls for one database. Cheap to clone.
@@ -321,6 +331,11 @@ impl Database {
     /// disconnect (owner failover, ingress restart).
     #[must_use]
     pub fn subscribe(&self, from_basis_t: u64) -> Subscription {
-        Subscription::new(self.clone(), from_basis_t)
+        Subscription::new(
+            self.client.channel.clone(),
+            self.name.clone(),
+            self.client.config.clone(),
+            from_basis_t,
+        )
     }
 }

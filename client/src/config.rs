@@ -45,6 +45,7 @@ impl Default for RetryPolicy {
 pub struct Config {
     /// The fleet address, `http://HOST:PORT` or `https://HOST:PORT`.
     pub endpoint: String,
+    /// TLS settings; `None` for an `http://` endpoint.
     pub tls: Option<Tls>,
     /// Connect deadline.
     pub connect_timeout: Duration,
@@ -53,6 +54,7 @@ pub struct Config {
     /// A subscription that delivers nothing (not even a heartbeat) for this
     /// long is reconnected.
     pub stream_idle_timeout: Duration,
+    /// How unary calls and subscription reconnects are retried.
     pub retry: RetryPolicy,
 }
 

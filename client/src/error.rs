@@ -12,7 +12,12 @@ pub enum Error {
     Config(String),
     /// The fleet address could not be reached within the retry budget.
     #[error("cannot reach {endpoint}: {detail}")]
-    Connect { endpoint: String, detail: String },
+    Connect {
+        /// The fleet address.
+        endpoint: String,
+        /// Why it could not be reached.
+        detail: String,
+    },
     /// The node answered that it does not hold the database's lease, and
     /// retries within the budget did not find the holder.
     #[error("not the owner of {:?} (owner {:?}, lease version {})", .0.database, .0.owner_id, .0.lease_version)]
@@ -23,8 +28,12 @@ pub enum Error {
     /// once and returns the committed answer if there is one.
     #[error("outcome of request {request_id} is unknown after {attempts} attempts: {last}")]
     Ambiguous {
+        /// The id to retry with, or to ask about
+        /// ([`crate::Database::request_status`]).
         request_id: String,
+        /// Attempts made (the first included).
         attempts: u32,
+        /// The status the last attempt ended with.
         last: tonic::Status,
     },
     /// Any other status from the fleet.

@@ -17,6 +17,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// A call's first attempt under `policy`; the budget runs from now.
     #[must_use]
     pub fn new(policy: &RetryPolicy) -> Self {
         let seed = u64::try_from(uuid::Uuid::new_v4().as_u128() & u128::from(u64::MAX)).unwrap_or(1) | 1;

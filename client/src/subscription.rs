@@ -7,13 +7,18 @@ use corium_fleet_wire::kind::ErrorKind;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 
-use crate::client::Database;
+use crate::config::Config;
 use crate::error::{Error, status_kind};
 use crate::retry::Backoff;
 
 /// A resuming subscription. Call [`Subscription::next`] in a loop.
 pub struct Subscription {
-    db: Database,
+    /// The fleet address's channel (shared with the client it came from).
+    channel: tonic::transport::Channel,
+    /// The database subscribed to.
+    db: String,
+    /// The client's timeouts and retry budget.
+    config: Config,
     /// The last `t` delivered: reconnects ask for reports after it.
     last_t: u64,
     stream: Option<tonic::Streaming<pb::SubscribeItem>>,
@@ -22,9 +27,11 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub(crate) fn new(db: Database, from_basis_t: u64) -> Self {
+    pub(crate) const fn new(channel: tonic::transport::Channel, db: String, config: Config, from_basis_t: u64) -> Self {
         Self {
+            channel,
             db,
+            config,
             last_t: from_basis_t,
             stream: None,
             reconnects: 0,
@@ -44,21 +51,20 @@ impl Subscription {
     }
 
     async fn open(&mut self) -> Result<(), tonic::Status> {
-        let mut client = TransactorClient::new(self.db.client.channel.clone());
+        let mut client = TransactorClient::new(self.channel.clone());
         let mut request = tonic::Request::new(pb::SubscribeRequest {
-            db: self.db.name.clone(),
+            db: self.db.clone(),
             protocol_version: corium_protocol::PROTOCOL_VERSION,
             from_basis_t: self.last_t,
         });
         let route = self
             .db
-            .name
             .parse()
             .map_err(|_| tonic::Status::invalid_argument("database name is not valid metadata"))?;
         request
             .metadata_mut()
             .insert(corium_fleet_wire::metadata::DATABASE_ROUTE, route);
-        let stream = tokio::time::timeout(self.db.client.config.request_timeout, client.subscribe(request))
+        let stream = tokio::time::timeout(self.config.request_timeout, client.subscribe(request))
             .await
             .map_err(|_| tonic::Status::deadline_exceeded("subscribe did not answer in time"))??;
         self.stream = Some(stream.into_inner());
@@ -83,7 +89,7 @@ impl Subscription {
                     Err(status) => status,
                 },
                 Some(stream) => {
-                    match tokio::time::timeout(self.db.client.config.stream_idle_timeout, stream.message())
+                    match tokio::time::timeout(self.config.stream_idle_timeout, stream.message())
                         .await
                     {
                         Ok(Ok(Some(item))) => {
@@ -115,7 +121,7 @@ impl Subscription {
             if !retryable {
                 return Err(Error::from_status(failure));
             }
-            let backoff = backoff.get_or_insert_with(|| Backoff::new(&self.db.client.config.retry));
+            let backoff = backoff.get_or_insert_with(|| Backoff::new(&self.config.retry));
             tracing::debug!(code = ?failure.code(), last_t = self.last_t, "subscription interrupted; resuming");
             if !backoff.wait().await {
                 return Err(Error::from_status(failure));

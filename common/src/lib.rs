@@ -4,6 +4,8 @@
 //!
 //! Layout:
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
+//! - [`launch`] — the command line of a node or an ingress, and the readiness
+//!   probe: how the local launcher and the tests start processes;
 //! - [`logging`] — the binaries' `tracing` setup;
 //! - [`owner`] — lease owner ids (`<node-id>/<incarnation>`) and the lease clock;
 //! - [`placement`] — members and the deterministic candidate function;
@@ -14,6 +16,7 @@
 //! - [`tls`] — PEM loading, rustls configs for the fleet's mTLS, peer identity.
 
 pub mod admin_http;
+pub mod launch;
 pub mod logging;
 pub mod owner;
 pub mod placement;

@@ -27,7 +27,10 @@ use crate::placement::{self, Member};
 /// One database's mapped candidates and the line they came from.
 #[derive(Clone, Debug, Eq, PartialEq)]
 pub struct Entry {
+    /// The mapped node ids, best first; non-empty and without repeats.
     pub nodes: Vec<String>,
+    /// The 1-based line of the map file the entry was read from, so that
+    /// later checks can name it.
     pub line: usize,
 }
 
@@ -41,8 +44,48 @@ pub struct Map {
 #[derive(Debug, thiserror::Error, Eq, PartialEq)]
 #[error("placement map line {line}: {message}")]
 pub struct MapError {
+    /// The 1-based line at fault.
     pub line: usize,
+    /// What is wrong with it.
     pub message: String,
+}
+
+/// Why a map file was refused: unreadable, or content at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file cannot be read.
+    #[error("cannot read placement map {}: {source}", path.display())]
+    Read {
+        /// The map file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file's content is refused.
+    #[error("{}: {error}", path.display())]
+    Invalid {
+        /// The map file.
+        path: PathBuf,
+        /// The line at fault and why.
+        error: MapError,
+    },
+}
+
+impl LoadError {
+    fn invalid(path: &Path) -> impl FnOnce(MapError) -> Self + '_ {
+        |error| Self::Invalid {
+            path: path.to_owned(),
+            error,
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 fn at(line: usize, message: impl Into<String>) -> MapError {
@@ -161,12 +204,9 @@ impl Map {
     ///
     /// # Errors
     /// A message naming the file and, for bad content, the line.
-    pub fn load(path: &Path, members: &[Member], replicas: usize) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| format!("cannot read placement map {}: {error}", path.display()))?;
-        let map = Self::parse(&text).map_err(|error| format!("{}: {error}", path.display()))?;
-        map.check(members, replicas)
-            .map_err(|error| format!("{}: {error}", path.display()))?;
+    pub fn load(path: &Path, members: &[Member], replicas: usize) -> Result<Self, LoadError> {
+        let map = Self::parse(&read(path)?).map_err(LoadError::invalid(path))?;
+        map.check(members, replicas).map_err(LoadError::invalid(path))?;
         Ok(map)
     }
 }
@@ -186,29 +226,23 @@ impl Map {
         members: &[Member],
         replicas: usize,
         strict: bool,
-    ) -> Result<(Self, Vec<String>), String> {
+    ) -> Result<(Self, Vec<String>), LoadError> {
         if strict {
             return Self::load(path, members, replicas).map(|map| (map, Vec::new()));
         }
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| format!("cannot read placement map {}: {error}", path.display()))?;
-        let map = Self::parse(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+        let map = Self::parse(&read(path)?).map_err(LoadError::invalid(path))?;
         let mut warnings = Vec::new();
         let mut by_line: Vec<(&String, &Entry)> = map.entries.iter().collect();
         by_line.sort_by_key(|(_, entry)| entry.line);
         for (db, entry) in by_line {
             if entry.nodes.len() < replicas {
-                return Err(format!(
-                    "{}: {}",
-                    path.display(),
-                    at(
-                        entry.line,
-                        format!(
-                            "{db:?} names {} node(s); placement needs {replicas} candidates",
-                            entry.nodes.len()
-                        )
-                    )
-                ));
+                return Err(LoadError::invalid(path)(at(
+                    entry.line,
+                    format!(
+                        "{db:?} names {} node(s); placement needs {replicas} candidates",
+                        entry.nodes.len()
+                    ),
+                )));
             }
             for node in &entry.nodes {
                 if !members.iter().any(|member| &member.node_id == node) {
@@ -440,21 +474,24 @@ mod tests {
         let path = dir.join("map");
         std::fs::write(&path, "orders = node-1, node-9\n").unwrap();
         let members = fleet();
-        assert!(
-            Map::load_at_start(&path, &members, 2, true)
-                .unwrap_err()
-                .contains("line 1")
-        );
+        assert!(matches!(
+            Map::load_at_start(&path, &members, 2, true),
+            Err(LoadError::Invalid {
+                error: MapError { line: 1, .. },
+                ..
+            })
+        ));
         let (map, warnings) = Map::load_at_start(&path, &members, 2, false).unwrap();
         assert_eq!(map.len(), 1);
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("node-9"), "{warnings:?}");
         std::fs::write(&path, "orders = node-1\n").unwrap();
-        assert!(
-            Map::load_at_start(&path, &members, 2, false)
-                .unwrap_err()
-                .contains("needs 2")
-        );
+        let refused = Map::load_at_start(&path, &members, 2, false).unwrap_err();
+        assert!(refused.to_string().contains("needs 2"), "{refused}");
+        assert!(matches!(
+            Map::load_at_start(&dir.join("missing"), &members, 2, false),
+            Err(LoadError::Read { .. })
+        ));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

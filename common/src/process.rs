@@ -7,6 +7,32 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+/// A configuration a process cannot run with (flags, its `--config` file,
+/// files they name): the message names the setting at fault and what it
+/// accepts. The process exits with 2: fix the configuration, do not retry.
+#[derive(Clone, Debug, Eq, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl ConfigError {
+    /// A refusal of `setting` (a flag, as `--name`) for `problem`.
+    pub fn setting(setting: &str, problem: impl std::fmt::Display) -> Self {
+        Self(format!("{setting}: {problem}"))
+    }
+}
+
+impl From<String> for ConfigError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for ConfigError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
 /// Why a binary stopped.
 #[derive(Debug)]
 pub enum Failure {
@@ -28,15 +54,18 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Failure> 
 
 /// Runs `serve` with a validated `config` on a fresh multi-threaded runtime,
 /// printing any failure as `NAME: message` and mapping it to an exit code.
-pub fn main<C, Fut>(name: &str, config: Result<C, String>, serve: impl FnOnce(C) -> Fut) -> ExitCode
+pub fn main<C, E, Fut>(name: &str, config: Result<C, E>, serve: impl FnOnce(C) -> Fut) -> ExitCode
 where
+    ConfigError: From<E>,
     Fut: Future<Output = Result<(), Failure>>,
 {
-    let result = config.map_err(Failure::Usage).and_then(|config| {
-        let runtime = tokio::runtime::Runtime::new()
-            .map_err(|error| Failure::Runtime(format!("cannot start the runtime: {error}")))?;
-        runtime.block_on(serve(config))
-    });
+    let result = config
+        .map_err(|error| Failure::Usage(ConfigError::from(error).to_string()))
+        .and_then(|config| {
+            let runtime = tokio::runtime::Runtime::new()
+                .map_err(|error| Failure::Runtime(format!("cannot start the runtime: {error}")))?;
+            runtime.block_on(serve(config))
+        });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => {

@@ -19,6 +19,9 @@ pub struct Histogram {
 }
 
 impl Histogram {
+    /// Records one duration: counts it in every bucket whose bound it does
+    /// not exceed (buckets are cumulative, as Prometheus expects) and adds it
+    /// to the total count and sum.
     pub fn observe(&self, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
         for (bound, count) in BUCKETS.iter().zip(&self.counts) {

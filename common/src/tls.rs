@@ -15,14 +15,31 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 /// Why TLS material could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A PEM file could not be read.
     #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        /// The file, as displayed.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file meant to hold certificates holds none.
     #[error("{path} holds no PEM certificate")]
-    NoCertificate { path: String },
+    NoCertificate {
+        /// The file, as displayed.
+        path: String,
+    },
+    /// A file meant to hold a private key holds none that rustls can read.
     #[error("{path} holds no PEM private key")]
-    NoKey { path: String },
+    NoKey {
+        /// The file, as displayed.
+        path: String,
+    },
+    /// rustls refused the material (a bad certificate, a key that does not
+    /// match, an unusable protocol set).
     #[error("invalid TLS configuration: {0}")]
     Config(#[from] rustls::Error),
+    /// The client-certificate verifier could not be built from the CA.
     #[error("invalid client-verifier configuration: {0}")]
     Verifier(String),
 }

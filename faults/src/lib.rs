@@ -7,7 +7,7 @@
 //! - [`schedule`] — fault schedules: entries, their text form, the seeded
 //!   generator;
 //! - [`store`] — [`FaultyStore`], the storage wrapper that follows one;
-//! - [`env`] — what a real node reads from its environment: a schedule for
+//! - [`env`](mod@env) — what a real node reads from its environment: a schedule for
 //!   its store, a commit to crash after.
 
 pub mod env;

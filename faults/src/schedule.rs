@@ -124,12 +124,23 @@ pub enum When {
 /// What an entry does to the operations it covers.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fault {
+    /// Each covered operation waits this long before it reaches storage.
     Delay(Duration),
+    /// Each covered operation fails before it reaches storage.
     Error,
+    /// A covered write takes effect, then its caller sees an error (the
+    /// acknowledgement is lost).
     LostAck,
+    /// A covered root read answers the value this store saw before the
+    /// current one, without asking storage (when it has seen two).
     Stale,
+    /// The node is cut off from storage: every covered operation fails fast,
+    /// and one already in flight loses its answer.
     Partition,
+    /// Every covered operation waits until the window ends, then proceeds (a
+    /// paused process that wakes up).
     Freeze,
+    /// Every operation fails from the moment the entry starts, forever.
     Crash,
     /// The process aborts (`std::process::abort`) when the entry starts.
     Abort,
@@ -146,12 +157,17 @@ impl Fault {
 /// One `(when, fault)` entry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
+    /// When the entry starts.
     pub when: When,
+    /// What it does once started.
     pub fault: Fault,
-    /// How long the fault lasts once started (ignored for `crash`).
+    /// How long the fault lasts once started (ignored for `crash` and
+    /// `abort`, which are permanent).
     pub window: Duration,
-    /// Share of covered operations it applies to.
+    /// Share of covered operations it applies to, in `[0, 1]`; the coin is
+    /// flipped with the schedule's seeded [`Rng`].
     pub probability: f64,
+    /// The class of operations it covers ([`OpClass::Any`] for all).
     pub ops: OpClass,
 }
 
@@ -159,6 +175,8 @@ pub struct Entry {
 const DEFAULT_WINDOW: Duration = Duration::from_secs(1);
 
 impl Entry {
+    /// An entry with the defaults of the text form: a 1 s window, applied
+    /// to every covered operation, covering every class.
     #[must_use]
     pub fn new(when: When, fault: Fault) -> Self {
         Self {
@@ -170,18 +188,22 @@ impl Entry {
         }
     }
 
+    /// The same entry with its window set to `window` (`for <ms>ms`).
     #[must_use]
     pub fn lasting(mut self, window: Duration) -> Self {
         self.window = window;
         self
     }
 
+    /// The same entry applied to a share `probability` of covered
+    /// operations (`p=<0..1>`).
     #[must_use]
     pub fn with_probability(mut self, probability: f64) -> Self {
         self.probability = probability;
         self
     }
 
+    /// The same entry limited to operations of class `ops` (`op=<class>`).
     #[must_use]
     pub fn on(mut self, ops: OpClass) -> Self {
         self.ops = ops;
@@ -192,7 +214,10 @@ impl Entry {
 /// A seeded list of entries.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Schedule {
+    /// Seed of the coin flips behind probabilistic entries, so a run
+    /// replays exactly from its text form.
     pub seed: u64,
+    /// The entries, in the order they were written.
     pub entries: Vec<Entry>,
 }
 
@@ -344,11 +369,14 @@ impl fmt::Display for Schedule {
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator seeded with `seed`: the same seed gives the same
+    /// sequence.
     #[must_use]
     pub fn new(seed: u64) -> Self {
         Self(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

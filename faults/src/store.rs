@@ -106,6 +106,7 @@ fn injected_error(what: &str) -> StoreError {
 }
 
 impl FaultyStore {
+    /// Wraps `inner`, following `schedule`; `@<ms>` entries count from now.
     #[must_use]
     pub fn new(inner: Arc<dyn FullStore>, schedule: Schedule) -> Self {
         Self {
@@ -195,9 +196,10 @@ impl FaultyStore {
         let mut state = self.state();
         for index in 0..state.schedule.entries.len() {
             let entry = &state.schedule.entries[index];
-            let (boundary_class, at) = match (entry.when, phase) {
-                (When::Before(c, at), Phase::Before) | (When::After(c, at), Phase::After) => (c, at),
-                _ => continue,
+            let ((When::Before(boundary_class, at), Phase::Before)
+            | (When::After(boundary_class, at), Phase::After)) = (entry.when, phase)
+            else {
+                continue;
             };
             let hit = numbers
                 .iter()
@@ -234,8 +236,8 @@ impl FaultyStore {
             let applies = match (entry.fault, phase) {
                 (Fault::Stale, Phase::Before) => stale_only,
                 _ if stale_only => false,
-                (Fault::Abort | Fault::Crash | Fault::Partition | Fault::Freeze, _) => true,
-                (Fault::Error | Fault::Delay(_), Phase::Before) => true,
+                (Fault::Abort | Fault::Crash | Fault::Partition | Fault::Freeze, _)
+                | (Fault::Error | Fault::Delay(_), Phase::Before) => true,
                 (Fault::LostAck, Phase::After) => write,
                 _ => false,
             };
@@ -490,7 +492,7 @@ mod tests {
         store.cas_root("db:a", None, b"1").await.unwrap();
         store.cas_root("db:a", Some(b"1"), b"2").await.unwrap();
         assert_eq!(store.get_root("db:a").await.unwrap(), Some(b"2".to_vec()));
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(store.get_root("db:a").await.unwrap(), Some(b"1".to_vec()));
         assert_eq!(store.injected()["stale"], 1);
     }

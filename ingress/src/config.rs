@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corium_fleet_common::placement::{self, Member};
+use corium_fleet_common::process::ConfigError;
 use serde::Deserialize;
 
 /// `corium-fleet-ingress` flags. Every flag can also be set in the file given
-/// to `--config` (same names, snake_case); a flag on the command line wins.
+/// to `--config` (same names, `snake_case`); a flag on the command line wins.
 #[derive(Debug, Default, clap::Parser, Deserialize)]
 #[command(
     name = "corium-fleet-ingress",
@@ -72,7 +73,7 @@ pub struct Args {
     /// committed result: exactly-once for stock clients [default: true].
     #[arg(long, value_name = "BOOL")]
     pub assign_request_ids: Option<bool>,
-    /// Most requests in flight at once; more are refused RESOURCE_EXHAUSTED
+    /// Most requests in flight at once; more are refused `RESOURCE_EXHAUSTED`
     /// [default: 4096].
     #[arg(long)]
     pub max_concurrent_requests: Option<usize>,
@@ -106,24 +107,39 @@ pub struct Args {
 /// Files of one TLS identity.
 #[derive(Clone, Debug)]
 pub struct Identity {
+    /// PEM certificate (chain).
     pub cert: PathBuf,
+    /// PEM private key of `cert`.
     pub key: PathBuf,
 }
 
 /// A validated ingress configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// Client listener (gRPC over HTTP/2 cleartext).
     pub listen: SocketAddr,
+    /// Admin HTTP listener (`/metrics`, `/healthz`, `/readyz`).
     pub admin_listen: SocketAddr,
     /// Parsed at validation, so a bad `--storage` is a usage error.
     pub storage: corium_fleet_store::Storage,
+    /// Data directory of a filesystem fleet.
     pub data_dir: PathBuf,
+    /// The static member list, checked unique; empty: follow the node
+    /// registry in storage instead.
     pub members: Vec<Member>,
+    /// Candidates per database (at least 1; must match the transactors').
     pub replicas: usize,
+    /// The transactors' placement map file, if any.
     pub placement_map: Option<PathBuf>,
+    /// How long an owner-cache entry is trusted (1 ms to 10 min).
     pub owner_cache_ttl: Duration,
+    /// Owner-cache capacity in databases.
     pub owner_cache_capacity: u64,
+    /// Largest request body buffered (1 KiB to 256 MiB): the whole body is
+    /// held so an attempt can be replayed.
     pub max_request_bytes: usize,
+    /// Longest deadline given to a forwarded unary call (positive); shorter
+    /// client deadlines are kept.
     pub max_deadline: Duration,
     /// Whether a `Transact` without a request id gets one from the ingress.
     pub assign_request_ids: bool,
@@ -131,7 +147,9 @@ pub struct Config {
     pub storage_timeout: Duration,
     /// Bound on connecting to a transactor.
     pub connect_timeout: Duration,
+    /// Most requests in flight at once (at least 1); more are refused.
     pub max_concurrent_requests: usize,
+    /// Requests a second allowed per client address (0: unlimited).
     pub rate_limit_per_client: u32,
     /// Client-facing TLS listener and its identity.
     pub tls_listen: Option<(SocketAddr, Identity)>,
@@ -144,7 +162,7 @@ impl Args {
     ///
     /// # Errors
     /// The file cannot be read or has unknown or mistyped settings.
-    pub fn merged(self) -> Result<Self, String> {
+    pub fn merged(self) -> Result<Self, ConfigError> {
         let Some(path) = &self.config else { return Ok(self) };
         let text = std::fs::read_to_string(path)
             .map_err(|error| format!("cannot read config file {}: {error}", path.display()))?;
@@ -182,7 +200,7 @@ impl Args {
     ///
     /// # Errors
     /// A message naming the flag at fault.
-    pub fn validate(self) -> Result<Config, String> {
+    pub fn validate(self) -> Result<Config, ConfigError> {
         let members = self
             .members
             .unwrap_or_default()
@@ -196,23 +214,23 @@ impl Args {
         placement::check_unique(&members).map_err(|error| format!("--member: {error}"))?;
         let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
         if replicas == 0 {
-            return Err("--replicas must be at least 1".to_owned());
+            return Err(ConfigError::from("--replicas must be at least 1"));
         }
         let max_request_bytes = self.max_request_bytes.unwrap_or(4 * 1024 * 1024);
         if !(1024..=256 * 1024 * 1024).contains(&max_request_bytes) {
-            return Err(format!(
+            return Err(ConfigError::from(format!(
                 "--max-request-bytes {max_request_bytes}: must be between 1024 and 268435456"
-            ));
+            )));
         }
         let owner_cache_ttl_ms = self.owner_cache_ttl_ms.unwrap_or(2_000);
         if !(1..=600_000).contains(&owner_cache_ttl_ms) {
-            return Err(format!(
+            return Err(ConfigError::from(format!(
                 "--owner-cache-ttl-ms {owner_cache_ttl_ms}: must be between 1 and 600000"
-            ));
+            )));
         }
         let max_deadline_ms = self.max_deadline_ms.unwrap_or(60_000);
         if max_deadline_ms == 0 {
-            return Err("--max-deadline-ms must be positive".to_owned());
+            return Err(ConfigError::from("--max-deadline-ms must be positive"));
         }
         let storage = corium_fleet_store::Storage::parse(
             self.storage.as_deref().unwrap_or("filesystem"),
@@ -223,24 +241,28 @@ impl Args {
         let tls_listen = match (self.tls_listen, self.tls_cert, self.tls_key) {
             (None, None, None) => None,
             (Some(addr), Some(cert), Some(key)) => Some((addr, Identity { cert, key })),
-            _ => return Err("--tls-listen, --tls-cert and --tls-key go together".to_owned()),
+            _ => {
+                return Err(ConfigError::from(
+                    "--tls-listen, --tls-cert and --tls-key go together",
+                ));
+            }
         };
         let upstream =
             match (self.upstream_ca, self.upstream_cert, self.upstream_key) {
                 (None, None, None) => None,
                 (Some(ca), Some(cert), Some(key)) => Some((ca, Identity { cert, key })),
-                _ => return Err(
+                _ => return Err(ConfigError::from(
                     "--upstream-ca, --upstream-cert and --upstream-key go together (the hop is mutual TLS)"
                         .to_owned(),
-                ),
+                )),
             };
         if let Some(member) = members.iter().find(|m| m.endpoint.starts_with("https://"))
             && upstream.is_none()
         {
-            return Err(format!(
+            return Err(ConfigError::from(format!(
                 "--member {}={}: https members need --upstream-ca, --upstream-cert and --upstream-key",
                 member.node_id, member.endpoint
-            ));
+            )));
         }
         Ok(Config {
             listen: self
@@ -266,7 +288,7 @@ impl Args {
             tls_listen,
             upstream,
             max_concurrent_requests: match self.max_concurrent_requests.unwrap_or(4096) {
-                0 => return Err("--max-concurrent-requests must be at least 1".to_owned()),
+                0 => return Err(ConfigError::from("--max-concurrent-requests must be at least 1")),
                 n => n,
             },
             rate_limit_per_client: self.rate_limit_per_client.unwrap_or(0),

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use config::{Args, Config};
+use corium_store::FullStore;
 use tokio::net::TcpListener;
 
 /// The two sockets an ingress serves.
@@ -55,8 +56,20 @@ pub struct Listeners {
 /// Why an ingress could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    /// The `--placement-map` file is unreadable or refused (a usage error,
+    /// not worth retrying).
+    #[error("--placement-map: {0}")]
+    PlacementMap(#[from] corium_fleet_common::placement_map::LoadError),
+    /// TLS material that cannot be used (a usage error, not worth retrying).
+    #[error("{side} TLS: {source}")]
+    Tls {
+        /// Which side: `client` (the listener) or `upstream` (the hop).
+        side: &'static str,
+        /// Why.
+        #[source]
+        source: corium_fleet_common::tls::TlsError,
+    },
+    /// The shared storage could not be opened (it may come up later).
     #[error(transparent)]
     Storage(#[from] corium_fleet_store::OpenError),
 }
@@ -66,7 +79,7 @@ impl Error {
     #[must_use]
     pub const fn kind(&self) -> corium_fleet_wire::kind::ErrorKind {
         match self {
-            Self::Config(_) => corium_fleet_wire::kind::ErrorKind::GiveUp,
+            Self::PlacementMap(_) | Self::Tls { .. } => corium_fleet_wire::kind::ErrorKind::GiveUp,
             Self::Storage { .. } => corium_fleet_wire::kind::ErrorKind::RetryLater,
         }
     }
@@ -76,7 +89,9 @@ impl Error {
 /// in-flight calls finish (bounded).
 ///
 /// # Errors
-/// When storage cannot be opened.
+/// [`Error::Storage`] when storage cannot be opened; [`Error::PlacementMap`]
+/// for a placement map that does not load; [`Error::Tls`] for unusable TLS
+/// material.
 pub async fn run(
     config: Config,
     listeners: Listeners,
@@ -106,77 +121,22 @@ pub async fn run(
     let storage_timeout = config.storage_timeout;
     let tls_listen = config.tls_listen.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let members = corium_fleet_store::registry::Members::new(config.members.clone());
-    if config.members.is_empty() {
-        // No static list: follow the live members in the node registry.
-        tokio::spawn(corium_fleet_store::registry::follow(
-            Arc::clone(&store),
-            members.clone(),
-            Duration::from_secs(3),
-            stop_rx.clone(),
-        ));
-    }
-    let map = corium_fleet_common::placement_map::Watched::default();
-    if let Some(path) = config.placement_map.clone() {
-        if config.members.is_empty() {
-            corium_fleet_store::registry::refresh(store.as_ref(), &members).await;
-        }
-        let (loaded, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
-            &path,
-            &members.get(),
-            config.replicas,
-            !config.members.is_empty(),
-        )
-        .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
-        for warning in warnings {
-            tracing::warn!(%warning, "placement map names a node that is not live; it is skipped until it joins");
-        }
-        map.replace(loaded);
-        let members = members.clone();
-        tokio::spawn(map.clone().follow(
-            path,
-            Duration::from_secs(2),
-            move || members.get(),
-            config.replicas,
-            stop_rx.clone(),
-        ));
-    }
+    let members = placement_members(&config, &store, &stop_rx);
+    let map = placement_map(&config, &store, &members, &stop_rx).await?;
     let proxy = Arc::new(
-        proxy::Proxy::new(config, members, map, cache, Arc::clone(&metrics)).map_err(Error::Config)?,
+        proxy::Proxy::new(config, members, map, cache, Arc::clone(&metrics)).map_err(|source| {
+            Error::Tls {
+                side: "upstream",
+                source,
+            }
+        })?,
     );
-    let handler: corium_fleet_common::admin_http::Handler = {
-        let metrics = Arc::clone(&metrics);
-        let store = Arc::clone(&store);
-        Arc::new(move |path: String| {
-            let metrics = Arc::clone(&metrics);
-            let store = Arc::clone(&store);
-            Box::pin(async move {
-                match path.as_str() {
-                    "/metrics" => (200, metrics.render()),
-                    "/healthz" => (200, "ok\n".to_owned()),
-                    "/readyz" => match tokio::time::timeout(storage_timeout, store.get_root("meta:")).await {
-                        Ok(Ok(_)) => (200, "ready\n".to_owned()),
-                        Ok(Err(error)) => (503, format!("storage unavailable: {error}\n")),
-                        Err(_) => (503, "storage timed out\n".to_owned()),
-                    },
-                    _ => (404, "not found: try /metrics, /healthz or /readyz\n".to_owned()),
-                }
-            })
-        })
-    };
     tokio::spawn(corium_fleet_common::admin_http::serve(
         listeners.admin,
-        handler,
+        admin_handler(&metrics, &store, storage_timeout),
         stop_rx,
     ));
-    let tls = match (tls_listen, listeners.tls) {
-        (Some((_, identity)), Some(listener)) => {
-            let config = corium_fleet_common::tls::server_config(&identity.cert, &identity.key, None)
-                .map_err(|error| Error::Config(format!("client TLS: {error}")))?;
-            Some((listener, tokio_rustls::TlsAcceptor::from(Arc::new(config))))
-        }
-        _ => None,
-    };
+    let tls = client_tls(tls_listen, listeners.tls)?;
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let cleartext = server::serve(listeners.grpc, None, Arc::clone(&proxy), shutdown_rx.clone());
     let encrypted = async {
@@ -192,4 +152,108 @@ pub async fn run(
     let _ = stop_tx.send(true);
     tracing::info!("ingress stopped");
     Ok(())
+}
+
+/// The placement members: the static `--member` list, or — without one —
+/// the live members of the node registry, followed until `stop`.
+fn placement_members(
+    config: &Config,
+    store: &Arc<dyn FullStore>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> corium_fleet_store::registry::Members {
+    let members = corium_fleet_store::registry::Members::new(config.members.clone());
+    if config.members.is_empty() {
+        // No static list: follow the live members in the node registry.
+        tokio::spawn(corium_fleet_store::registry::follow(
+            Arc::clone(store),
+            members.clone(),
+            Duration::from_secs(3),
+            stop.clone(),
+        ));
+    }
+    members
+}
+
+/// The operator placement map: loaded from `--placement-map` (checked like
+/// the transactors check it) and followed until `stop`; empty without one.
+async fn placement_map(
+    config: &Config,
+    store: &Arc<dyn FullStore>,
+    members: &corium_fleet_store::registry::Members,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<corium_fleet_common::placement_map::Watched, Error> {
+    let map = corium_fleet_common::placement_map::Watched::default();
+    if let Some(path) = config.placement_map.clone() {
+        if config.members.is_empty() {
+            corium_fleet_store::registry::refresh(store.as_ref(), members).await;
+        }
+        let (loaded, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
+            &path,
+            &members.get(),
+            config.replicas,
+            !config.members.is_empty(),
+        )?;
+        for warning in warnings {
+            tracing::warn!(%warning, "placement map names a node that is not live; it is skipped until it joins");
+        }
+        map.replace(loaded);
+        let members = members.clone();
+        tokio::spawn(map.clone().follow(
+            path,
+            Duration::from_secs(2),
+            move || members.get(),
+            config.replicas,
+            stop.clone(),
+        ));
+    }
+    Ok(map)
+}
+
+/// The admin HTTP answers: `/metrics`, `/healthz`, and `/readyz` (ready
+/// while storage answers within `storage_timeout`).
+fn admin_handler(
+    metrics: &Arc<metrics::Metrics>,
+    store: &Arc<dyn FullStore>,
+    storage_timeout: Duration,
+) -> corium_fleet_common::admin_http::Handler {
+    let metrics = Arc::clone(metrics);
+    let store = Arc::clone(store);
+    Arc::new(move |path: String| {
+        let metrics = Arc::clone(&metrics);
+        let store = Arc::clone(&store);
+        Box::pin(async move {
+            match path.as_str() {
+                "/metrics" => (200, metrics.render()),
+                "/healthz" => (200, "ok\n".to_owned()),
+                "/readyz" => match tokio::time::timeout(storage_timeout, store.get_root("meta:")).await {
+                    Ok(Ok(_)) => (200, "ready\n".to_owned()),
+                    Ok(Err(error)) => (503, format!("storage unavailable: {error}\n")),
+                    Err(_) => (503, "storage timed out\n".to_owned()),
+                },
+                _ => (404, "not found: try /metrics, /healthz or /readyz\n".to_owned()),
+            }
+        })
+    })
+}
+
+/// The client TLS listener and its acceptor, when both `--tls-listen` is
+/// configured and its socket was bound.
+fn client_tls(
+    tls_listen: Option<(std::net::SocketAddr, config::Identity)>,
+    listener: Option<TcpListener>,
+) -> Result<Option<(TcpListener, tokio_rustls::TlsAcceptor)>, Error> {
+    match (tls_listen, listener) {
+        (Some((_, identity)), Some(listener)) => {
+            let config = corium_fleet_common::tls::server_config(&identity.cert, &identity.key, None)
+                .map_err(|source| Error::Tls {
+                    side: "client",
+                    source,
+                })?;
+            Ok(Some((
+                listener,
+                tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            )))
+        }
+        _ => Ok(None),
+    }
 }

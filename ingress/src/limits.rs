@@ -56,6 +56,9 @@ pub struct Admission {
 }
 
 impl Limits {
+    /// At most `max_concurrent` requests in flight, and `rate_per_client`
+    /// requests a second from one client address (0: unlimited; the burst is
+    /// one second's worth).
     #[must_use]
     pub fn new(max_concurrent: usize, rate_per_client: u32) -> Self {
         Self {
@@ -66,7 +69,7 @@ impl Limits {
             // forgetting them after a minute loses nothing.
             buckets: moka::sync::Cache::builder()
                 .max_capacity(100_000)
-                .time_to_idle(Duration::from_secs(60))
+                .time_to_idle(Duration::from_mins(1))
                 .build(),
         }
     }
@@ -117,7 +120,7 @@ mod tests {
         assert!(!bucket.take(10.0, 2.0, start));
         assert!(bucket.take(10.0, 2.0, start + Duration::from_millis(100)));
         // A long idle period refills only up to the burst.
-        let later = start + Duration::from_secs(60);
+        let later = start + Duration::from_mins(1);
         assert!(bucket.take(10.0, 2.0, later));
         assert!(bucket.take(10.0, 2.0, later));
         assert!(!bucket.take(10.0, 2.0, later));

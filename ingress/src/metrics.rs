@@ -7,17 +7,26 @@ use corium_fleet_common::prometheus::{Histogram, counter};
 /// Counters and histograms of one ingress.
 #[derive(Default)]
 pub struct Metrics {
+    /// Owner-cache hits.
     pub cache_hits: AtomicU64,
+    /// Owner-cache misses (storage reads, coalesced per database).
     pub cache_misses: AtomicU64,
     /// A cached owner answered `NotOwner`: the cache was stale.
     pub cache_stale: AtomicU64,
+    /// Attempts sent to a transactor (one hop each).
     pub forwarded: AtomicU64,
+    /// Owner-dependent calls sent again after an attempt that provably did
+    /// not commit (a `NotOwner`, a refused connection, …).
     pub not_owner_retries: AtomicU64,
     /// Requests refused because a client sent fleet-internal metadata
     /// (`corium-hop`, `corium-principal`, `corium-lease-version`).
     pub loop_preventions: AtomicU64,
+    /// Owner resolutions that failed (storage could not be read in time).
     pub resolution_failures: AtomicU64,
+    /// Connect failures of candidate and any-node calls (each moves on to
+    /// the next node).
     pub connect_retries: AtomicU64,
+    /// Attempts whose outcome is unknown (the hop broke after sending).
     pub ambiguous_failures: AtomicU64,
     /// Ambiguous failures of a `Transact` with a request id, retried with
     /// the same id.
@@ -28,11 +37,19 @@ pub struct Metrics {
     pub request_ids_unsupported: AtomicU64,
     /// Nodes marked suspect after a call to them hung or broke.
     pub suspect_marks: AtomicU64,
+    /// Requests whose route header disagreed with the body.
     pub rejected_route_mismatch: AtomicU64,
+    /// Requests whose first message names no database (or cannot be read
+    /// for one).
     pub rejected_unroutable: AtomicU64,
+    /// Requests over the body size limit.
     pub rejected_too_large: AtomicU64,
+    /// Requests for methods the fleet does not serve.
     pub rejected_unknown_method: AtomicU64,
+    /// Requests refused by the concurrency or per-client rate limit.
     pub rejected_limit: AtomicU64,
+    /// Time from receiving a request to its answer's headers, across
+    /// attempts.
     pub forward_seconds: Histogram,
 }
 
@@ -41,8 +58,20 @@ impl Metrics {
     #[must_use]
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        for (name, help, value) in [
+        for (name, help, value) in self.counters() {
+            counter(&mut out, name, help, value.load(Ordering::Relaxed));
+        }
+        self.forward_seconds.render(
+            &mut out,
+            "corium_fleet_ingress_forward_seconds",
+            "Time from receiving a request to the owner's response headers.",
+        );
+        out
+    }
+
+    /// Every counter: its metric name, its help text and its value.
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 18] {
+        [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
                 "Owner-cache hits.",
@@ -133,14 +162,6 @@ impl Metrics {
                 "Requests refused by the concurrency or per-client rate limit.",
                 &self.rejected_limit,
             ),
-        ] {
-            counter(&mut out, name, help, load(value));
-        }
-        self.forward_seconds.render(
-            &mut out,
-            "corium_fleet_ingress_forward_seconds",
-            "Time from receiving a request to the owner's response headers.",
-        );
-        out
+        ]
     }
 }

@@ -20,7 +20,10 @@ use crate::metrics::Metrics;
 /// The lease holder of a database, as last seen.
 #[derive(Clone, Debug, Eq, PartialEq)]
 pub struct Owner {
+    /// Node id of the holder.
     pub node_id: String,
+    /// The lease version it holds, sent on the hop so a node can refuse a
+    /// route made on a stale lease (0: unknown, as in a handoff hint).
     pub lease_version: u64,
     /// Internal endpoint of the holder (from the root's `owner_endpoint`).
     pub endpoint: String,
@@ -41,7 +44,9 @@ pub enum Resolution {
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("cannot read the lease of {db:?} from storage: {detail}")]
 pub struct ResolveError {
+    /// The database whose lease was being read.
     pub db: String,
+    /// What the storage read said (or that it timed out).
     pub detail: String,
 }
 
@@ -54,6 +59,9 @@ pub struct Cache {
 }
 
 impl Cache {
+    /// An empty cache over `store`: entries live for `ttl`, at most
+    /// `capacity` of them, and one storage read is bounded by
+    /// `storage_timeout`.
     #[must_use]
     pub fn new(
         store: Arc<dyn FullStore>,
@@ -198,7 +206,7 @@ mod tests {
         let metrics = Arc::new(Metrics::default());
         let cache = Arc::new(Cache::new(
             Arc::clone(&store) as Arc<dyn FullStore>,
-            Duration::from_secs(60),
+            Duration::from_mins(1),
             1000,
             Duration::from_secs(5),
             Arc::clone(&metrics),

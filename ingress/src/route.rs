@@ -54,22 +54,29 @@ pub fn classify(path: &str) -> Option<(Target, bool)> {
 /// Why a request body could not be routed.
 #[derive(Debug, thiserror::Error, Eq, PartialEq)]
 pub enum ScanError {
+    /// The body does not start with a whole length-prefixed gRPC message.
     #[error("the request body is not one complete gRPC message")]
     Framing,
+    /// The first message is compressed: its fields cannot be read without
+    /// decompressing it, which the ingress does not do.
     #[error("compressed request messages are not supported by the fleet ingress")]
     Compressed,
+    /// The message is not well-formed protobuf wire format.
     #[error("the request message is not valid protobuf")]
     Protobuf,
+    /// Field 1 is missing or empty.
     #[error("the request names no database (field 1 is empty or missing)")]
     NoDatabase,
+    /// Field 1 is not UTF-8 text.
     #[error("the database name is not UTF-8")]
     NotText,
 }
 
-/// The first gRPC message of a request body: `(compressed, message)`.
+/// The first gRPC message of a request body, without its 5-byte prefix.
 ///
 /// # Errors
-/// [`ScanError::Framing`] when the body does not start with a whole message.
+/// [`ScanError::Framing`] when the body does not start with a whole message,
+/// [`ScanError::Compressed`] when that message is compressed.
 pub fn first_message(body: &[u8]) -> Result<&[u8], ScanError> {
     let header = body.get(..5).ok_or(ScanError::Framing)?;
     if header[0] != 0 {
@@ -111,7 +118,7 @@ pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
                 at = at
                     .checked_add(8)
                     .filter(|end| *end <= message.len())
-                    .ok_or(ScanError::Protobuf)?
+                    .ok_or(ScanError::Protobuf)?;
             }
             2 => {
                 let length = usize::try_from(varint(message, &mut at)?).map_err(|_| ScanError::Protobuf)?;
@@ -128,7 +135,7 @@ pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
                 at = at
                     .checked_add(4)
                     .filter(|end| *end <= message.len())
-                    .ok_or(ScanError::Protobuf)?
+                    .ok_or(ScanError::Protobuf)?;
             }
             _ => return Err(ScanError::Protobuf),
         }
@@ -148,7 +155,8 @@ mod tests {
 
     fn frame(message: &[u8]) -> Vec<u8> {
         let mut body = vec![0];
-        body.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        let length = u32::try_from(message.len()).expect("test messages are far under 4 GiB");
+        body.extend_from_slice(&length.to_be_bytes());
         body.extend_from_slice(message);
         body
     }

@@ -29,6 +29,7 @@ pub struct StreamEnd {
 }
 
 impl StreamEnd {
+    /// Wraps a node's response body.
     #[must_use]
     pub const fn new(inner: ResponseBody) -> Self {
         Self { inner, ended: false }

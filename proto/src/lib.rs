@@ -1,5 +1,6 @@
 //! Corium Fleet's wire protocol: the `corium.fleet.v1` package (the typed
-//! `NotOwner` status detail and the fleet admin service) and the
+//! `NotOwner` and `OutcomeUnknown` status details, the fleet admin service
+//! and the `Requests` service) and the
 //! `google.rpc.Status` envelope that carries status details.
 //!
 //! Layout:
@@ -7,8 +8,12 @@
 //! - `proto/google/rpc/status.proto` — the rich-error envelope;
 //! - [`fleet`] and [`rpc`] — the generated Rust types and tonic stubs.
 //!
-//! Encoding and decoding of `NotOwner` on a `tonic::Status` lives in
-//! `corium-fleet-common` (`not_owner`), the one place that does it.
+//! Encoding and decoding of these details on a `tonic::Status` lives in
+//! `corium-fleet-wire`, the one place that does it.
+//!
+//! The generated modules allow every lint: their code is written by
+//! `tonic-prost-build`, not by us, and its field docs come from the
+//! `.proto` comments.
 
 /// `corium.fleet.v1`: generated messages, client and server.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

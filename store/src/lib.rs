@@ -21,7 +21,7 @@ pub mod storage;
 
 pub use open::{OpenError, open};
 pub use roots::{ReadError, RootView};
-pub use storage::Storage;
+pub use storage::{Storage, StorageFlagError};
 
 /// What [`delegate_blobs!`] expands to needs; not part of the API.
 #[doc(hidden)]

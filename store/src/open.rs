@@ -3,7 +3,7 @@
 //! open_node_store`): the same backends, the filesystem's root under
 //! `DATA_DIR/store`, so nodes and ingresses over one `--storage` see one
 //! store. Opening retries a few times: nodes starting together race to
-//! initialise a fresh PostgreSQL schema, and a store that is itself
+//! initialise a fresh `PostgreSQL` schema, and a store that is itself
 //! restarting answers a moment later.
 
 use std::path::Path;

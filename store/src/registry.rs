@@ -22,13 +22,19 @@ pub const PREFIX: &str = "fleet-node:";
 /// One node's registry record.
 #[derive(Clone, Debug, Eq, PartialEq, Serialize, Deserialize)]
 pub struct Record {
+    /// The node id; the record lives under `fleet-node:<node_id>`, so at
+    /// most one record exists per id.
     pub node_id: String,
     /// Process incarnation: tells two processes with one node id apart.
     pub incarnation: String,
+    /// Failure domain, as in [`Member::zone`].
     pub zone: String,
+    /// Relative placement capacity, as in [`Member::weight`].
     pub weight: u32,
     /// Internal endpoint.
     pub endpoint: String,
+    /// When the record stops counting as live (milliseconds since the Unix
+    /// epoch); each renewal pushes it one TTL ahead.
     pub expires_unix_ms: i64,
     /// The databases this node owned at its last renewal. Candidates watch
     /// exactly these for a lapsed lease (the record of a node that died stays
@@ -66,16 +72,24 @@ impl Record {
 /// Why registration failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// Another incarnation holds the node id and kept renewing its record
+    /// while this one waited: two live processes would share one id.
     #[error(
         "node id {node_id:?} is already live (incarnation {incarnation}, endpoint {endpoint}) until \
          {expires_unix_ms}; a second node with the same id refuses to serve"
     )]
     Duplicate {
+        /// The contested node id.
         node_id: String,
+        /// The live holder's incarnation.
         incarnation: String,
+        /// The live holder's endpoint.
         endpoint: String,
+        /// The live holder's record expiry (milliseconds since the Unix
+        /// epoch).
         expires_unix_ms: i64,
     },
+    /// The root store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -85,6 +99,8 @@ pub enum RegistryError {
 pub struct Members(Arc<RwLock<Arc<Vec<Member>>>>);
 
 impl Members {
+    /// A member list starting from `members` (the static `--member` list,
+    /// or empty until the registry is first read).
     #[must_use]
     pub fn new(members: Vec<Member>) -> Self {
         Self(Arc::new(RwLock::new(Arc::new(members))))

@@ -8,7 +8,7 @@ use corium_store::StorageConfig;
 pub enum Storage {
     /// Corium's filesystem backend under the data directory.
     Filesystem,
-    /// PostgreSQL (Corium's `postgres` backend).
+    /// `PostgreSQL` (Corium's `postgres` backend).
     Postgres {
         /// The connection URL.
         url: String,
@@ -26,12 +26,29 @@ pub enum Storage {
     },
 }
 
+/// A `--storage` value that names no storage the fleet can open.
+#[derive(Clone, Debug, Eq, PartialEq, thiserror::Error)]
+pub enum StorageFlagError {
+    /// `s3://` without a bucket.
+    #[error("storage {0:?}: the S3 bucket is missing (s3://BUCKET[/PREFIX])")]
+    MissingBucket(String),
+    /// Not one of the accepted forms.
+    #[error(
+        "unknown storage {0:?}: expected `filesystem`, `postgres://USER@HOST:PORT/DB` or `s3://BUCKET[/PREFIX]`"
+    )]
+    Unknown(String),
+}
+
 impl Storage {
     /// Parses the `--storage` value.
     ///
     /// # Errors
-    /// A message naming the accepted forms.
-    pub fn parse(text: &str, s3_endpoint: Option<String>, s3_region: Option<String>) -> Result<Self, String> {
+    /// [`StorageFlagError`], naming the accepted forms.
+    pub fn parse(
+        text: &str,
+        s3_endpoint: Option<String>,
+        s3_region: Option<String>,
+    ) -> Result<Self, StorageFlagError> {
         if text == "filesystem" || text == "fs" {
             return Ok(Self::Filesystem);
         }
@@ -41,9 +58,7 @@ impl Storage {
         if let Some(rest) = text.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
-                return Err(format!(
-                    "storage {text:?}: the S3 bucket is missing (s3://BUCKET[/PREFIX])"
-                ));
+                return Err(StorageFlagError::MissingBucket(text.to_owned()));
             }
             return Ok(Self::S3 {
                 bucket: bucket.to_owned(),
@@ -52,9 +67,7 @@ impl Storage {
                 region: s3_region.unwrap_or_else(|| "us-east-1".to_owned()),
             });
         }
-        Err(format!(
-            "unknown storage {text:?}: expected `filesystem`, `postgres://USER@HOST:PORT/DB` or `s3://BUCKET[/PREFIX]`"
-        ))
+        Err(StorageFlagError::Unknown(text.to_owned()))
     }
 
     /// The storage-backend kind in Corium's registry.
@@ -69,7 +82,7 @@ impl Storage {
 
     /// The backend configuration Corium's registry opens it with (S3
     /// credentials from the standard `AWS_*` variables). The filesystem's
-    /// root is filled in by [`open`](crate::open) from the data directory.
+    /// root is filled in by [`open`](mod@crate::open) from the data directory.
     #[must_use]
     pub fn config(&self) -> StorageConfig {
         let value = match self {
@@ -120,15 +133,12 @@ mod tests {
         let s3 = Storage::parse("s3://bucket/fleet", Some("http://127.0.0.1:8333".into()), None).unwrap();
         assert_eq!(s3.describe(), "s3://bucket/fleet");
         assert!(matches!(&s3, Storage::S3 { region, .. } if region == "us-east-1"));
-        assert!(
-            Storage::parse("s3://", None, None)
-                .unwrap_err()
-                .contains("bucket")
+        assert_eq!(
+            Storage::parse("s3://", None, None),
+            Err(StorageFlagError::MissingBucket("s3://".into()))
         );
-        assert!(
-            Storage::parse("mysql://x", None, None)
-                .unwrap_err()
-                .contains("expected")
-        );
+        let unknown = Storage::parse("mysql://x", None, None).unwrap_err();
+        assert_eq!(unknown, StorageFlagError::Unknown("mysql://x".into()));
+        assert!(unknown.to_string().contains("expected"), "{unknown}");
     }
 }

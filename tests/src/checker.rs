@@ -28,10 +28,13 @@ use std::time::Duration;
 /// One acknowledged transaction.
 #[derive(Clone, Debug)]
 pub struct Ack {
+    /// The database it went to.
     pub db: String,
     /// The unique item the transaction asserted.
     pub item: String,
+    /// The `corium-request-id` it was sent under.
     pub request_id: String,
+    /// The `t` it was acknowledged with (`basis_t` of the answer).
     pub t: u64,
     /// `corium-lease-version` of the answer (the fleet stamps it).
     pub lease_version: Option<u64>,
@@ -81,6 +84,7 @@ impl Ack {
 /// Everything a run's clients observed.
 #[derive(Clone, Debug, Default)]
 pub struct History {
+    /// Every acknowledged transaction, in acknowledgement order.
     pub acks: Vec<Ack>,
     /// Failed attempts: database, since start, status code.
     pub errors: Vec<(String, Duration, tonic::Code)>,
@@ -117,10 +121,15 @@ pub struct Durable {
 /// A run's outcome.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
+    /// The run's name (backend, seed, scenario).
     pub label: String,
+    /// Attempts made (acknowledged or not).
     pub attempts: usize,
+    /// Transactions acknowledged.
     pub acked: usize,
+    /// Failed attempts.
     pub errors: usize,
+    /// Faults and process events injected, in order, as text.
     pub faults: Vec<String>,
     /// Lease versions seen per database beyond the first (ownership moves).
     pub failovers: BTreeMap<String, usize>,
@@ -128,16 +137,20 @@ pub struct Report {
     /// failed attempt to the first acknowledgement after it, and when (since
     /// the run started) that stretch began.
     pub longest_unavailable: BTreeMap<String, (Duration, Duration)>,
-    /// Subscription reconnects that resumed (sum over subscribers).
+    /// Transactions subscriptions delivered (sum over subscribers, across
+    /// their reconnects).
     pub delivered: usize,
+    /// Request ids sent again at the end and checked.
     pub replays: usize,
     /// Log records written by deposed writers and never acknowledged
     /// (fenced), when record keys are known.
     pub superseded_records: usize,
+    /// Every broken promise found, as text; empty when the run passed.
     pub violations: Vec<String>,
 }
 
 impl Report {
+    /// Whether the run kept every promise.
     #[must_use]
     pub fn passed(&self) -> bool {
         self.violations.is_empty()
@@ -238,10 +251,9 @@ pub fn check(label: &str, history: &History, durable: &Durable, unaffected: &BTr
     for ((db, subscriber), delivered) in &history.deliveries {
         report.delivered += delivered.len();
         let ts: Vec<u64> = delivered.iter().map(|(t, _)| *t).collect();
-        if let Some(pair) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
+        if let Some(&[before, after]) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
             violations.push(format!(
-                "{db}: subscriber {subscriber} delivered t={} after t={} (gap, repeat or disorder)",
-                pair[1], pair[0]
+                "{db}: subscriber {subscriber} delivered t={after} after t={before} (gap, repeat or disorder)"
             ));
         }
         let Some(log) = durable.logs.get(db) else { continue };
@@ -274,10 +286,9 @@ fn check_log(
     violations: &mut Vec<String>,
 ) {
     let ts: Vec<u64> = log.iter().map(|(t, _)| *t).collect();
-    if let Some(pair) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
+    if let Some(&[before, after]) = ts.windows(2).find(|pair| pair[1] != pair[0] + 1) {
         violations.push(format!(
-            "{db}: log t={} follows t={} (each t must have exactly one record)",
-            pair[1], pair[0]
+            "{db}: log t={after} follows t={before} (each t must have exactly one record)"
         ));
     }
     let by_t: BTreeMap<u64, &Vec<String>> = log.iter().map(|(t, strings)| (*t, strings)).collect();
@@ -527,6 +538,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines)] // One case per promise, in the order the module docs list them.
     fn each_promise_is_checked() {
         // Lost write: t=2 holds another transaction.
         let report = run(

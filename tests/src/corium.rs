@@ -28,19 +28,40 @@ pub async fn channel(endpoint: &str) -> Channel {
 }
 
 /// The encoded schema.
+///
+/// # Panics
+/// Never: [`SCHEMA`] is valid EDN.
 #[must_use]
 pub fn schema() -> Vec<u8> {
     codec::encode_edn(&read_one(SCHEMA).unwrap())
 }
 
 /// A transaction asserting one item named `name`.
+///
+/// # Panics
+/// Never: the forms are valid EDN for any name.
 #[must_use]
 pub fn item_tx(name: &str) -> Vec<u8> {
     let forms = read_one(&format!("[{{:db/id \"x\" :item/name {name:?}}}]")).unwrap();
     codec::encode_edn(&forms)
 }
 
-/// Forms for the peer API.
+/// Forms for the peer API: the [`SCHEMA`].
+///
+/// # Panics
+/// Never: [`SCHEMA`] is a vector.
+#[must_use]
+pub fn schema_forms() -> Vec<Edn> {
+    let Edn::Vector(forms) = read_one(SCHEMA).unwrap() else {
+        unreachable!("the schema is a vector")
+    };
+    forms
+}
+
+/// Forms for the peer API: one item named `name`.
+///
+/// # Panics
+/// Never: the forms are valid EDN for any name.
 #[must_use]
 pub fn item_forms(name: &str) -> Vec<Edn> {
     match read_one(&format!("[{{:db/id \"x\" :item/name {name:?}}}]")).unwrap() {
@@ -81,6 +102,10 @@ pub fn transact_request(db: &str, name: &str) -> pb::TransactRequest {
 ///
 /// # Errors
 /// The node's status.
+///
+/// # Panics
+/// When a metadata value is not a valid header value, or the endpoint
+/// cannot be reached.
 pub async fn transact(
     endpoint: &str,
     db: &str,
@@ -209,6 +234,9 @@ pub async fn raw_call(
 }
 
 /// A body framed as one uncompressed gRPC message.
+///
+/// # Panics
+/// When the message is 4 GiB or longer.
 #[must_use]
 pub fn frame(message: &[u8]) -> Vec<u8> {
     let mut body = vec![0];

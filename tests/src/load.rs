@@ -24,6 +24,9 @@ pub struct Outcome {
 
 /// Runs until `stop` turns true (or `max_per_db` attempts), one task per
 /// database, each transacting `"{db}-{n}"` through `address`.
+///
+/// # Panics
+/// When a load task panics (it cannot reach `address`).
 pub async fn run(
     address: String,
     dbs: Vec<String>,

@@ -1,5 +1,5 @@
 //! A TCP proxy on loopback that can cut one node off from its storage: a
-//! real network partition between a node and PostgreSQL, for tests.
+//! real network partition between a node and `PostgreSQL`, for tests.
 //!
 //! While cut, established connections are dropped and new ones are closed on
 //! accept, so the node's storage calls fail as they would behind a broken
@@ -7,12 +7,13 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::task::AbortHandle;
 
 /// A cuttable TCP forwarder.
 pub struct Partition {
+    /// The loopback port a node reaches its storage through.
     pub port: u16,
     cut: Arc<AtomicBool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
@@ -47,7 +48,7 @@ impl Partition {
                         };
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
                     });
-                    let mut live = connections.lock().unwrap();
+                    let mut live = connections.lock().unwrap_or_else(PoisonError::into_inner);
                     live.retain(|handle| !handle.is_finished());
                     live.push(task.abort_handle());
                 }
@@ -65,7 +66,12 @@ impl Partition {
     /// Cuts the path: drops every connection and refuses new ones.
     pub fn cut(&self) {
         self.cut.store(true, Ordering::Release);
-        for handle in self.connections.lock().unwrap().drain(..) {
+        for handle in self
+            .connections
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
             handle.abort();
         }
     }

@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -86,6 +86,7 @@ struct State {
 
 /// The hop: its port, its script, what it received.
 pub struct ScriptedHop {
+    /// The loopback port it listens on.
     pub port: u16,
     state: Arc<State>,
     accept: tokio::task::AbortHandle,
@@ -144,14 +145,15 @@ impl ScriptedHop {
 
     /// The steps for the next `Transact` attempts, in order (then `Pass`).
     pub fn script(&self, steps: impl IntoIterator<Item = Step>) {
-        let mut script = self.state.script.lock().unwrap();
+        let mut script = self.state.script.lock().unwrap_or_else(PoisonError::into_inner);
         script.clear();
         script.extend(steps);
     }
 
     /// Every `Transact` received since the last call, and forgets them.
+    #[must_use]
     pub fn take_received(&self) -> Vec<Received> {
-        std::mem::take(&mut *self.state.received.lock().unwrap())
+        std::mem::take(&mut *self.state.received.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Calls of any method the hop has seen.

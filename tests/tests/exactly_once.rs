@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::corium::{self, channel};
-use corium_fleet_tests::{Backend, Fleet, http_get, metric};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::metadata::REQUEST_ID;
 use corium_protocol::pb;
 
@@ -36,21 +36,17 @@ async fn with_id(
 
 /// Retries `with_id` on retryable statuses until it succeeds (bounded).
 async fn until_ok(address: &str, db: &str, name: &str, id: &str, fleet: &Fleet) -> pb::TransactResponse {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        match with_id(address, db, name, id).await {
-            Ok(response) => return response,
-            Err(status) => {
+    eventually(
+        Duration::from_secs(40),
+        format!("{db} {id}: success"),
+        async || {
+            with_id(address, db, name, id).await.map_err(|status| {
                 assert!(retryable(status.code()), "{db} {id}: not retryable: {status:?}");
-                assert!(
-                    Instant::now() < deadline,
-                    "{db} {id}: no success: {status:?}\n{}",
-                    fleet.logs()
-                );
-                tokio::time::sleep(Duration::from_millis(150)).await;
-            }
-        }
-    }
+                fleet.with_logs(format!("{status:?}"))
+            })
+        },
+    )
+    .await
 }
 
 /// `t`s of the log of `db` carrying item `name`.
@@ -80,7 +76,7 @@ fn tempid_keys(response: &pb::TransactResponse) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         let db = "once";
@@ -197,13 +193,11 @@ async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() 
 async fn an_owner_dying_between_append_and_reply_is_retried_with_the_same_id_and_commits_once() {
     for backend in Backend::all() {
         let id = uuid::Uuid::new_v4().to_string();
-        let mut fleet = Fleet::start_with_env(
-            backend.clone(),
-            3,
-            TTL,
-            &[(corium_fleet_faults::env::CRASH_AFTER_COMMIT, &id)],
-        )
-        .await;
+        let mut fleet = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .env(&[(corium_fleet_faults::env::CRASH_AFTER_COMMIT, &id)])
+            .start()
+            .await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         let db = "crashy";
@@ -234,10 +228,46 @@ async fn an_owner_dying_between_append_and_reply_is_retried_with_the_same_id_and
     }
 }
 
+/// One acknowledged write: database, item, request id, the answer.
+type Acked = (String, String, String, pb::TransactResponse);
+
+/// Client `client` of the thousand-transaction test: 63 items into `db`,
+/// each under its own request id, retried through a different ingress each
+/// attempt (backing off up to 500 ms) for up to a minute. Returns what was
+/// acknowledged and how many items needed a retry.
+async fn write_through_ingresses(client: usize, addresses: &[String], db: &str) -> (Vec<Acked>, usize) {
+    let mut acked = Vec::new();
+    let mut retried = 0usize;
+    for n in 0..63 {
+        let id = uuid::Uuid::new_v4().to_string();
+        let name = format!("c{client}-{n}");
+        let deadline = Instant::now() + Duration::from_mins(1);
+        let mut attempt = 0usize;
+        let response = loop {
+            // A random ingress per attempt.
+            let address = &addresses[(client + n + attempt) % addresses.len()];
+            match with_id(address, db, &name, &id).await {
+                Ok(response) => break response,
+                Err(status) => {
+                    assert!(retryable(status.code()), "{db} {name}: {status:?}");
+                    assert!(Instant::now() < deadline, "{db} {name}: {status:?}");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(100 * attempt.min(5) as u64)).await;
+                }
+            }
+        };
+        if attempt > 0 {
+            retried += 1;
+        }
+        acked.push((db.to_owned(), name, id, response));
+    }
+    (acked, retried)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoffs_exactly_once() {
     let backend = Backend::all().remove(1);
-    let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+    let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
     fleet.start_ingresses(2, &[]).await;
     let addresses: Vec<String> = fleet
         .ingresses
@@ -253,34 +283,7 @@ async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoff
         .map(|client| {
             let addresses = addresses.clone();
             let db = dbs[client % dbs.len()].clone();
-            tokio::spawn(async move {
-                let mut acked = Vec::new();
-                let mut retried = 0usize;
-                for n in 0..63 {
-                    let id = uuid::Uuid::new_v4().to_string();
-                    let name = format!("c{client}-{n}");
-                    let deadline = Instant::now() + Duration::from_secs(60);
-                    let mut attempt = 0usize;
-                    let response = loop {
-                        // A random ingress per attempt.
-                        let address = &addresses[(client + n + attempt) % addresses.len()];
-                        match with_id(address, &db, &name, &id).await {
-                            Ok(response) => break response,
-                            Err(status) => {
-                                assert!(retryable(status.code()), "{db} {name}: {status:?}");
-                                assert!(Instant::now() < deadline, "{db} {name}: {status:?}");
-                                attempt += 1;
-                                tokio::time::sleep(Duration::from_millis(100 * attempt.min(5) as u64)).await;
-                            }
-                        }
-                    };
-                    if attempt > 0 {
-                        retried += 1;
-                    }
-                    acked.push((db.clone(), name, id, response));
-                }
-                (acked, retried)
-            })
+            tokio::spawn(async move { write_through_ingresses(client, &addresses, &db).await })
         })
         .collect();
     // Chaos while they run: SIGKILL an owner, hand a database off, SIGTERM
@@ -308,7 +311,7 @@ async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoff
         .await;
     eprintln!("handoff of {db1}: {handed:?}");
     let drained = fleet.candidates(&dbs[2])[0];
-    tokio::task::block_in_place(|| fleet.nodes[drained].terminate());
+    fleet.nodes[drained].terminate().await;
     fleet.nodes[drained].restart().await;
 
     let mut acked = Vec::new();
@@ -385,7 +388,7 @@ fn request_status_cli(address: &str, db: &str, id: &str) -> String {
 async fn request_status_answers_the_committed_answer_or_fences_the_id_for_good() {
     use corium_fleet_client::{Client, Config, RequestStatus};
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         let db = "asked";
@@ -436,17 +439,19 @@ async fn request_status_answers_the_committed_answer_or_fences_the_id_for_good()
     }
 }
 
-/// Sends `with_id` until it is refused with a status that is not retryable
-/// (bounded).
+/// Sends `with_id` until it is refused with a status that is not retryable.
+///
+/// # Panics
+/// When it commits, or is still answered a retryable status after 40 s.
 async fn until_refused(address: &str, db: &str, name: &str, id: &str) -> tonic::Status {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        match with_id(address, db, name, id).await {
+    eventually(
+        Duration::from_secs(40),
+        format!("{db} {id}: refused with a status that is not retryable"),
+        async || match with_id(address, db, name, id).await {
             Ok(response) => panic!("{db} {id}: committed after it was fenced: {response:?}"),
-            Err(status) if retryable(status.code()) && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(150)).await;
-            }
-            Err(status) => return status,
-        }
-    }
+            Err(status) if retryable(status.code()) => Err(format!("{status:?}")),
+            Err(status) => Ok(status),
+        },
+    )
+    .await
 }

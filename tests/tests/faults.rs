@@ -8,7 +8,7 @@
 //! (`tests/src/checker.rs`) judges the run and prints its report.
 //!
 //! - `CORIUM_FLEET_FAULT_SEEDS=a,b,c` picks the seeds (default: 1); odd
-//!   seeds run on PostgreSQL, even seeds on the filesystem store; `make
+//!   seeds run on `PostgreSQL`, even seeds on the filesystem store; `make
 //!   soak` runs ten; `CORIUM_FLEET_FAULT_LOGS=1` prints every process's log
 //!   even when the run passes.
 
@@ -21,7 +21,7 @@ use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::checker::{self, Ack, Durable, History};
 use corium_fleet_tests::corium::{self, channel};
-use corium_fleet_tests::{Backend, Fleet};
+use corium_fleet_tests::{Backend, Fleet, eventually};
 use corium_fleet_wire::metadata::REQUEST_ID;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use nix::sys::signal::Signal;
@@ -144,16 +144,18 @@ fn storage_schedule(rng: &mut Rng) -> (String, Duration) {
 /// lands on their owner.
 async fn hand_to(fleet: &Fleet, dbs: &[String], to: usize) {
     for db in dbs {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let view = corium::placement(&fleet.nodes[to].endpoint(), db).await;
-            if view.owner_id == fleet.nodes[to].id {
-                break;
-            }
-            let handed = if view.owner_id.is_empty() {
-                // Cold: the next write activates it on its top candidate.
-                Err(tonic::Status::unavailable("no owner yet"))
-            } else {
+        eventually(
+            Duration::from_secs(20),
+            format!("hand {db} to {}", fleet.nodes[to].id),
+            async || {
+                let view = corium::placement(&fleet.nodes[to].endpoint(), db).await;
+                if view.owner_id == fleet.nodes[to].id {
+                    return Ok(());
+                }
+                if view.owner_id.is_empty() {
+                    // Cold: the next write activates it on its top candidate.
+                    return Err("no owner yet".to_owned());
+                }
                 let owner = fleet.index(&view.owner_id);
                 FleetAdminClient::new(channel(&fleet.nodes[owner].endpoint()).await)
                     .handoff(HandoffRequest {
@@ -162,23 +164,17 @@ async fn hand_to(fleet: &Fleet, dbs: &[String], to: usize) {
                     })
                     .await
                     .map(|_| ())
-            };
-            if handed.is_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "hand {db} to {}: {handed:?}",
-                fleet.nodes[to].id
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+                    .map_err(|status| format!("{status:?}"))
+            },
+        )
+        .await;
     }
 }
 
+#[allow(clippy::too_many_lines)] // One seeded scenario, from the fleet's start to the checker's verdict.
 async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     let mut rng = Rng::new(seed);
-    let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+    let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
     fleet.start_ingresses(2, &[]).await;
     let addresses: Vec<String> = fleet
         .ingresses
@@ -210,7 +206,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     // schedule's times fall where they were drawn.
     let (schedule, storage_faults_end) = storage_schedule(&mut rng);
     fleet.nodes[victim].set_env(corium_fleet_faults::env::SCHEDULE, Some(&schedule));
-    tokio::task::block_in_place(|| fleet.nodes[victim].terminate());
+    fleet.nodes[victim].terminate().await;
     fleet.nodes[victim].restart().await;
     let victim_started = Instant::now();
     fleet.nodes[victim].set_env(corium_fleet_faults::env::SCHEDULE, None);
@@ -387,14 +383,14 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_process_faults_keep_every_promise() {
-    let seeds: Vec<u64> = std::env::var("CORIUM_FLEET_FAULT_SEEDS")
-        .ok()
-        .map(|text| {
+    let seeds: Vec<u64> = std::env::var("CORIUM_FLEET_FAULT_SEEDS").ok().map_or_else(
+        || vec![1],
+        |text| {
             text.split(',')
                 .filter_map(|seed| seed.trim().parse().ok())
                 .collect()
-        })
-        .unwrap_or_else(|| vec![1]);
+        },
+    );
     let mut failed = Vec::new();
     for seed in seeds {
         // Odd seeds on PostgreSQL (which `make test` provides), even seeds

@@ -1,12 +1,12 @@
 //! The foundation's multi-process tests: real `corium-fleet-transactor`
 //! processes, random loopback ports, temporary data directories, against the
-//! filesystem store and PostgreSQL, driven by Corium's own clients.
+//! filesystem store and `PostgreSQL`, driven by Corium's own clients.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use corium_fleet_tests::corium::{self, channel, placement};
-use corium_fleet_tests::{Backend, Fleet, http_get, metric};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::metadata;
 use corium_fleet_wire::not_owner;
 
@@ -25,7 +25,7 @@ async fn create_on_top_candidate(fleet: &Fleet, db: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_database_is_served_by_its_lease_holder() {
     for backend in Backend::all() {
-        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         let db = "orders";
         let owner = create_on_top_candidate(&fleet, db).await;
         let first = corium::transact(&fleet.nodes[owner].endpoint(), db, "widget", &[])
@@ -59,7 +59,7 @@ async fn created_database_is_served_by_its_lease_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_holder_answers_typed_not_owner_naming_the_holder() {
     for backend in Backend::all() {
-        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         let db = "ledger";
         let owner = create_on_top_candidate(&fleet, db).await;
         let committed = corium::transact(&fleet.nodes[owner].endpoint(), db, "a", &[])
@@ -130,7 +130,7 @@ async fn non_holder_answers_typed_not_owner_naming_the_holder() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_mismatch_and_forged_hops_are_rejected_and_change_nothing() {
     for backend in Backend::all() {
-        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         let db = "routing";
         let owner = create_on_top_candidate(&fleet, db).await;
         let endpoint = fleet.nodes[owner].endpoint();
@@ -172,7 +172,7 @@ async fn route_mismatch_and_forged_hops_are_rejected_and_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactions() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         let db = "payments";
         let owner = create_on_top_candidate(&fleet, db).await;
         let successor = fleet.candidates(db)[1];
@@ -189,26 +189,22 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
         fleet.nodes[owner].kill();
         let killed = Instant::now();
         // The successor refuses (NotOwner) until the lease lapses, then takes over.
-        let deadline = killed + TTL * 10;
-        let response = loop {
-            match corium::transact(&fleet.nodes[successor].endpoint(), db, "after", &[]).await {
-                Ok(response) => break response,
+        let response = eventually(
+            TTL * 10,
+            format!("{backend:?}: takeover by the successor"),
+            async || match corium::transact(&fleet.nodes[successor].endpoint(), db, "after", &[]).await {
+                Ok(response) => Ok(response),
                 Err(status) => {
                     assert!(
                         status.code() == tonic::Code::FailedPrecondition
                             || status.code() == tonic::Code::Unavailable,
                         "{backend:?}: unexpected {status:?}"
                     );
-                    assert!(
-                        Instant::now() < deadline,
-                        "{backend:?}: no takeover within {:?}\n{}",
-                        TTL * 10,
-                        fleet.logs()
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Err(fleet.with_logs(format!("{status:?}")))
                 }
-            }
-        };
+            },
+        )
+        .await;
         let takeover = killed.elapsed();
         acked.insert(response.basis_t, "after".to_owned());
         let view = placement(&fleet.nodes[successor].endpoint(), db).await;
@@ -240,15 +236,15 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
 async fn sigterm_hands_each_database_to_its_next_candidate() {
     for backend in Backend::all() {
         // A TTL far longer than the test's patience: only a handoff explains a fast takeover.
-        let ttl = Duration::from_secs(60);
-        let mut fleet = Fleet::start(backend.clone(), 3, ttl).await;
+        let ttl = Duration::from_mins(1);
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(ttl).start().await;
         let db = "drained";
         let owner = create_on_top_candidate(&fleet, db).await;
         let before = corium::transact(&fleet.nodes[owner].endpoint(), db, "x", &[])
             .await
             .unwrap();
         let old_version = placement(&fleet.nodes[owner].endpoint(), db).await.lease_version;
-        fleet.nodes[owner].terminate();
+        fleet.nodes[owner].terminate().await;
         let successor = fleet.candidates(db)[1];
         // The drain handed the database over before the process exited: the
         // successor already holds a live lease at a higher version.
@@ -281,12 +277,16 @@ async fn sigterm_hands_each_database_to_its_next_candidate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_peer_connection_transacts_and_receives_reports() {
     for backend in Backend::all() {
-        let fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         let db = "peers";
         create_on_top_candidate(&fleet, db).await;
         // A stock peer given every node, in node order: it must find the
         // holder by itself (non-holders answer `standby`).
-        let endpoints: Vec<String> = fleet.nodes.iter().map(|node| node.endpoint()).collect();
+        let endpoints: Vec<String> = fleet
+            .nodes
+            .iter()
+            .map(corium_fleet_tests::Node::endpoint)
+            .collect();
         let mut config = corium_peer::ConnectConfig::with_failover(endpoints, db);
         config.failover_timeout = Duration::from_secs(20);
         let connection =
@@ -315,7 +315,7 @@ async fn a_node_cut_off_from_storage_answers_unavailable_and_is_fenced() {
         .into_iter()
         .find(|b| matches!(b, Backend::Postgres { .. }))
         .unwrap();
-    let fleet = Fleet::start(backend, 3, TTL).await;
+    let fleet = Fleet::builder(backend).lease_ttl(TTL).start().await;
     let db = "partitioned";
     let owner = create_on_top_candidate(&fleet, db).await;
     let successor = fleet.candidates(db)[1];
@@ -341,9 +341,10 @@ async fn a_node_cut_off_from_storage_answers_unavailable_and_is_fenced() {
     assert_eq!(ready, 503, "a node without storage is not ready");
     // The owner keeps its cell but cannot renew: once its lease expires it
     // refuses with UNAVAILABLE; it never acknowledges after that.
-    let deadline = cut_at + TTL * 6;
-    loop {
-        match corium::transact(&fleet.nodes[owner].endpoint(), db, "during-cut", &[]).await {
+    eventually(
+        (cut_at + TTL * 6).saturating_duration_since(Instant::now()),
+        "the cut-off owner refuses with UNAVAILABLE",
+        async || match corium::transact(&fleet.nodes[owner].endpoint(), db, "during-cut", &[]).await {
             Ok(response) => {
                 assert!(
                     cut_at.elapsed() < TTL,
@@ -351,53 +352,45 @@ async fn a_node_cut_off_from_storage_answers_unavailable_and_is_fenced() {
                     cut_at.elapsed()
                 );
                 acked.insert(response.basis_t, "during-cut".to_owned());
+                Err(fleet.with_logs(format!("acknowledged t={}", response.basis_t)))
             }
-            Err(status) if status.code() == tonic::Code::Unavailable => break,
-            Err(status) => assert!(
-                matches!(
-                    status.code(),
-                    tonic::Code::Internal | tonic::Code::FailedPrecondition
-                ),
-                "{status:?}"
-            ),
-        }
-        assert!(Instant::now() < deadline, "owner never refused\n{}", fleet.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The successor, which still reaches storage, takes over after the lapse.
-    let deadline = Instant::now() + TTL * 10;
-    let after = loop {
-        match corium::transact(&fleet.nodes[successor].endpoint(), db, "after-takeover", &[]).await {
-            Ok(response) => break response,
+            Err(status) if status.code() == tonic::Code::Unavailable => Ok(()),
             Err(status) => {
                 assert!(
-                    Instant::now() < deadline,
-                    "no takeover: {status:?}\n{}",
-                    fleet.logs()
+                    matches!(
+                        status.code(),
+                        tonic::Code::Internal | tonic::Code::FailedPrecondition
+                    ),
+                    "{status:?}"
                 );
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                Err(fleet.with_logs(format!("{status:?}")))
             }
-        }
-    };
+        },
+    )
+    .await;
+    // The successor, which still reaches storage, takes over after the lapse.
+    let after = eventually(TTL * 10, "takeover by the successor", async || {
+        corium::transact(&fleet.nodes[successor].endpoint(), db, "after-takeover", &[])
+            .await
+            .map_err(|status| fleet.with_logs(format!("{status:?}")))
+    })
+    .await;
     acked.insert(after.basis_t, "after-takeover".to_owned());
     // Healed, the old owner has been fenced: it points at the successor.
     fleet.partitions[owner].as_ref().unwrap().heal();
-    let deadline = Instant::now() + TTL * 10;
-    loop {
+    eventually(TTL * 10, "the old owner fenced", async || {
         let status = corium::transact(&fleet.nodes[owner].endpoint(), db, "stale", &[])
             .await
             .unwrap_err();
-        if let Some(detail) = not_owner::from_status(&status) {
-            assert_eq!(detail.owner_id, fleet.nodes[successor].id);
-            break;
+        match not_owner::from_status(&status) {
+            Some(detail) => {
+                assert_eq!(detail.owner_id, fleet.nodes[successor].id);
+                Ok(())
+            }
+            None => Err(fleet.with_logs(format!("{status:?}"))),
         }
-        assert!(
-            Instant::now() < deadline,
-            "old owner not fenced: {status:?}\n{}",
-            fleet.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let log: BTreeMap<u64, Vec<String>> = corium::log(&fleet.nodes[successor].endpoint(), db)
         .await
         .unwrap()
@@ -446,7 +439,11 @@ async fn bad_flags_and_unknown_storage_fail_with_a_clear_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
     for backend in Backend::all() {
-        let fleet = Fleet::start_with(backend.clone(), 3, TTL, &["--idle-evict-after-ms", "600"]).await;
+        let fleet = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .node_flags(&["--idle-evict-after-ms", "600"])
+            .start()
+            .await;
         let db = "sleepy";
         let owner = create_on_top_candidate(&fleet, db).await;
         let first = corium::transact(&fleet.nodes[owner].endpoint(), db, "a", &[])
@@ -454,20 +451,20 @@ async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
             .unwrap();
         // Idle past the interval: the owner releases the lease (expiry 0) and
         // holds nothing.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let view = placement(&fleet.nodes[owner].endpoint(), db).await;
-            if view.lease_expires_unix_ms == 0 {
-                assert_eq!(view.state, "cold", "{backend:?}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{backend:?}: never evicted\n{}",
-                fleet.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(
+            Duration::from_secs(10),
+            format!("{backend:?}: {db} evicted"),
+            async || {
+                let view = placement(&fleet.nodes[owner].endpoint(), db).await;
+                if view.lease_expires_unix_ms == 0 {
+                    assert_eq!(view.state, "cold", "{backend:?}");
+                    Ok(())
+                } else {
+                    Err(fleet.with_logs(format!("{view:?}")))
+                }
+            },
+        )
+        .await;
         let (_, metrics) = http_get(fleet.nodes[owner].admin, "/metrics").await.unwrap();
         assert!(metrics.contains("corium_fleet_databases_owned 0\n"), "{metrics}");
         assert!(
@@ -508,30 +505,35 @@ async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
 async fn nodes_find_each_other_through_the_registry_and_node_ids_are_unique() {
     for backend in Backend::all() {
         let registry = ["--registry-ttl-ms", "2000", "--registry-renew-ms", "300"];
-        let mut fleet = Fleet::start_registry(backend.clone(), 3, TTL, &registry).await;
+        let mut fleet = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .registry()
+            .node_flags(&registry)
+            .start()
+            .await;
         fleet.start_ingresses(1, &[]).await;
         let ingress = fleet.ingresses[0].endpoint();
         // Until every node has read the registry, a node may not yet see the
         // others; placement converges within a renewal period or two.
         let db = "registered";
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let views: Vec<Vec<String>> = futures_views(&fleet, db).await;
-            let expected: Vec<String> = fleet
-                .candidates(db)
-                .iter()
-                .map(|i| fleet.nodes[*i].id.clone())
-                .collect();
-            if views.iter().all(|view| *view == expected) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{backend:?}: placement never converged: {views:?}\n{}",
-                fleet.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let expected: Vec<String> = fleet
+            .candidates(db)
+            .iter()
+            .map(|i| fleet.nodes[*i].id.clone())
+            .collect();
+        eventually(
+            Duration::from_secs(15),
+            format!("{backend:?}: every node ranks {expected:?} for {db}"),
+            async || {
+                let views: Vec<Vec<String>> = futures_views(&fleet, db).await;
+                if views.iter().all(|view| *view == expected) {
+                    Ok(())
+                } else {
+                    Err(fleet.with_logs(format!("{views:?}")))
+                }
+            },
+        )
+        .await;
         assert!(corium::create(&ingress, db).await.unwrap());
         let owner = placement(&ingress, db).await.owner_id;
         assert_eq!(
@@ -540,23 +542,24 @@ async fn nodes_find_each_other_through_the_registry_and_node_ids_are_unique() {
             "{backend:?}: created on the top candidate"
         );
         // A second process with a live node id refuses to serve.
-        let (status, stderr) = fleet.nodes[0].run_duplicate();
+        let (status, stderr) = fleet.nodes[0].run_duplicate().await;
         assert!(!status.success(), "{backend:?}: duplicate node id served");
         assert!(stderr.contains("already live"), "{backend:?}: {stderr}");
         // A node that stops gracefully leaves everyone's view at once.
-        fleet.nodes[2].terminate();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let candidates = placement(&fleet.nodes[0].endpoint(), db).await.candidates;
-            if candidates.iter().all(|c| c.node_id != fleet.nodes[2].id) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{backend:?}: node-3 still a member: {candidates:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        fleet.nodes[2].terminate().await;
+        eventually(
+            Duration::from_secs(5),
+            format!("{backend:?}: node-3 no longer a member"),
+            async || {
+                let candidates = placement(&fleet.nodes[0].endpoint(), db).await.candidates;
+                if candidates.iter().all(|c| c.node_id != fleet.nodes[2].id) {
+                    Ok(())
+                } else {
+                    Err(format!("{candidates:?}"))
+                }
+            },
+        )
+        .await;
     }
 }
 
@@ -585,7 +588,7 @@ async fn futures_views(fleet: &Fleet, db: &str) -> Vec<Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         let db = "zombie";
@@ -593,36 +596,33 @@ async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
         let successor = fleet.candidates(db)[1];
         let before = corium::transact(&address, db, "before", &[]).await.unwrap();
         // Its candidates learn from the registry that it owns the database.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
-            if metrics.contains("corium_fleet_databases_standby 1\n") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{backend:?}: the successor never watched it: {metrics}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(
+            Duration::from_secs(10),
+            format!("{backend:?}: the successor watches {db}"),
+            async || {
+                let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
+                if metrics.contains("corium_fleet_databases_standby 1\n") {
+                    Ok(())
+                } else {
+                    Err(metrics)
+                }
+            },
+        )
+        .await;
         // Freeze the owner past its lease: it cannot renew, and cannot know.
         fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGSTOP);
-        let deadline = Instant::now() + TTL * 10;
-        let during = loop {
-            // With a deadline, as real callers have: a call caught by the
-            // frozen owner ends at its deadline, and the next one moves on.
-            match corium::transact(&address, db, "during", &[("grpc-timeout", "2000m")]).await {
-                Ok(response) => break response,
-                Err(status) => {
-                    assert!(
-                        Instant::now() < deadline,
-                        "{backend:?}: no takeover: {status:?}\n{}",
-                        fleet.logs()
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        };
+        // With a deadline, as real callers have: a call caught by the
+        // frozen owner ends at its deadline, and the next one moves on.
+        let during = eventually(
+            TTL * 10,
+            format!("{backend:?}: takeover from the frozen owner"),
+            async || {
+                corium::transact(&address, db, "during", &[("grpc-timeout", "2000m")])
+                    .await
+                    .map_err(|status| fleet.with_logs(format!("{status:?}")))
+            },
+        )
+        .await;
         assert_eq!(
             placement(&fleet.nodes[successor].endpoint(), db).await.owner_id,
             fleet.nodes[successor].id
@@ -667,7 +667,7 @@ async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_top_candidate_is_routed_around_once_its_lease_lapses() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         let db = "frozen";
@@ -679,20 +679,16 @@ async fn a_frozen_top_candidate_is_routed_around_once_its_lease_lapses() {
         // refused.
         fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGSTOP);
         let started = Instant::now();
-        let deadline = started + TTL * 12;
-        let response = loop {
-            match corium::transact(&address, db, "after", &[("grpc-timeout", "2000m")]).await {
-                Ok(response) => break response,
-                Err(status) => {
-                    assert!(
-                        Instant::now() < deadline,
-                        "{backend:?}: still routed into the frozen node: {status:?}\n{}",
-                        fleet.logs()
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        };
+        let response = eventually(
+            TTL * 12,
+            format!("{backend:?}: routed around the frozen node"),
+            async || {
+                corium::transact(&address, db, "after", &[("grpc-timeout", "2000m")])
+                    .await
+                    .map_err(|status| fleet.with_logs(format!("{status:?}")))
+            },
+        )
+        .await;
         eprintln!(
             "{backend:?}: first commit {:?} after freezing the owner (TTL {TTL:?})",
             started.elapsed()

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use corium_client::Peer as _;
 use corium_fleet_tests::corium::{self, frame, raw_call};
 use corium_fleet_tests::{Backend, Fleet, http_get};
 use corium_fleet_wire::metadata;
@@ -25,16 +26,17 @@ type BadCase = (
 async fn stock_clients_work_through_one_address_across_owner_failover() {
     for backend in Backend::all() {
         // The internal hop is real mTLS here.
-        let mut fleet = Fleet::start_mtls(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .mtls()
+            .start()
+            .await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         // 30 databases created and written through the one address.
         let dbs: Vec<String> = (0..30).map(|i| format!("db{i:02}")).collect();
         let mut admin = corium_peer::Admin::connect(&address, None, None).await.unwrap();
-        let schema = match corium_query::edn::read_one(corium::SCHEMA).unwrap() {
-            corium_query::edn::Edn::Vector(forms) => forms,
-            _ => unreachable!(),
-        };
+        let schema = corium::schema_forms();
         for db in &dbs {
             assert!(
                 admin.create_database(db, &schema).await.unwrap(),
@@ -103,7 +105,6 @@ async fn stock_clients_work_through_one_address_across_owner_failover() {
         );
         // The corium-client peer transacts across the failover too, and its
         // database value shows every transaction through the new basis.
-        use corium_client::Peer as _;
         let tx = corium_client::tx::TxBuilder::new()
             .entity(
                 corium_client::tx::EntityMap::with_id(corium_client::tx::tempid("c"))
@@ -137,7 +138,7 @@ async fn stock_clients_work_through_one_address_across_owner_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_status_and_changes_nothing() {
     let backend = Backend::Filesystem;
-    let mut fleet = Fleet::start(backend, 3, TTL).await;
+    let mut fleet = Fleet::builder(backend).lease_ttl(TTL).start().await;
     fleet.start_ingresses(1, &["--max-request-bytes", "4096"]).await;
     let ingress = fleet.ingresses[0].endpoint();
     let db = "guarded";
@@ -234,7 +235,7 @@ async fn bad_input_gets_a_clear_status_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_caches_and_random_ingresses_never_break_fencing() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         // Caches that stay stale for the whole test.
         fleet
             .start_ingresses(2, &["--owner-cache-ttl-ms", "600000"])
@@ -287,7 +288,7 @@ async fn stale_caches_and_random_ingresses_never_break_fencing() {
             let owner = fleet.index(&placement_owner(&fleet, db).await);
             match round {
                 0 => {
-                    fleet.nodes[owner].terminate();
+                    fleet.nodes[owner].terminate().await;
                     fleet.nodes[owner].restart().await;
                 }
                 1 => fleet.nodes[owner].kill(),
@@ -325,7 +326,11 @@ async fn placement_owner(fleet: &Fleet, db: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mtls_nodes_refuse_plaintext_and_untrusted_principals() {
-    let mut fleet = Fleet::start_mtls(Backend::Filesystem, 3, TTL).await;
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
     fleet.start_ingresses(1, &[]).await;
     let db = "secured";
     assert!(corium::create(&fleet.ingresses[0].endpoint(), db).await.unwrap());
@@ -381,4 +386,62 @@ async fn mtls_nodes_refuse_plaintext_and_untrusted_principals() {
         .await
         .unwrap();
     assert_eq!(after.basis_before, before.basis_t);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_sent_to_a_non_candidate_follows_the_candidates_it_names() {
+    // Nodes that find each other in the registry, and an ingress whose
+    // member list is behind: it knows one node only, which is not a
+    // candidate of the database created.
+    let backend = Backend::all().remove(0);
+    let mut fleet = Fleet::builder(backend).lease_ttl(TTL).registry().start().await;
+    let db = (0..1_000)
+        .map(|i| format!("behind-{i}"))
+        .find(|db| fleet.non_candidate(db) == Some(0))
+        .expect("node-1 is a non-candidate of about a third of all names");
+    // node-1 sees the whole fleet (its answer lists the real candidates).
+    let expected: Vec<String> = fleet
+        .candidates(&db)
+        .iter()
+        .map(|&i| fleet.nodes[i].id.clone())
+        .collect();
+    let first = fleet.nodes[0].endpoint();
+    corium_fleet_tests::eventually(Duration::from_secs(20), "node-1 sees every member", async || {
+        let view = corium::placement(&first, &db).await;
+        let seen: Vec<String> = view.candidates.iter().map(|c| c.node_id.clone()).collect();
+        if seen == expected {
+            Ok(())
+        } else {
+            Err(format!("node-1 ranks {seen:?}"))
+        }
+    })
+    .await;
+    let member = &fleet.members[0];
+    let stale = format!("{}={},zone={}", member.node_id, member.endpoint, member.zone);
+    fleet.start_ingresses(1, &["--member", &stale]).await;
+    let address = fleet.ingresses[0].endpoint();
+    // The stock catalog client (no route header): one answer, created.
+    assert!(
+        corium::create(&address, &db)
+            .await
+            .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs())),
+        "{db} created"
+    );
+    let owner = corium::placement(&first, &db).await.owner_id;
+    assert!(
+        expected
+            .iter()
+            .any(|id| owner.starts_with(&format!("{id}/")) || owner == *id),
+        "{db} is held by {owner:?}, not one of its candidates {expected:?}"
+    );
+    let (_, metrics) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
+    assert!(
+        metrics.contains("corium_fleet_ingress_not_owner_retries_total 1"),
+        "{metrics}"
+    );
+    // And it takes writes through the same stale ingress (owner calls
+    // follow the holder from storage).
+    corium::transact(&address, &db, "after-create", &[])
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::corium::{self, channel, placement as view_of};
-use corium_fleet_tests::{Backend, Fleet, http_get, load};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get, load};
 use corium_fleet_wire::not_owner;
 
 const TTL: Duration = Duration::from_millis(1500);
@@ -49,7 +49,7 @@ async fn root_ops(port: u16) -> BTreeMap<String, serde_json::Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_databases_spread_over_three_zones_and_non_candidates_never_touch_their_roots() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let dbs: Vec<String> = (0..60).map(|i| format!("spread-{i}")).collect();
         create_all(&fleet, &dbs).await;
@@ -65,13 +65,13 @@ async fn sixty_databases_spread_over_three_zones_and_non_candidates_never_touch_
         }
         let mut owned: BTreeMap<String, usize> = BTreeMap::new();
         for db in &dbs {
-            let owner = owner_of(&fleet, db).await;
+            let holder = owner_of(&fleet, db).await;
             let top = &fleet.nodes[fleet.candidates(db)[0]].id;
             assert_eq!(
-                &owner, top,
+                &holder, top,
                 "{backend:?}: {db} is owned by its top live candidate"
             );
-            *owned.entry(owner).or_default() += 1;
+            *owned.entry(holder).or_default() += 1;
         }
         eprintln!("{backend:?}: databases owned per node: {owned:?}");
         assert_eq!(owned.len(), 3, "{backend:?}: every node owns some: {owned:?}");
@@ -114,7 +114,7 @@ async fn sixty_databases_spread_over_three_zones_and_non_candidates_never_touch_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_mixed_load_moves_only_the_dead_nodes_databases() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let dbs: Vec<String> = (0..9).map(|i| format!("mixed-{i}")).collect();
         create_all(&fleet, &dbs).await;
@@ -175,7 +175,7 @@ async fn sigkill_under_mixed_load_moves_only_the_dead_nodes_databases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_under_load_loses_nothing() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let dbs: Vec<String> = (0..6).map(|i| format!("rolling-{i}")).collect();
         create_all(&fleet, &dbs).await;
@@ -189,11 +189,10 @@ async fn rolling_restart_under_load_loses_nothing() {
         let started = Instant::now();
         for index in 0..fleet.nodes.len() {
             tokio::time::sleep(Duration::from_millis(500)).await;
-            let node = &mut fleet.nodes[index];
-            tokio::task::block_in_place(|| node.terminate());
+            fleet.nodes[index].terminate().await;
             fleet.nodes[index].restart().await;
         }
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         stop.send(true).unwrap();
         let outcomes = load.await.unwrap();
         let address = fleet.ingresses[0].endpoint();
@@ -226,9 +225,10 @@ async fn rolling_restart_under_load_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // One scenario: each step starts from the state the previous one left.
 async fn admin_handoff_moves_one_database_and_refuses_what_it_cannot_do() {
     let backend = Backend::all().remove(0);
-    let fleet = Fleet::start(backend, 3, TTL).await;
+    let fleet = Fleet::builder(backend).lease_ttl(TTL).start().await;
     let db = "handed";
     let [owner, standby] = fleet.candidates(db)[..] else {
         panic!()
@@ -376,22 +376,24 @@ async fn placement_map_pins_databases_and_bad_maps_are_refused_with_the_line() {
     let backend = Backend::all().remove(0);
     // Pick a database whose rendezvous top candidate is node-1, and pin it to
     // node-3 then node-2.
-    let probe = Fleet::start(backend.clone(), 3, TTL).await;
-    let db = (0..)
+    let probe = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
+    let db = (0..1_000)
         .map(|i| format!("pinned-{i}"))
         .find(|db| probe.candidates(db)[0] == 0)
-        .unwrap();
+        .expect("node-1 ranks first for about a third of all names");
     let map = probe.path("probe-map");
     std::fs::write(
         &map,
         format!("# comment\n{db} = node-3, node-2\nother = node-1, node-7\n"),
     )
     .unwrap();
-    let (status, stderr) = probe.nodes[0].run_variant(&[
-        ("--node-id", "node-9"),
-        ("--advertise", "http://127.0.0.1:1"),
-        ("--placement-map", map.to_str().unwrap()),
-    ]);
+    let (status, stderr) = probe.nodes[0]
+        .run_variant(&[
+            ("--node-id", "node-9"),
+            ("--advertise", "http://127.0.0.1:1"),
+            ("--placement-map", map.to_str().unwrap()),
+        ])
+        .await;
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("line 3") && stderr.contains("node-7"), "{stderr}");
     drop(probe);
@@ -400,7 +402,11 @@ async fn placement_map_pins_databases_and_bad_maps_are_refused_with_the_line() {
     let map = dir.path().join("placement-map");
     std::fs::write(&map, format!("{db} = node-3, node-2\n")).unwrap();
     let map_flag = map.to_str().unwrap().to_owned();
-    let mut fleet = Fleet::start_with(backend, 3, TTL, &["--placement-map", &map_flag]).await;
+    let mut fleet = Fleet::builder(backend)
+        .lease_ttl(TTL)
+        .node_flags(&["--placement-map", &map_flag])
+        .start()
+        .await;
     fleet.start_ingresses(1, &["--placement-map", &map_flag]).await;
     let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, &db).await.unwrap());
@@ -414,21 +420,21 @@ async fn placement_map_pins_databases_and_bad_maps_are_refused_with_the_line() {
 
     // A bad edit is refused; the map in force stays.
     std::fs::write(&map, format!("{db} = node-3, node-2\n{db} = node-1, node-2\n")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    for node in &fleet.nodes {
-        loop {
-            let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
-            if metrics.contains("corium_fleet_placement_map_refused_total 1") {
-                break;
+    eventually(
+        Duration::from_secs(20),
+        "every node refuses the bad map",
+        async || {
+            for node in &fleet.nodes {
+                let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
+                if !metrics.contains("corium_fleet_placement_map_refused_total 1") {
+                    return Err(fleet.with_logs(format!("{} has not refused it", node.id)));
+                }
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not refuse the bad map\n{}",
-                node.id,
-                fleet.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            Ok(())
+        },
+    )
+    .await;
+    for node in &fleet.nodes {
         assert!(node.log().contains("line=2"), "{}", node.log());
     }
     let view = view_of(&at(2), &db).await;
@@ -439,14 +445,19 @@ async fn placement_map_pins_databases_and_bad_maps_are_refused_with_the_line() {
     // A good edit moves it: node-3 is no longer a candidate and hands it to
     // the new first choice.
     std::fs::write(&map, format!("{db} = node-2, node-1\n")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if view_of(&at(1), &db).await.owner_id == "node-2" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not rebalanced\n{}", fleet.logs());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        Duration::from_secs(30),
+        format!("{db} moved to node-2"),
+        async || {
+            let owner = view_of(&at(1), &db).await.owner_id;
+            if owner == "node-2" {
+                Ok(())
+            } else {
+                Err(fleet.with_logs(format!("owned by {owner:?}")))
+            }
+        },
+    )
+    .await;
     let next = corium::transact(&address, &db, "after-move", &[]).await.unwrap();
     assert_eq!(
         next.basis_before, first.basis_t,
@@ -460,7 +471,12 @@ async fn placement_map_pins_databases_and_bad_maps_are_refused_with_the_line() {
 async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
     for backend in Backend::all() {
         let registry = ["--registry-ttl-ms", "3000", "--registry-renew-ms", "300"];
-        let mut fleet = Fleet::start_registry(backend.clone(), 3, TTL, &registry).await;
+        let mut fleet = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .registry()
+            .node_flags(&registry)
+            .start()
+            .await;
         fleet.start_ingresses(1, &[]).await;
         let dbs: Vec<String> = (0..24).map(|i| format!("join-{i}")).collect();
         create_all(&fleet, &dbs).await;
@@ -481,29 +497,29 @@ async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
             .collect();
         // The new node stands by for exactly the databases whose candidate
         // set now includes it, once every node has seen it in the registry.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = FleetAdminClient::new(channel(&fleet.nodes[joined].endpoint()).await)
-                .node_status(corium_fleet_proto::fleet::NodeStatusRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            let mine: BTreeSet<String> = status
-                .databases
-                .iter()
-                .filter(|view| view.database.starts_with("join-"))
-                .map(|view| view.database.clone())
-                .collect();
-            if mine == changed {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{backend:?}: {new_id} sees {mine:?}, placement says {changed:?}\n{}",
-                fleet.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        eventually(
+            Duration::from_secs(30),
+            format!("{backend:?}: {new_id} stands by for {changed:?}"),
+            async || {
+                let status = FleetAdminClient::new(channel(&fleet.nodes[joined].endpoint()).await)
+                    .node_status(corium_fleet_proto::fleet::NodeStatusRequest {})
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let mine: BTreeSet<String> = status
+                    .databases
+                    .iter()
+                    .filter(|view| view.database.starts_with("join-"))
+                    .map(|view| view.database.clone())
+                    .collect();
+                if mine == changed {
+                    Ok(())
+                } else {
+                    Err(fleet.with_logs(format!("{new_id} sees {mine:?}")))
+                }
+            },
+        )
+        .await;
         // Give rebalancing a few renewal periods to act, then compare owners.
         tokio::time::sleep(TTL * 2).await;
         let mut owners = BTreeMap::new();
@@ -550,7 +566,7 @@ async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_reserves_the_target_and_places_it_on_its_own_candidates() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         let source = "fork-src";
@@ -619,7 +635,7 @@ async fn fork_reserves_the_target_and_places_it_on_its_own_candidates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn candidates_take_over_a_dead_owners_databases_without_any_request() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         let db = "unattended";
         let [owner, successor] = fleet.candidates(db)[..] else {
             panic!()
@@ -635,20 +651,20 @@ async fn candidates_take_over_a_dead_owners_databases_without_any_request() {
             .await
             .lease_version;
         fleet.nodes[owner].kill();
-        let deadline = Instant::now() + TTL * 6;
-        loop {
-            let view = view_of(&fleet.nodes[successor].endpoint(), db).await;
-            if view.owner_id == fleet.nodes[successor].id {
-                assert!(view.lease_version > before, "{backend:?}: {view:?}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{backend:?}: no takeover without traffic\n{}",
-                fleet.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually(
+            TTL * 6,
+            format!("{backend:?}: takeover without traffic"),
+            async || {
+                let view = view_of(&fleet.nodes[successor].endpoint(), db).await;
+                if view.owner_id == fleet.nodes[successor].id {
+                    assert!(view.lease_version > before, "{backend:?}: {view:?}");
+                    Ok(())
+                } else {
+                    Err(fleet.with_logs(format!("{view:?}")))
+                }
+            },
+        )
+        .await;
         let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
         assert!(
             metrics.contains("corium_fleet_takeovers_total 1"),

@@ -16,7 +16,7 @@ const TTL: Duration = Duration::from_millis(1500);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_transactions_and_subscriptions_ride_through_an_owner_kill() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::start(backend.clone(), 3, TTL).await;
+        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         let client = Client::connect(Config::new(&address).with_retry(RetryPolicy {
@@ -36,7 +36,7 @@ async fn sdk_transactions_and_subscriptions_ride_through_an_owner_kill() {
         let follower = tokio::spawn(async move {
             let mut seen = Vec::new();
             while seen.len() < 30 {
-                let report = tokio::time::timeout(Duration::from_secs(60), subscription.next())
+                let report = tokio::time::timeout(Duration::from_mins(1), subscription.next())
                     .await
                     .expect("a report within 60 s")
                     .expect("the subscription resumes");

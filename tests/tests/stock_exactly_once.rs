@@ -3,9 +3,9 @@
 //! A stock `corium_peer::Connection` and a raw `corium.v1` stub — neither
 //! sends a request id, so the ingress assigns one — write continuously
 //! through the ingress of a 3-node fleet while the owner of their
-//! databases is SIGKILLed (and restarted) and paused past its lease; on top,
+//! databases is killed with SIGKILL (and restarted) and paused past its lease; on top,
 //! every incarnation is armed to abort on its own as owner, right after a
-//! commit or (PostgreSQL) right after a log append lands, and loses some log
+//! commit or (`PostgreSQL`) right after a log append lands, and loses some log
 //! acknowledgements before that. The checker then counts
 //! every item committed twice — acknowledged or not — and every
 //! acknowledgement the durable log does not hold.
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use corium_fleet_faults::Rng;
 use corium_fleet_tests::checker::{self, Ack, Durable, History};
 use corium_fleet_tests::corium;
-use corium_fleet_tests::{Backend, Fleet};
+use corium_fleet_tests::{Backend, Fleet, eventually};
 use corium_fleet_wire::outcome;
 use corium_peer::{ConnectConfig, Connection, PeerError};
 use corium_protocol::pb::transactor_client::TransactorClient;
@@ -140,7 +140,7 @@ async fn raw_writer(
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut request = tonic::Request::new(corium::transact_request(&db, &item));
-            request.set_timeout(Duration::from_secs(60));
+            request.set_timeout(Duration::from_mins(1));
             history.lock().unwrap().attempts += 1;
             match client.transact(request).await {
                 Ok(answer) => {
@@ -172,25 +172,32 @@ async fn raw_writer(
     }
 }
 
-/// The live owner of `db`, once there is one (bounded).
+/// The live owner of `db`, once there is one.
+///
+/// # Panics
+/// When `db` has no live owner within 30 s.
 async fn owner_of(fleet: &Fleet, address: &str, db: &str) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let view = corium::placement(address, db).await;
-        if !view.owner_id.is_empty() && view.lease_expires_unix_ms > corium_fleet_common::owner::now_unix_ms()
-        {
-            let index = fleet.index(&view.owner_id);
-            if fleet.nodes[index].pid().is_some() {
-                return index;
+    eventually(
+        Duration::from_secs(30),
+        format!("a live owner of {db}"),
+        async || {
+            let view = corium::placement(address, db).await;
+            if !view.owner_id.is_empty()
+                && view.lease_expires_unix_ms > corium_fleet_common::owner::now_unix_ms()
+            {
+                let index = fleet.index(&view.owner_id);
+                if fleet.nodes[index].pid().is_some() {
+                    return Ok(index);
+                }
             }
-        }
-        assert!(Instant::now() < deadline, "{db} has no live owner after 30 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            Err(format!("{view:?}"))
+        },
+    )
+    .await
 }
 
 /// The self-abort each incarnation of a node is armed with: right after
-/// its n-th commit (both stores), and on PostgreSQL right after its m-th
+/// its n-th commit (both stores), and on `PostgreSQL` right after its m-th
 /// log append lands (before the post-append fence and the answer), with
 /// lost log acknowledgements a little before.
 fn armed(backend: &Backend, rng: &mut Rng) -> Vec<(&'static str, String)> {
@@ -236,6 +243,7 @@ async fn revive(
     }
 }
 
+#[allow(clippy::too_many_lines)] // One seeded scenario, from the fleet's start to the checker's verdict.
 async fn run(backend: Backend, seed: u64) -> checker::Report {
     let kills = env_count("CORIUM_FLEET_STOCK_KILLS", 20);
     let pauses = env_count("CORIUM_FLEET_STOCK_PAUSES", 5);
@@ -250,7 +258,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
     // Every incarnation aborts on its own after a while as the owner
     // (right after a commit or an append): arm the first ones, restart.
     for index in 0..fleet.nodes.len() {
-        tokio::task::block_in_place(|| fleet.nodes[index].terminate());
+        fleet.nodes[index].terminate().await;
         for (key, value) in armed(&backend, &mut rng) {
             fleet.nodes[index].set_env(key, Some(&value));
         }
@@ -309,7 +317,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
     for i in (1..plan.len()).rev() {
         plan.swap(i, usize::try_from(rng.below(i as u64 + 1)).unwrap());
     }
-    let (mut killed, mut paused, mut aborted) = (0, 0, 0);
+    let (mut kills_done, mut pauses_done, mut aborted) = (0, 0, 0);
     tokio::time::sleep(Duration::from_secs(1)).await;
     for fault in plan {
         revive(&mut fleet, &backend, &mut rng, &mut aborted, &record).await;
@@ -323,7 +331,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
                     fleet.nodes[owner].set_env(key, Some(&value));
                 }
                 fleet.nodes[owner].restart().await;
-                killed += 1;
+                kills_done += 1;
             }
             Fault::Pause => {
                 let pause = TTL * 2 + Duration::from_millis(rng.below(1000));
@@ -335,7 +343,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
                 fleet.nodes[owner].signal(Signal::SIGSTOP);
                 tokio::time::sleep(pause).await;
                 fleet.nodes[owner].signal(Signal::SIGCONT);
-                paused += 1;
+                pauses_done += 1;
             }
         }
         tokio::time::sleep(Duration::from_millis(500 + rng.below(1000))).await;
@@ -344,17 +352,17 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let _ = stop_tx.send(true);
     for writer in writers {
-        tokio::time::timeout(Duration::from_secs(120), writer)
+        tokio::time::timeout(Duration::from_mins(2), writer)
             .await
             .expect("writers stop")
             .unwrap();
     }
     assert!(
-        killed >= kills && paused >= pauses,
-        "{killed} kills, {paused} pauses"
+        kills_done >= kills && pauses_done >= pauses,
+        "{kills_done} kills, {pauses_done} pauses"
     );
     eprintln!(
-        "{killed} SIGKILLs, {aborted} self-aborts after a commit or an append, {paused} pauses past the lease"
+        "{kills_done} SIGKILLs, {aborted} self-aborts after a commit or an append, {pauses_done} pauses past the lease"
     );
     let mut durable = Durable::default();
     for db in &dbs {

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use corium_fleet_common::placement::{self, Member};
+use corium_fleet_common::process::ConfigError;
 use serde::Deserialize;
 
 /// `corium-fleet-transactor` flags. Every flag can also be set in the file
-/// given to `--config` (same names, snake_case); a flag given on the command
+/// given to `--config` (same names, `snake_case`); a flag given on the command
 /// line wins over the file.
 #[derive(Debug, Default, clap::Parser, Deserialize)]
 #[command(
@@ -23,7 +24,7 @@ pub struct Args {
     #[arg(long, env = "CORIUM_FLEET_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Stable node id, unique in the fleet (e.g. the StatefulSet pod name).
+    /// Stable node id, unique in the fleet (e.g. the `StatefulSet` pod name).
     #[arg(long, env = "CORIUM_FLEET_NODE_ID")]
     pub node_id: Option<String>,
     /// Failure domain (zone); candidates spread across zones.
@@ -45,7 +46,7 @@ pub struct Args {
     #[arg(long)]
     pub admin_listen: Option<SocketAddr>,
     /// Internal endpoint other fleet members and the ingress use to reach this
-    /// node; written into the lease record [default: http://LISTEN].
+    /// node; written into the lease record [default: `http://LISTEN`].
     #[arg(long)]
     pub advertise: Option<String>,
     /// Storage: `filesystem` (under --data-dir), `postgres://…`, or
@@ -114,30 +115,45 @@ pub struct Args {
 /// The node's mTLS material.
 #[derive(Clone, Debug)]
 pub struct Tls {
+    /// PEM certificate this node serves (`--tls-cert`).
     pub cert: PathBuf,
+    /// PEM private key of `cert` (`--tls-key`).
     pub key: PathBuf,
+    /// PEM CA that client certificates must chain to (`--tls-client-ca`).
     pub client_ca: PathBuf,
 }
 
 /// A validated node configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
+    /// This node's id: unique in the fleet, stable across restarts.
     pub node_id: String,
+    /// Its failure domain (placement spreads candidates over zones).
     pub zone: String,
+    /// Its placement capacity, relative to the other members.
     pub weight: u32,
+    /// gRPC listen address.
     pub listen: SocketAddr,
+    /// Admin HTTP listen address.
     pub admin_listen: SocketAddr,
+    /// The internal endpoint other fleet members and ingresses reach it at.
     pub advertise: String,
+    /// The shared store.
     pub storage: corium_fleet_store::Storage,
+    /// Local data directory.
     pub data_dir: PathBuf,
+    /// Lease TTL of every database this node owns.
     pub lease_ttl: Duration,
     /// Every member, this node included (only this node when the members
     /// come from the registry).
     pub members: Vec<Member>,
     /// Whether `members` is a static `--member` list (else: the registry).
     pub static_members: bool,
+    /// How long a registry record lives without renewal.
     pub registry_ttl: Duration,
+    /// How often this node renews its registry record.
     pub registry_renew: Duration,
+    /// Candidates per database.
     pub replicas: usize,
     /// `--placement-map`, checked against the members once they are known.
     pub placement_map: Option<PathBuf>,
@@ -166,7 +182,7 @@ impl Args {
     ///
     /// # Errors
     /// The file cannot be read or has unknown or mistyped settings.
-    pub fn merged(self) -> Result<Self, String> {
+    pub fn merged(self) -> Result<Self, ConfigError> {
         let Some(path) = &self.config else {
             return Ok(self);
         };
@@ -206,14 +222,17 @@ impl Args {
     ///
     /// # Errors
     /// A message naming the flag at fault and what it accepts.
-    pub fn validate(self) -> Result<Config, String> {
+    // One flag after another, each checked where it is read: splitting
+    // this would scatter the flag checks away from their flags.
+    #[allow(clippy::too_many_lines)]
+    pub fn validate(self) -> Result<Config, ConfigError> {
         let node_id = self
             .node_id
             .ok_or("--node-id is required (a stable, unique node id)")?;
         if !valid_node_id(&node_id) {
-            return Err(format!(
+            return Err(ConfigError::from(format!(
                 "--node-id {node_id:?}: use 1-63 letters, digits, '-', '_' or '.'"
-            ));
+            )));
         }
         let listen = self
             .listen
@@ -224,19 +243,19 @@ impl Args {
         let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
         let advertise = self.advertise.unwrap_or_else(|| format!("{scheme}://{listen}"));
         if !(advertise.starts_with("http://") || advertise.starts_with("https://")) {
-            return Err(format!(
+            return Err(ConfigError::from(format!(
                 "--advertise {advertise:?}: must be an http:// or https:// URL"
-            ));
+            )));
         }
         let lease_ttl_ms = self.lease_ttl_ms.unwrap_or(5_000);
         if !(300..=600_000).contains(&lease_ttl_ms) {
-            return Err(format!(
+            return Err(ConfigError::from(format!(
                 "--lease-ttl-ms {lease_ttl_ms}: must be between 300 and 600000"
-            ));
+            )));
         }
         let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
         if replicas == 0 {
-            return Err("--replicas must be at least 1".to_owned());
+            return Err(ConfigError::from("--replicas must be at least 1"));
         }
         let zone = match (self.zone, &self.zone_file) {
             (Some(zone), _) => zone,
@@ -250,23 +269,25 @@ impl Args {
             (None, None, None) => None,
             (Some(cert), Some(key), Some(client_ca)) => Some(Tls { cert, key, client_ca }),
             _ => {
-                return Err(
+                return Err(ConfigError::from(
                     "--tls-cert, --tls-key and --tls-client-ca go together: internal routes are mutual TLS"
                         .to_owned(),
-                );
+                ));
             }
         };
         if tls.is_some() && !advertise.starts_with("https://") {
-            return Err(format!(
+            return Err(ConfigError::from(format!(
                 "--advertise {advertise:?}: a node serving mTLS must advertise an https:// endpoint"
-            ));
+            )));
         }
         let weight = self.weight.unwrap_or(1);
         let static_members = self.members.as_ref().is_some_and(|members| !members.is_empty());
         let registry_ttl = Duration::from_millis(self.registry_ttl_ms.unwrap_or(10_000));
         let registry_renew = Duration::from_millis(self.registry_renew_ms.unwrap_or(3_000));
         if registry_renew.is_zero() || registry_renew >= registry_ttl {
-            return Err("--registry-renew-ms must be positive and below --registry-ttl-ms".to_owned());
+            return Err(ConfigError::from(
+                "--registry-renew-ms must be positive and below --registry-ttl-ms",
+            ));
         }
         let mut members = self
             .members
@@ -280,10 +301,10 @@ impl Args {
         placement::check_unique(&members).map_err(|error| format!("--member: {error}"))?;
         match members.iter().find(|member| member.node_id == node_id) {
             Some(me) if me.endpoint != advertise => {
-                return Err(format!(
+                return Err(ConfigError::from(format!(
                     "--member {node_id}={} disagrees with this node's --advertise {advertise}",
                     me.endpoint
-                ));
+                )));
             }
             Some(_) => {}
             None => members.push(Member {
@@ -336,13 +357,15 @@ mod tests {
     use super::*;
     use clap::Parser;
 
+    /// The flags, validated; a refusal as the operator reads it.
     fn parse(args: &[&str]) -> Result<Config, String> {
         let mut all = vec!["corium-fleet-transactor"];
         all.extend_from_slice(args);
         Args::try_parse_from(all)
             .map_err(|e| e.to_string())?
-            .merged()?
-            .validate()
+            .merged()
+            .and_then(Args::validate)
+            .map_err(|error| error.to_string())
     }
 
     #[test]

@@ -19,7 +19,9 @@ use serde::Serialize;
 /// Root operations on one database.
 #[derive(Clone, Copy, Debug, Default, Eq, PartialEq, Serialize)]
 pub struct RootOps {
+    /// Root reads (`get_root`, a listing under the database's prefix).
     pub reads: u64,
+    /// Root writes (`cas_root`, `delete_root`).
     pub writes: u64,
 }
 
@@ -44,6 +46,7 @@ pub fn database_of(name: &str) -> Option<&str> {
 }
 
 impl CountingStore {
+    /// Counts the root operations made on `inner`.
     #[must_use]
     pub fn new(inner: Arc<dyn FullStore>) -> Self {
         Self {

@@ -8,16 +8,32 @@ use crate::request_id::{LedgerError, Origin, Unsupported};
 /// Why a node could not start or keep serving.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A configuration the node cannot run with (flags, the placement map,
+    /// a duplicate node id, TLS files).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The `--placement-map` file is unreadable or refused.
+    #[error("--placement-map: {0}")]
+    PlacementMap(#[from] corium_fleet_common::placement_map::LoadError),
+    /// The node's TLS material could not be read.
+    #[error(transparent)]
+    Tls(#[from] corium_fleet_common::tls::TlsError),
+    /// The storage backend cannot host cells.
+    #[error(transparent)]
+    Unshareable(#[from] crate::view::MemoryNotShared),
+    /// The shared store could not be opened.
     #[error(transparent)]
     Open(#[from] corium_fleet_store::OpenError),
+    /// The shared store failed while the node started.
     #[error("storage {storage} failed: {source}")]
     Storage {
+        /// The storage, described without credentials.
         storage: String,
+        /// Corium's error.
         #[source]
         source: corium_store::StoreError,
     },
+    /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
 }
@@ -27,7 +43,9 @@ impl Error {
     #[must_use]
     pub const fn kind(&self) -> ErrorKind {
         match self {
-            Self::Config(_) => ErrorKind::GiveUp,
+            Self::Config(_) | Self::PlacementMap(_) | Self::Tls(_) | Self::Unshareable(_) => {
+                ErrorKind::GiveUp
+            }
             Self::Open(_) | Self::Storage { .. } => ErrorKind::RetryLater,
             Self::Serve(_) => ErrorKind::PageSomeone,
         }
@@ -123,15 +141,6 @@ pub fn write_status(db: &str, status: tonic::Status) -> tonic::Status {
         _ => return status,
     };
     outcome::to_status(db, None, cause, status.message())
-}
-
-/// The status of a `Transact` on `db` that failed on its cell.
-#[must_use]
-pub fn transact_status(db: &str, error: crate::cell::TransactError) -> tonic::Status {
-    match error {
-        crate::cell::TransactError::Commit(error) => commit_status(db, None, &error),
-        crate::cell::TransactError::Ledger { id, origin, error } => ledger_status(db, &id, origin, error),
-    }
 }
 
 /// The status of a ledger failure on `db` for a transaction under `id`.

@@ -17,7 +17,7 @@ use tonic::Status;
 use crate::host::Host;
 
 /// How long a reservation holds without being released.
-const HOLD: Duration = Duration::from_secs(300);
+const HOLD: Duration = Duration::from_mins(5);
 
 #[derive(Serialize, Deserialize)]
 struct Record {

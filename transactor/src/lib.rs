@@ -70,7 +70,7 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// How often `--placement-map` is re-read.
 const MAP_RELOAD_PERIOD: Duration = Duration::from_secs(2);
 /// Default deadline of a call that arrives without `grpc-timeout`.
-const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+const DEFAULT_DEADLINE: Duration = Duration::from_mins(1);
 
 /// tonic's server TLS: this node's identity, clients verified against the
 /// fleet CA (mTLS).
@@ -135,6 +135,7 @@ pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
 /// map, admin HTTP), started without its gRPC server: [`run`] serves it, the
 /// simulation tier calls its services in-process.
 pub struct Running {
+    /// The node's host (its cells and the ownership decision).
     pub host: Arc<host::Host>,
     stop: tokio::sync::watch::Sender<bool>,
     registration: tokio::task::JoinHandle<()>,
@@ -155,6 +156,70 @@ impl Running {
         let _ = self.stop.send(true);
         self.registration.abort();
     }
+}
+
+/// Loads `--placement-map` (checked against the members this node knows,
+/// itself included) and follows the file for live reloads.
+fn load_placement_map(
+    host: &Arc<host::Host>,
+    path: std::path::PathBuf,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let mut members: Vec<corium_fleet_common::placement::Member> = host.members.get().to_vec();
+    if !members.iter().any(|member| member.node_id == host.config.node_id) {
+        members.push(corium_fleet_common::placement::Member {
+            node_id: host.config.node_id.clone(),
+            zone: host.config.zone.clone(),
+            weight: host.config.weight,
+            endpoint: host.config.advertise.clone(),
+        });
+    }
+    let (map, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
+        &path,
+        &members,
+        host.config.replicas,
+        host.config.static_members,
+    )?;
+    for warning in warnings {
+        tracing::warn!(%warning, "placement map names a node that is not live; it is skipped until it joins");
+    }
+    tracing::info!(path = %path.display(), databases = map.len(), "placement map loaded");
+    host.map.replace(map);
+    let members = host.members.clone();
+    tokio::spawn(host.map.clone().follow(
+        path,
+        MAP_RELOAD_PERIOD,
+        move || members.get(),
+        host.config.replicas,
+        stop,
+    ));
+    Ok(())
+}
+
+/// Writes this node's first registry record (waiting out a crashed
+/// predecessor's; refusing a live duplicate).
+async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_store::registry::Record, Error> {
+    use corium_fleet_store::registry::{self, Record, RegistryError};
+    let record = Record {
+        node_id: host.config.node_id.clone(),
+        incarnation: host.incarnation.clone(),
+        zone: host.config.zone.clone(),
+        weight: host.config.weight,
+        endpoint: host.config.advertise.clone(),
+        expires_unix_ms: corium_fleet_common::owner::now_unix_ms()
+            .saturating_add(i64::try_from(host.config.registry_ttl.as_millis()).unwrap_or(i64::MAX)),
+        owned: Vec::new(),
+    };
+    registry::register(host.base.as_ref(), &record)
+        .await
+        .map_err(|error| match error {
+            RegistryError::Duplicate { .. } => Error::Config(error.to_string()),
+            RegistryError::Store(source) => Error::Storage {
+                storage: describe.to_owned(),
+                source,
+            },
+        })?;
+    Ok(record)
 }
 
 /// Starts a node's host over `store` (already opened, and wrapped as the
@@ -183,7 +248,7 @@ pub async fn start(
         advertise: config.advertise.clone(),
         lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
     };
-    let peers = peer::Peers::new(config.tls.as_ref(), config.storage_timeout * 2).map_err(Error::Config)?;
+    let peers = peer::Peers::new(config.tls.as_ref(), config.storage_timeout * 2)?;
     let host = host::Host::new(
         config,
         template,
@@ -209,55 +274,9 @@ pub async fn start(
         corium_fleet_store::registry::refresh(host.base.as_ref(), &host.members).await;
     }
     if let Some(path) = host.config.placement_map.clone() {
-        let mut members: Vec<corium_fleet_common::placement::Member> = host.members.get().to_vec();
-        if !members.iter().any(|member| member.node_id == host.config.node_id) {
-            members.push(corium_fleet_common::placement::Member {
-                node_id: host.config.node_id.clone(),
-                zone: host.config.zone.clone(),
-                weight: host.config.weight,
-                endpoint: host.config.advertise.clone(),
-            });
-        }
-        let (map, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
-            &path,
-            &members,
-            host.config.replicas,
-            host.config.static_members,
-        )
-        .map_err(|error| Error::Config(format!("--placement-map: {error}")))?;
-        for warning in warnings {
-            tracing::warn!(%warning, "placement map names a node that is not live; it is skipped until it joins");
-        }
-        tracing::info!(path = %path.display(), databases = map.len(), "placement map loaded");
-        host.map.replace(map);
-        let members = host.members.clone();
-        tokio::spawn(host.map.clone().follow(
-            path,
-            MAP_RELOAD_PERIOD,
-            move || members.get(),
-            host.config.replicas,
-            stop_rx.clone(),
-        ));
+        load_placement_map(&host, path, stop_rx.clone())?;
     }
-    let record = corium_fleet_store::registry::Record {
-        node_id: host.config.node_id.clone(),
-        incarnation: host.incarnation.clone(),
-        zone: host.config.zone.clone(),
-        weight: host.config.weight,
-        endpoint: host.config.advertise.clone(),
-        expires_unix_ms: corium_fleet_common::owner::now_unix_ms()
-            .saturating_add(i64::try_from(host.config.registry_ttl.as_millis()).unwrap_or(i64::MAX)),
-        owned: Vec::new(),
-    };
-    corium_fleet_store::registry::register(host.base.as_ref(), &record)
-        .await
-        .map_err(|error| match error {
-            corium_fleet_store::registry::RegistryError::Duplicate { .. } => Error::Config(error.to_string()),
-            corium_fleet_store::registry::RegistryError::Store(source) => Error::Storage {
-                storage: describe.clone(),
-                source,
-            },
-        })?;
+    let record = register(&host, &describe).await?;
     let owner_of = Arc::clone(&host);
     let registration = tokio::spawn(corium_fleet_store::registry::keep(
         Arc::clone(&host.base),
@@ -336,7 +355,7 @@ pub async fn run_with(
         let placement = corium_store::storage_backend(kind)
             .map(|backend| backend.capabilities().log_placement)
             .ok_or_else(|| Error::Config(format!("storage backend {kind:?} is not compiled in")))?;
-        let view_kind = view::kind_for(placement).map_err(Error::Config)?;
+        let view_kind = view::kind_for(placement)?;
         start(config, store, view_kind, Some(admin), after_commit).await
     };
     let (grpc, started) = refuse_until(grpc, ready).await;

@@ -12,36 +12,56 @@ use corium_fleet_common::prometheus::{Histogram, counter, gauge};
 pub struct Metrics {
     /// Gauge refreshed by each standby-watcher pass.
     pub standby: AtomicU64,
+    /// Lease renewals seen by the cell monitors (expiry moved forward).
     pub lease_renewals: AtomicU64,
+    /// Renewals that failed until the lease expired locally.
     pub lease_renewal_failures: AtomicU64,
+    /// `NotOwner` answers.
     pub not_owner: AtomicU64,
+    /// Cells opened (acquire + recover).
     pub activations: AtomicU64,
+    /// Activations that failed (storage, recovery).
     pub activation_failures: AtomicU64,
+    /// Activations after another owner's lease lapsed.
     pub takeovers: AtomicU64,
+    /// Cells dropped because Corium found their lease lost.
     pub depositions: AtomicU64,
+    /// Cells released gracefully (idle, handoff, drain).
     pub evictions: AtomicU64,
     /// Cells dropped after a commit failed in storage (`Host::reset`).
     pub resets: AtomicU64,
+    /// Cells released after being idle past `--idle-evict-after-ms`.
     pub idle_evictions: AtomicU64,
+    /// Handoffs the target activated.
     pub handoffs: AtomicU64,
     /// `Transact` calls with a request id that committed.
     pub request_id_commits: AtomicU64,
     /// `Transact` calls with a request id already committed: answered from
     /// the durable record.
     pub request_id_replays: AtomicU64,
+    /// Handoffs whose target did not activate (the database is left cold).
     pub handoff_failures: AtomicU64,
     /// Handoffs started because this node stopped being a candidate.
     pub rebalances: AtomicU64,
+    /// Requests refused for a route header that disagreed with the body
+    /// (or other bad fleet metadata).
     pub rejected_route_mismatch: AtomicU64,
+    /// Requests refused for a second hop.
     pub rejected_hop: AtomicU64,
+    /// Ownership decisions that could not be verified (storage).
     pub storage_unavailable: AtomicU64,
+    /// Time to activate a cell, lease and recovery included.
     pub activation_seconds: Histogram,
+    /// Time Corium took to open and recover a cell.
     pub recovery_seconds: Histogram,
+    /// Write unavailability of completed handoffs.
     pub handoff_seconds: Histogram,
 }
 
 impl Metrics {
     /// The Prometheus text exposition.
+    // One table of (name, help, value) rows: long, and clearer whole.
+    #[allow(clippy::too_many_lines)]
     #[must_use]
     pub fn render(&self, owned: usize, owned_by_rank: &[(String, u64)], map_refused: u64) -> String {
         let mut out = String::new();

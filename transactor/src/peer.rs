@@ -25,12 +25,10 @@ impl Peers {
     ///
     /// # Errors
     /// Unreadable TLS material.
-    pub fn new(tls: Option<&Tls>, timeout: Duration) -> Result<Self, String> {
+    pub fn new(tls: Option<&Tls>, timeout: Duration) -> Result<Self, corium_fleet_common::tls::TlsError> {
         let tls = match tls {
             Some(tls) => {
-                let read = |path: &std::path::Path| {
-                    corium_fleet_common::tls::read(path).map_err(|error| error.to_string())
-                };
+                let read = corium_fleet_common::tls::read;
                 Some(
                     ClientTlsConfig::new()
                         .ca_certificate(Certificate::from_pem(read(&tls.client_ca)?))

@@ -17,6 +17,8 @@ pub struct Guard {
 }
 
 impl Guard {
+    /// Accepts `corium-principal` only from peers whose certificate names
+    /// one of `ingress_identities`.
     #[must_use]
     pub fn new(ingress_identities: Vec<String>) -> Self {
         Self {

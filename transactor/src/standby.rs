@@ -31,6 +31,7 @@ pub enum Standing {
 }
 
 impl Standing {
+    /// The label used in status output and metrics.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -180,7 +181,7 @@ mod tests {
 
     #[test]
     fn lapsed_leases_are_taken_over_in_rank_order() {
-        let ttl = Duration::from_millis(1000);
+        let ttl = Duration::from_secs(1);
         let lapsed = root("n1/a", 10_000);
         let not_own = |_: &str| false;
         assert!(!takeover_due(&lapsed, not_own, 0, ttl, 9_999));
@@ -191,7 +192,7 @@ mod tests {
 
     #[test]
     fn released_and_own_leases_are_not_taken_over() {
-        let ttl = Duration::from_millis(1000);
+        let ttl = Duration::from_secs(1);
         let own = |owner: &str| owner.starts_with("n2/b.");
         assert!(!takeover_due(&root("n1/a.1", 0), own, 0, ttl, 50_000));
         assert!(!takeover_due(&root("n2/b.3", 10), own, 0, ttl, 50_000));

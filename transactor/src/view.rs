@@ -215,13 +215,19 @@ impl ViewBackend {
     }
 }
 
+/// A storage backend whose logs live in memory: every cell reopen would
+/// lose them, so cells cannot share it.
+#[derive(Debug, thiserror::Error)]
+#[error("the memory storage backend cannot be shared between cells")]
+pub struct MemoryNotShared;
+
 /// Registers the view kinds (once per process) and returns the kind whose
 /// log placement matches `placement`.
 ///
 /// # Errors
 /// A memory-placed base is refused: its logs are per node and would be lost
 /// every time a cell is reopened.
-pub fn kind_for(placement: LogPlacement) -> Result<&'static str, String> {
+pub fn kind_for(placement: LogPlacement) -> Result<&'static str, MemoryNotShared> {
     static REGISTERED: OnceLock<()> = OnceLock::new();
     REGISTERED.get_or_init(|| {
         let backends: Vec<Arc<dyn StorageBackend>> = vec![
@@ -240,7 +246,7 @@ pub fn kind_for(placement: LogPlacement) -> Result<&'static str, String> {
     match placement {
         LogPlacement::Filesystem => Ok("fleet-view-fs"),
         LogPlacement::RootStore => Ok("fleet-view-native"),
-        LogPlacement::Memory => Err("the memory storage backend cannot be shared between cells".to_owned()),
+        LogPlacement::Memory => Err(MemoryNotShared),
     }
 }
 

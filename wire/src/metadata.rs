@@ -33,21 +33,43 @@ pub const X_REQUEST_ID: &str = "x-request-id";
 /// Why a metadata value was refused.
 #[derive(Debug, thiserror::Error, Eq, PartialEq)]
 pub enum MetadataError {
+    /// A value is not visible ASCII, so it cannot be read as text.
     #[error("metadata {key} is not valid ASCII text")]
-    NotText { key: &'static str },
+    NotText {
+        /// The metadata key whose value was refused.
+        key: &'static str,
+    },
+    /// A numeric key (`corium-hop`, `corium-lease-version`) does not parse
+    /// as a `u64`.
     #[error("metadata {key} must be a non-negative integer, got {value:?}")]
-    NotANumber { key: &'static str, value: String },
+    NotANumber {
+        /// The metadata key whose value was refused.
+        key: &'static str,
+        /// The value as sent.
+        value: String,
+    },
+    /// `corium-hop` is above 1: the request was forwarded more than once.
     #[error("{HOP} is {0}: a forwarded request is never forwarded again (at most 1 hop)")]
     TooManyHops(u64),
+    /// `corium-database-route` names a different database than the body.
     #[error(
         "{DATABASE_ROUTE} {route:?} does not match the request's database {body:?}; \
          the body is authoritative"
     )]
-    RouteMismatch { route: String, body: String },
+    RouteMismatch {
+        /// The database named by the route header.
+        route: String,
+        /// The database named by the request body, which wins.
+        body: String,
+    },
+    /// `corium-request-id` is present but empty.
     #[error("{REQUEST_ID} is empty; send a UUID or leave it out")]
     EmptyRequestId,
+    /// `corium-request-id` is longer than [`MAX_REQUEST_ID_BYTES`]; carries
+    /// its length in bytes.
     #[error("{REQUEST_ID} is {0} bytes; a UUID is at most 45")]
     RequestIdTooLong(usize),
+    /// `corium-request-id` is text but not a UUID in any of its forms.
     #[error("{REQUEST_ID} {0:?} is not a UUID")]
     RequestIdNotUuid(String),
 }

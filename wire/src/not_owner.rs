@@ -61,7 +61,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// The status as a client decodes it from trailers.
-    fn wire(status: tonic::Status) -> tonic::Status {
+    fn wire(status: &tonic::Status) -> tonic::Status {
         let mut headers = tonic::codegen::http::HeaderMap::new();
         status.add_header(&mut headers).unwrap();
         tonic::Status::from_header_map(&headers).unwrap()
@@ -96,7 +96,7 @@ mod tests {
     fn round_trips_through_http_trailers() {
         // Survive the real wire form: headers → status, as a client sees it.
         let status = to_status(&sample());
-        let back = wire(status);
+        let back = wire(&status);
         assert_eq!(from_status(&back), Some(sample()));
     }
 
@@ -135,10 +135,10 @@ mod tests {
                 database, owner_id: owner, lease_version: version, retryable,
                 route_endpoint: endpoint.clone(), last_basis_t: basis,
                 candidates: ranks.into_iter().enumerate().map(|(rank, (node_id, zone))| Candidate {
-                    node_id, zone, endpoint: endpoint.clone(), rank: rank as u32,
+                    node_id, zone, endpoint: endpoint.clone(), rank: u32::try_from(rank).unwrap(),
                 }).collect(),
             };
-            let back = wire(to_status(&detail));
+            let back = wire(&to_status(&detail));
             prop_assert_eq!(from_status(&back), Some(detail));
         }
     }

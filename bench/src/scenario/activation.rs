@@ -13,25 +13,25 @@ use crate::stats::{self, Latency};
 
 /// The scenario's result.
 #[derive(Debug, Serialize)]
-pub struct Result {
-    pub backend: String,
-    pub databases: usize,
-    pub active: usize,
+pub(crate) struct Result {
+    pub(crate) backend: String,
+    pub(crate) databases: usize,
+    pub(crate) active: usize,
     /// First request to a cold database (activation + the transaction).
-    pub cold_request: Latency,
+    pub(crate) cold_request: Latency,
     /// The next request to the same, now hot, database.
-    pub hot_request: Latency,
+    pub(crate) hot_request: Latency,
     /// Node RSS (all nodes) per activated database, KiB.
-    pub rss_per_hot_db_kib: f64,
+    pub(crate) rss_per_hot_db_kib: f64,
     /// Node RSS left per database after they were evicted again, KiB.
-    pub rss_per_cold_db_kib: f64,
+    pub(crate) rss_per_cold_db_kib: f64,
     /// Root-store operations per second, all nodes, nothing active.
-    pub root_ops_per_s_idle: f64,
+    pub(crate) root_ops_per_s_idle: f64,
     /// … with `active` databases under a light write load.
-    pub root_ops_per_s_active: f64,
+    pub(crate) root_ops_per_s_active: f64,
     /// … of which on the active databases (renewals, commits).
-    pub root_ops_per_s_on_active: f64,
-    pub load: String,
+    pub(crate) root_ops_per_s_on_active: f64,
+    pub(crate) load: String,
 }
 
 /// Root operations (reads + writes) per database, summed over nodes.
@@ -88,20 +88,24 @@ async fn wait_all_cold(fleet: &Fleet, limit: Duration) -> anyhow::Result<()> {
 /// # Errors
 /// A failed request or a fleet that does not settle.
 #[allow(clippy::cast_precision_loss)]
-pub async fn run(backend: Backend, databases: usize, active: usize) -> anyhow::Result<Result> {
+pub(crate) async fn run(backend: Backend, databases: usize, active: usize) -> anyhow::Result<Result> {
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
     };
     let fleet_args = ["--idle-evict-after-ms", "3000"];
-    let mut fleet = Fleet::start_with(backend, 3, Duration::from_secs(5), &fleet_args).await;
+    let mut fleet = Fleet::builder(backend)
+        .lease_ttl(Duration::from_secs(5))
+        .node_flags(&fleet_args)
+        .start()
+        .await;
     fleet.start_ingresses(1, &[]).await;
     let address = fleet.ingresses[0].endpoint();
     let dbs: Vec<String> = (0..databases).map(|i| format!("many-{i}")).collect();
     for db in &dbs {
         corium::create(&address, db).await?;
     }
-    wait_all_cold(&fleet, Duration::from_secs(120)).await?;
+    wait_all_cold(&fleet, Duration::from_mins(2)).await?;
     let rss_cold = rss_total(&fleet);
     let window = Duration::from_secs(10);
     let before = root_ops(&fleet).await;
@@ -154,7 +158,7 @@ pub async fn run(backend: Backend, databases: usize, active: usize) -> anyhow::R
     for writer in writers {
         let _ = writer.await;
     }
-    wait_all_cold(&fleet, Duration::from_secs(60)).await?;
+    wait_all_cold(&fleet, Duration::from_mins(1)).await?;
     let rss_after = rss_total(&fleet);
     Ok(Result {
         backend: name.to_owned(),

@@ -15,20 +15,20 @@ use crate::stats::{self, Spread};
 
 /// The scenario's result, in milliseconds.
 #[derive(Debug, Serialize)]
-pub struct Result {
-    pub backend: String,
-    pub lease_ttl_ms: u64,
+pub(crate) struct Result {
+    pub(crate) backend: String,
+    pub(crate) lease_ttl_ms: u64,
     /// SIGKILL of the owner → first commit acknowledged through the ingress.
-    pub sigkill_to_commit_ms: Spread,
+    pub(crate) sigkill_to_commit_ms: Spread,
     /// Admin handoff: the owner's own measure (stop admitting → target serves).
-    pub handoff_reported_ms: Spread,
+    pub(crate) handoff_reported_ms: Spread,
     /// Admin handoff: longest gap between a client's acknowledged commits.
-    pub handoff_client_gap_ms: Spread,
+    pub(crate) handoff_client_gap_ms: Spread,
     /// SIGTERM drain of the owner: longest client gap.
-    pub drain_client_gap_ms: Spread,
+    pub(crate) drain_client_gap_ms: Spread,
     /// The client's gap with nothing happening (the baseline).
-    pub quiet_client_gap_ms: Spread,
-    pub load: String,
+    pub(crate) quiet_client_gap_ms: Spread,
+    pub(crate) load: String,
 }
 
 /// A client committing through the ingress in a loop, recording the time of
@@ -130,14 +130,14 @@ async fn acked_after(writer: &Writer, at: Instant, limit: Duration) -> anyhow::R
 ///
 /// # Errors
 /// When the fleet does not recover within bounds.
-pub async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result> {
+pub(crate) async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result> {
     const DB: &str = "bench-failover";
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
     };
     let ttl = Duration::from_secs(5);
-    let mut fleet = Fleet::start(backend, 3, ttl).await;
+    let mut fleet = Fleet::builder(backend).lease_ttl(ttl).start().await;
     fleet.start_ingresses(1, &[]).await;
     let address = fleet.ingresses[0].endpoint();
     corium::create(&address, DB).await?;
@@ -181,8 +181,7 @@ pub async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result> {
         // SIGTERM drain of the owner.
         let owner = owner_index(&fleet, DB).await?;
         let before = Instant::now();
-        let node = &mut fleet.nodes[owner];
-        tokio::task::block_in_place(|| node.terminate());
+        fleet.nodes[owner].terminate().await;
         acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         drain_gap.push(ms(writer.longest_gap(before, Instant::now())));

@@ -23,23 +23,23 @@ use crate::stats::{self, Spread};
 
 /// The scenario's result (spreads over rounds).
 #[derive(Debug, Serialize)]
-pub struct Result {
-    pub backend: String,
-    pub databases: usize,
-    pub steady_hit_rate: Spread,
-    pub churn_hit_rate: Spread,
-    pub churn_handoffs: Spread,
+pub(crate) struct Result {
+    pub(crate) backend: String,
+    pub(crate) databases: usize,
+    pub(crate) steady_hit_rate: Spread,
+    pub(crate) churn_hit_rate: Spread,
+    pub(crate) churn_handoffs: Spread,
     /// Cached owners found stale (the hinted node answered `NotOwner`).
-    pub churn_stale: Spread,
+    pub(crate) churn_stale: Spread,
     /// Forwards that took exactly one hop, under churn.
-    pub churn_one_hop_share: Spread,
+    pub(crate) churn_one_hop_share: Spread,
     /// Client-visible errors under churn (the ingress retries `NotOwner`).
-    pub churn_errors: Spread,
-    pub churn_requests: Spread,
-    pub burst_requests: usize,
+    pub(crate) churn_errors: Spread,
+    pub(crate) churn_requests: Spread,
+    pub(crate) burst_requests: usize,
     /// Owner-cache misses (storage reads) the burst caused at the ingress.
-    pub burst_storage_reads: Spread,
-    pub load: String,
+    pub(crate) burst_storage_reads: Spread,
+    pub(crate) load: String,
 }
 
 /// Per-database writers through `ingress` for `duration`; returns
@@ -78,16 +78,54 @@ fn share(part: f64, whole: f64) -> f64 {
     if whole > 0.0 { part / whole } else { 0.0 }
 }
 
+/// Moves the owners of `dbs` round robin, an admin handoff every 250 ms,
+/// for 3 s; the task answers how many handoffs succeeded.
+fn spawn_mover(fleet: &Fleet, dbs: &[String]) -> tokio::task::JoinHandle<usize> {
+    let dbs = dbs.to_vec();
+    let nodes: Vec<(String, String)> = fleet.nodes.iter().map(|n| (n.id.clone(), n.endpoint())).collect();
+    let candidates: Vec<Vec<usize>> = dbs.iter().map(|db| fleet.candidates(db)).collect();
+    tokio::spawn(async move {
+        let until = Instant::now() + Duration::from_secs(3);
+        let mut moved = 0usize;
+        let mut i = 0;
+        while Instant::now() < until {
+            let db = &dbs[i % dbs.len()];
+            let pair = &candidates[i % dbs.len()];
+            let view = corium::placement(&nodes[pair[0]].1, db).await;
+            let (from, to) = if view.owner_id == nodes[pair[0]].0 {
+                (pair[0], pair[1])
+            } else {
+                (pair[1], pair[0])
+            };
+            let handed = FleetAdminClient::new(corium::channel(&nodes[from].1).await)
+                .handoff(HandoffRequest {
+                    database: db.clone(),
+                    target_node_id: nodes[to].0.clone(),
+                })
+                .await;
+            if handed.is_ok() {
+                moved += 1;
+            }
+            i += 1;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        moved
+    })
+}
+
 /// Runs it.
 ///
 /// # Errors
 /// Setup failures.
-pub async fn run(backend: Backend, rounds: usize) -> anyhow::Result<Result> {
+pub(crate) async fn run(backend: Backend, rounds: usize) -> anyhow::Result<Result> {
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
     };
-    let mut fleet = Fleet::start(backend, 3, Duration::from_secs(5)).await;
+    let mut fleet = Fleet::builder(backend)
+        .lease_ttl(Duration::from_secs(5))
+        .start()
+        .await;
     fleet.start_ingresses(1, &[]).await;
     let ingress = fleet.ingresses[0].endpoint();
     let admin = fleet.ingresses[0].admin;
@@ -113,41 +151,9 @@ pub async fn run(backend: Backend, rounds: usize) -> anyhow::Result<Result> {
 
         // The same load while owners move every 250 ms.
         let before = metrics(admin).await;
-        let mover = {
-            let dbs = dbs.clone();
-            let nodes: Vec<(String, String)> =
-                fleet.nodes.iter().map(|n| (n.id.clone(), n.endpoint())).collect();
-            let candidates: Vec<Vec<usize>> = dbs.iter().map(|db| fleet.candidates(db)).collect();
-            tokio::spawn(async move {
-                let until = Instant::now() + Duration::from_secs(3);
-                let mut moved = 0usize;
-                let mut i = 0;
-                while Instant::now() < until {
-                    let db = &dbs[i % dbs.len()];
-                    let pair = &candidates[i % dbs.len()];
-                    let view = corium::placement(&nodes[pair[0]].1, db).await;
-                    let (from, to) = if view.owner_id == nodes[pair[0]].0 {
-                        (pair[0], pair[1])
-                    } else {
-                        (pair[1], pair[0])
-                    };
-                    let handed = FleetAdminClient::new(corium::channel(&nodes[from].1).await)
-                        .handoff(HandoffRequest {
-                            database: db.clone(),
-                            target_node_id: nodes[to].0.clone(),
-                        })
-                        .await;
-                    if handed.is_ok() {
-                        moved += 1;
-                    }
-                    i += 1;
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                moved
-            })
-        };
+        let churn = spawn_mover(&fleet, &dbs);
         let (acked, errors) = load(&ingress, &dbs, Duration::from_secs(3), &format!("churn-{round}")).await;
-        let moved = mover.await.unwrap_or(0);
+        let moved = churn.await.unwrap_or(0);
         let after = metrics(admin).await;
         let delta = |name: &str| counter(&after, name) - counter(&before, name);
         let hits = delta("corium_fleet_ingress_owner_cache_hits_total");

@@ -14,23 +14,23 @@ use corium_fleet_tests::{Backend, Fleet, corium};
 
 /// One path at one concurrency, over the rounds.
 #[derive(Debug, Serialize)]
-pub struct Row {
-    pub backend: String,
-    pub concurrency: usize,
-    pub path: &'static str,
-    pub p50_us: Spread,
-    pub p99_us: Spread,
-    pub per_second: Spread,
+pub(crate) struct Row {
+    pub(crate) backend: String,
+    pub(crate) concurrency: usize,
+    pub(crate) path: &'static str,
+    pub(crate) p50_us: Spread,
+    pub(crate) p99_us: Spread,
+    pub(crate) per_second: Spread,
 }
 
 /// The scenario's result.
 #[derive(Debug, Serialize)]
-pub struct Result {
-    pub rows: Vec<Row>,
+pub(crate) struct Result {
+    pub(crate) rows: Vec<Row>,
     /// Forwards that needed no retry (no `NotOwner`, no connect retry).
-    pub one_hop_share: f64,
-    pub owner_cache_hit_rate: f64,
-    pub load: String,
+    pub(crate) one_hop_share: f64,
+    pub(crate) owner_cache_hit_rate: f64,
+    pub(crate) load: String,
 }
 
 /// Path name, through which ingress (none: straight to the owner; 0: the
@@ -47,12 +47,15 @@ const PATHS: [(&str, Option<usize>, bool); 4] = [
 ///
 /// # Errors
 /// A failed request.
-pub async fn run(backend: Backend, rounds: usize, requests: usize) -> anyhow::Result<Result> {
+pub(crate) async fn run(backend: Backend, rounds: usize, requests: usize) -> anyhow::Result<Result> {
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
     };
-    let mut fleet = Fleet::start(backend, 3, std::time::Duration::from_secs(5)).await;
+    let mut fleet = Fleet::builder(backend)
+        .lease_ttl(std::time::Duration::from_secs(5))
+        .start()
+        .await;
     fleet.start_ingresses(1, &["--assign-request-ids", "false"]).await;
     fleet.start_ingresses(1, &[]).await;
     let ingresses = [fleet.ingresses[0].endpoint(), fleet.ingresses[1].endpoint()];

@@ -13,18 +13,21 @@ use crate::load::{self, Shape};
 
 /// One history length.
 #[derive(Debug, Serialize)]
-pub struct Point {
-    pub transactions: usize,
+pub(crate) struct Point {
+    pub(crate) transactions: usize,
     /// Handoff unavailability, as the old owner measured it, per repetition.
-    pub handoff_ms: Vec<u64>,
+    pub(crate) handoff_ms: Vec<u64>,
 }
 
 /// Runs handoffs of databases with each history length in `lengths`.
 ///
 /// # Errors
 /// A failed request or handoff.
-pub async fn run(backend: Backend, lengths: &[usize], reps: usize) -> anyhow::Result<Vec<Point>> {
-    let mut fleet = Fleet::start(backend, 3, Duration::from_secs(5)).await;
+pub(crate) async fn run(backend: Backend, lengths: &[usize], reps: usize) -> anyhow::Result<Vec<Point>> {
+    let mut fleet = Fleet::builder(backend)
+        .lease_ttl(Duration::from_secs(5))
+        .start()
+        .await;
     fleet.start_ingresses(1, &[]).await;
     let address = fleet.ingresses[0].endpoint();
     let mut points = Vec::new();

@@ -15,15 +15,15 @@ use crate::stats::{self, Spread};
 
 /// One configuration's throughput.
 #[derive(Debug, Serialize)]
-pub struct Row {
-    pub target: String,
-    pub transactions_per_second: Spread,
-    pub load: String,
+pub(crate) struct Row {
+    pub(crate) target: String,
+    pub(crate) transactions_per_second: Spread,
+    pub(crate) load: String,
 }
 
 /// Where the stock `corium` binary is looked for (installed by `make bench`).
 #[must_use]
-pub fn stock_binary() -> std::path::PathBuf {
+pub(crate) fn stock_binary() -> std::path::PathBuf {
     std::env::var_os("CORIUM_STOCK_BIN").map_or_else(
         || std::path::PathBuf::from("target/stock/bin/corium"),
         std::path::PathBuf::from,
@@ -112,7 +112,7 @@ async fn drive(
 ///
 /// # Errors
 /// A failed request, or no stock binary.
-pub async fn run(databases: usize, rounds: usize, per_client: usize) -> anyhow::Result<Vec<Row>> {
+pub(crate) async fn run(databases: usize, rounds: usize, per_client: usize) -> anyhow::Result<Vec<Row>> {
     const CONCURRENCY: usize = 16;
     let dbs: Vec<String> = (0..databases).map(|i| format!("scale-{i}")).collect();
     let mut rows = Vec::new();
@@ -138,7 +138,11 @@ pub async fn run(databases: usize, rounds: usize, per_client: usize) -> anyhow::
         });
     }
     for nodes in 1..=3 {
-        let mut fleet = Fleet::start(Backend::Filesystem, nodes, Duration::from_secs(5)).await;
+        let mut fleet = Fleet::builder(Backend::Filesystem)
+            .nodes(nodes)
+            .lease_ttl(Duration::from_secs(5))
+            .start()
+            .await;
         fleet.start_ingresses(1, &[]).await;
         let address = fleet.ingresses[0].endpoint();
         for db in &dbs {

@@ -1,10 +1,13 @@
 //! Calls that need no lease holder: a catalog create goes to the database's
 //! top reachable candidate, the rest to any node. Only a provably unsent
-//! attempt (a refused connection) moves on to the next node.
+//! attempt (a refused connection) moves on to the next node, and a create
+//! refused by a node that is not a candidate (this ingress's member list
+//! was behind the registry's) follows the candidates that node lists, once.
 
 use std::sync::atomic::Ordering;
 
 use corium_fleet_common::placement::Member;
+use corium_fleet_wire::not_owner;
 use corium_fleet_wire::outcome::{self, Cause};
 use hyper::http::Response;
 use tonic::Status;
@@ -31,6 +34,32 @@ impl Proxy {
         })
         .collect();
         self.suspects.order(hops, |hop: &Hop| hop.endpoint.as_str())
+    }
+
+    /// Sends a catalog create for `db` to its candidates. A node that is
+    /// not a candidate refuses it before doing anything, with a `NotOwner`
+    /// listing the candidates it sees; the call then goes to those, once.
+    pub(super) async fn to_candidates(&self, call: &Call, db: &str) -> Result<Response<Body>, Status> {
+        let response = self.to_any(call, &self.candidate_hops(db)).await?;
+        let hinted: Vec<Hop> = match Status::from_header_map(response.headers())
+            .as_ref()
+            .and_then(not_owner::from_status)
+        {
+            Some(hint) if hint.retryable && hint.owner_id.is_empty() => hint
+                .candidates
+                .iter()
+                .map(|candidate| Hop {
+                    endpoint: candidate.endpoint.clone(),
+                    lease_version: None,
+                })
+                .collect(),
+            _ => return Ok(response),
+        };
+        if hinted.is_empty() {
+            return Ok(response);
+        }
+        self.metrics.not_owner_retries.fetch_add(1, Ordering::Relaxed);
+        self.to_any(call, &hinted).await
     }
 
     /// Every member, starting at a rotating offset.

@@ -16,6 +16,7 @@ use crate::upstream;
 /// Where one attempt goes.
 #[derive(Clone, Debug)]
 pub(super) struct Hop {
+    /// The node's internal endpoint (`http://…` or `https://…`).
     pub endpoint: String,
     /// The lease version routed on (owner hops only).
     pub lease_version: Option<u64>,

@@ -40,9 +40,12 @@ pub(super) struct RequestId {
 
 /// One call, taken in.
 pub(super) struct Call {
+    /// The request head: method, path and the client's headers (with an
+    /// `x-request-id` added when it had none).
     pub parts: Parts,
     /// The whole request body, replayable.
     pub body: Bytes,
+    /// Where the call goes, from its method.
     pub target: Target,
     /// The database the body names (`None` for calls that name none).
     pub db: Option<String>,
@@ -57,7 +60,7 @@ impl Call {
     /// Tells the client the request id its `Transact` was forwarded under
     /// (`corium-request-id` on the response), so an unknown outcome can be
     /// asked about.
-    pub fn stamp(&self, response: &mut Response<Body>) {
+    pub(super) fn stamp(&self, response: &mut Response<Body>) {
         if let Some(id) = &self.request_id
             && let Ok(value) = HeaderValue::from_str(&id.text)
         {
@@ -113,7 +116,7 @@ impl Proxy {
         let started = Instant::now();
         let path = request.uri().path();
         let Some((target, names_db)) = route::classify(path) else {
-            return Err(self.reject(
+            return Err(Self::reject(
                 &self.metrics.rejected_unknown_method,
                 Status::unimplemented(format!("method {path} is not served by Corium Fleet")),
             ));
@@ -121,7 +124,7 @@ impl Proxy {
         let transact = path == TRANSACT;
         for key in FLEET_ONLY {
             if request.headers().contains_key(key) {
-                return Err(self.reject(
+                return Err(Self::reject(
                     &self.metrics.loop_preventions,
                     Status::invalid_argument(format!("{key} is set by the fleet, never by a client")),
                 ));
@@ -136,7 +139,28 @@ impl Proxy {
                 HeaderValue::from_str(&correlation_id()).expect("hex digits"),
             );
         }
-        let deadline = started
+        let deadline = self.deadline(&parts, started);
+        let body = self.body(body, deadline).await?;
+        let db = if names_db {
+            Some(self.routed_db(&parts, &body)?)
+        } else {
+            None
+        };
+        let request_id = if transact { self.request_id(&parts) } else { None };
+        Ok(Call {
+            parts,
+            body,
+            target,
+            db,
+            deadline,
+            request_id,
+        })
+    }
+
+    /// When the answer to a call that arrived at `started` is due: the
+    /// client's `grpc-timeout` less a margin, at most `--max-deadline-ms`.
+    fn deadline(&self, parts: &Parts, started: Instant) -> Instant {
+        started
             + parts.headers.get("grpc-timeout").and_then(parse_timeout).map_or(
                 self.config.max_deadline,
                 |timeout| {
@@ -146,7 +170,12 @@ impl Proxy {
                     let margin = (timeout / 20).min(Duration::from_millis(50));
                     timeout.min(self.config.max_deadline).saturating_sub(margin)
                 },
-            );
+            )
+    }
+
+    /// The whole request body (so it can be replayed), within the size
+    /// limit and before `deadline`.
+    async fn body(&self, body: Incoming, deadline: Instant) -> Result<Bytes, Status> {
         // The body arrives within the call's deadline, or not at all.
         let collect = Limited::new(body, self.config.max_request_bytes).collect();
         let Ok(collected) =
@@ -156,71 +185,63 @@ impl Proxy {
                 "the request body did not arrive within the deadline",
             ));
         };
-        let body = match collected {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                return Err(self.reject(
-                    &self.metrics.rejected_too_large,
-                    Status::resource_exhausted(format!(
-                        "request body is over the ingress limit of {} bytes",
-                        self.config.max_request_bytes
-                    )),
-                ));
+        match collected {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Self::reject(
+                &self.metrics.rejected_too_large,
+                Status::resource_exhausted(format!(
+                    "request body is over the ingress limit of {} bytes",
+                    self.config.max_request_bytes
+                )),
+            )),
+            Err(error) => Err(Status::cancelled(format!("request body not received: {error}"))),
+        }
+    }
+
+    /// The database `body` names in field 1 of its first message, which a
+    /// route header, if sent, must agree with (the body is authoritative).
+    fn routed_db(&self, parts: &Parts, body: &[u8]) -> Result<String, Status> {
+        let db = route::first_message(body)
+            .and_then(route::scan_db)
+            .map_err(|error| {
+                Self::reject(
+                    &self.metrics.rejected_unroutable,
+                    Status::invalid_argument(error.to_string()),
+                )
+            })?;
+        if let Some(route) = parts.headers.get(metadata::DATABASE_ROUTE)
+            && route.as_bytes() != db.as_bytes()
+        {
+            return Err(Self::reject(
+                &self.metrics.rejected_route_mismatch,
+                Status::invalid_argument(format!(
+                    "{} {:?} does not match the request's database {db:?}; the body is authoritative",
+                    metadata::DATABASE_ROUTE,
+                    String::from_utf8_lossy(route.as_bytes())
+                )),
+            ));
+        }
+        Ok(db)
+    }
+
+    /// The request id a `Transact` is forwarded under: the client's, else
+    /// (with `--assign-request-ids`) a fresh one of this ingress's, else none.
+    fn request_id(&self, parts: &Parts) -> Option<RequestId> {
+        match parts.headers.get(metadata::REQUEST_ID) {
+            // The owner validates the client's id.
+            Some(value) => Some(RequestId {
+                text: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                assigned: false,
+            }),
+            None if self.config.assign_request_ids => {
+                self.metrics.request_ids_assigned.fetch_add(1, Ordering::Relaxed);
+                Some(RequestId {
+                    text: assigned_request_id(),
+                    assigned: true,
+                })
             }
-            Err(error) => return Err(Status::cancelled(format!("request body not received: {error}"))),
-        };
-        let db = if names_db {
-            let db = route::first_message(&body)
-                .and_then(route::scan_db)
-                .map_err(|error| {
-                    self.reject(
-                        &self.metrics.rejected_unroutable,
-                        Status::invalid_argument(error.to_string()),
-                    )
-                })?;
-            if let Some(route) = parts.headers.get(metadata::DATABASE_ROUTE)
-                && route.as_bytes() != db.as_bytes()
-            {
-                return Err(self.reject(
-                    &self.metrics.rejected_route_mismatch,
-                    Status::invalid_argument(format!(
-                        "{} {:?} does not match the request's database {db:?}; the body is authoritative",
-                        metadata::DATABASE_ROUTE,
-                        String::from_utf8_lossy(route.as_bytes())
-                    )),
-                ));
-            }
-            Some(db)
-        } else {
-            None
-        };
-        let request_id = if transact {
-            match parts.headers.get(metadata::REQUEST_ID) {
-                // The owner validates the client's id.
-                Some(value) => Some(RequestId {
-                    text: String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                    assigned: false,
-                }),
-                None if self.config.assign_request_ids => {
-                    self.metrics.request_ids_assigned.fetch_add(1, Ordering::Relaxed);
-                    Some(RequestId {
-                        text: assigned_request_id(),
-                        assigned: true,
-                    })
-                }
-                None => None,
-            }
-        } else {
-            None
-        };
-        Ok(Call {
-            parts,
-            body,
-            target,
-            db,
-            deadline,
-            request_id,
-        })
+            None => None,
+        }
     }
 }
 
@@ -250,7 +271,7 @@ mod tests {
         let parse = |text: &'static str| parse_timeout(&HeaderValue::from_static(text));
         assert_eq!(parse("100m"), Some(Duration::from_millis(100)));
         assert_eq!(parse("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse("1H"), Some(Duration::from_hours(1)));
         assert_eq!(parse("5u"), Some(Duration::from_micros(5)));
         assert_eq!(parse("x"), None);
         assert_eq!(parse("10"), None);

@@ -40,6 +40,7 @@ pub struct Proxy {
     config: Config,
     cache: owner_cache::Cache,
     upstream: Upstream,
+    /// The ingress's counters, shared with the admin `/metrics` endpoint.
     pub metrics: Arc<Metrics>,
     limits: crate::limits::Limits,
     /// Placement members (static, or followed from the node registry).
@@ -52,6 +53,10 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// A handler for `config` forwarding to `members` (cold databases to
+    /// their candidates, the placement `map` first), finding owners through
+    /// `cache` and counting into `metrics`.
+    ///
     /// # Errors
     /// Unreadable or invalid upstream TLS material.
     pub fn new(
@@ -60,14 +65,15 @@ impl Proxy {
         map: corium_fleet_common::placement_map::Watched,
         cache: owner_cache::Cache,
         metrics: Arc<Metrics>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, corium_fleet_common::tls::TlsError> {
         // The hop speaks mTLS to `https://` members (fleet CA, this
         // ingress's client certificate) and h2c to `http://` ones.
         let tls = match &config.upstream {
-            Some((ca, identity)) => Some(Arc::new(
-                corium_fleet_common::tls::client_config(ca, &identity.cert, &identity.key)
-                    .map_err(|error| format!("upstream TLS: {error}"))?,
-            )),
+            Some((ca, identity)) => Some(Arc::new(corium_fleet_common::tls::client_config(
+                ca,
+                &identity.cert,
+                &identity.key,
+            )?)),
             None => None,
         };
         let upstream = Upstream::new(upstream::Settings {
@@ -95,6 +101,10 @@ impl Proxy {
     }
 
     /// Serves one request from `client`; every failure is a gRPC status.
+    ///
+    /// # Errors
+    /// Never: the error type is [`Infallible`](std::convert::Infallible),
+    /// as a hyper service needs a `Result`.
     pub async fn handle(
         self: Arc<Self>,
         client: Option<std::net::IpAddr>,
@@ -112,7 +122,7 @@ impl Proxy {
             Ok(call) => {
                 let response = match (call.target, call.db.clone()) {
                     (Target::Owner, Some(db)) => self.to_owner(&call, &db).await,
-                    (Target::Candidate, Some(db)) => self.to_any(&call, &self.candidate_hops(&db)).await,
+                    (Target::Candidate, Some(db)) => self.to_candidates(&call, &db).await,
                     _ => self.to_any(&call, &self.any_hops()).await,
                 };
                 self.metrics.forward_seconds.observe(started.elapsed());
@@ -128,7 +138,8 @@ impl Proxy {
         Ok(response)
     }
 
-    fn reject(&self, counter: &std::sync::atomic::AtomicU64, status: tonic::Status) -> tonic::Status {
+    /// Counts a refusal in `counter` and returns its status.
+    fn reject(counter: &std::sync::atomic::AtomicU64, status: tonic::Status) -> tonic::Status {
         counter.fetch_add(1, Ordering::Relaxed);
         status
     }

@@ -40,6 +40,7 @@ use crate::owner_cache::Resolution;
 const MAX_ATTEMPTS: u32 = 64;
 /// The first pause between persistent retries; it doubles up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(25);
+/// The longest pause between persistent retries.
 const MAX_PAUSE: Duration = Duration::from_millis(500);
 
 /// What one attempt at the owner came to.
@@ -79,11 +80,23 @@ pub(super) enum Next {
     },
 }
 
+impl Next {
+    /// Send again after `pause`, to the owner read afresh from storage.
+    const fn reread(pause: Duration) -> Self {
+        Self::Retry {
+            pause,
+            refresh: true,
+            hinted: None,
+        }
+    }
+}
+
 /// One call's retry state.
 pub(super) struct Retries {
     /// The request id attempts carry (`None` once the owner refused an
     /// assigned one).
     pub id: Option<RequestId>,
+    /// The database the call is for (named in the statuses it ends with).
     pub db: String,
     /// Attempts made so far.
     pub attempts: u32,
@@ -110,7 +123,7 @@ impl Retries {
 
     /// The typed "outcome unknown" for this call, once an attempt may have
     /// committed.
-    pub fn unknown_status(&self) -> Option<Status> {
+    pub(super) fn unknown_status(&self) -> Option<Status> {
         self.unknown.clone()
     }
 
@@ -123,7 +136,7 @@ impl Retries {
     }
 
     /// The rule for `attempt` (see the module docs).
-    pub fn next(&mut self, attempt: Attempt) -> Next {
+    pub(super) fn next(&mut self, attempt: Attempt) -> Next {
         let first = self.attempts <= 1;
         match attempt {
             Attempt::Answer(response) => Next::Return(Ok(response)),
@@ -170,19 +183,11 @@ impl Retries {
                 if self.unknown.is_none() {
                     self.unknown = Status::from_header_map(response.headers());
                 }
-                Next::Retry {
-                    pause: self.pause(),
-                    refresh: true,
-                    hinted: None,
-                }
+                Next::reread(self.pause())
             }
             Attempt::NodeUnavailable(response) => {
                 if self.idempotent() {
-                    return Next::Retry {
-                        pause: self.pause(),
-                        refresh: true,
-                        hinted: None,
-                    };
+                    return Next::reread(self.pause());
                 }
                 Next::Return(Ok(response))
             }
@@ -193,11 +198,7 @@ impl Retries {
                     } else {
                         Duration::ZERO
                     };
-                    return Next::Retry {
-                        pause,
-                        refresh: true,
-                        hinted: None,
-                    };
+                    return Next::reread(pause);
                 }
                 Next::Return(Err(Status::unavailable(format!(
                     "cannot connect to the owner of {:?}: {error}; retry",
@@ -207,11 +208,7 @@ impl Retries {
             Attempt::Broke(error) => {
                 self.ambiguous(Cause::HopBroke, &error);
                 if self.idempotent() {
-                    return Next::Retry {
-                        pause: self.pause(),
-                        refresh: true,
-                        hinted: None,
-                    };
+                    return Next::reread(self.pause());
                 }
                 Next::Return(Err(self.unknown_status().expect("just set")))
             }
@@ -228,11 +225,7 @@ impl Retries {
             }
             Attempt::Unresolved(status) => {
                 if self.unknown.is_some() {
-                    return Next::Retry {
-                        pause: self.pause(),
-                        refresh: true,
-                        hinted: None,
-                    };
+                    return Next::reread(self.pause());
                 }
                 Next::Return(Err(status))
             }
@@ -266,7 +259,7 @@ impl Proxy {
                 .send(call, hop, retries.id.as_ref(), retries.idempotent())
                 .await
             {
-                Ok(response) => return self.classify(response, retries),
+                Ok(response) => return Self::classify(response, retries),
                 Err(SendError::Connect(error)) => unreachable = error,
                 Err(SendError::Ambiguous(error)) => {
                     self.metrics.ambiguous_failures.fetch_add(1, Ordering::Relaxed);
@@ -280,7 +273,7 @@ impl Proxy {
 
     /// Reads a node's answer: typed `NotOwner`, typed refusal of an assigned
     /// id, typed unknown outcome for this call's id, or an answer.
-    fn classify(&self, response: Response<Body>, retries: &Retries) -> Attempt {
+    fn classify(response: Response<Body>, retries: &Retries) -> Attempt {
         let Some(status) = Status::from_header_map(response.headers()) else {
             return Attempt::Answer(response);
         };

@@ -51,11 +51,14 @@ struct Connection {
     send: h2::client::SendRequest<Bytes>,
 }
 
+/// One connect attempt, shared by every call waiting for it.
 type Connecting = Shared<BoxFuture<'static, Result<Connection, Arc<str>>>>;
 
+/// A node's entry in the pool: its connection, or the attempt to open one.
 enum Slot {
     /// A connect in flight: every caller waits for this one attempt.
     Connecting(Connecting),
+    /// An open connection, shared by every call to the node.
     Ready(Connection),
 }
 
@@ -68,6 +71,8 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// A pool with no connections yet: each node's is opened by the first
+    /// call to it, under `settings`.
     #[must_use]
     pub fn new(settings: Settings) -> Self {
         Self {
@@ -232,6 +237,8 @@ fn forget(slots: &Mutex<HashMap<String, Slot>>, endpoint: &str, id: u64) {
 /// unanswered for 3 s is closed and its calls fail (a frozen node is noticed
 /// in ~5 s instead of each call waiting out its deadline).
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a PING may go unanswered before its connection is closed (see
+/// [`KEEPALIVE_INTERVAL`]).
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[cfg(test)]

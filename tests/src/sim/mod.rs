@@ -44,9 +44,11 @@ use crate::corium;
 /// The size of a simulated run.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
+    /// Nodes, databases and the lease TTL.
     pub shape: Shape,
     /// Writers per database, each sending `txs` transactions in turn.
     pub writers_per_db: usize,
+    /// Transactions each writer sends.
     pub txs: usize,
 }
 
@@ -72,7 +74,7 @@ const TX_BUDGET: Duration = Duration::from_secs(30);
 /// A crashed or drained node is restarted after this long.
 const RESTART_AFTER: Duration = Duration::from_millis(1500);
 /// Bound on a whole run (workload and checks), so a hung run fails.
-const RUN_BOUND: Duration = Duration::from_secs(120);
+const RUN_BOUND: Duration = Duration::from_mins(2);
 
 fn db_name(index: usize) -> String {
     format!("db-{index}")
@@ -395,16 +397,15 @@ pub async fn run(plan: &Plan, options: Options) -> Report {
         writers_done,
     });
     let label = format!("seed {}", plan.seed);
-    match tokio::time::timeout(RUN_BOUND, run_bounded(plan, options, Arc::clone(&shared))).await {
-        Ok(report) => report,
-        Err(_) => {
+    tokio::time::timeout(RUN_BOUND, run_bounded(plan, options, Arc::clone(&shared)))
+        .await
+        .unwrap_or_else(|_| {
             let mut history = shared.record(|history| history.clone());
             history.unexpected.push(format!(
                 "the run did not finish within {RUN_BOUND:?} (hung); history so far above"
             ));
             checker::check(&label, &history, &Durable::default(), &BTreeSet::new())
-        }
-    }
+        })
 }
 
 async fn run_bounded(plan: &Plan, options: Options, shared: Arc<Shared>) -> Report {
@@ -485,7 +486,7 @@ async fn run_bounded(plan: &Plan, options: Options, shared: Arc<Shared>) -> Repo
             shared.record(|history| {
                 history
                     .unexpected
-                    .push("a subscriber did not catch up within 30 s".to_owned())
+                    .push("a subscriber did not catch up within 30 s".to_owned());
             });
         }
     }

@@ -30,18 +30,23 @@ pub enum Event {
 /// The whole plan of one run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
+    /// The seed it was generated from (reruns it).
     pub seed: u64,
     /// Storage schedules of first incarnations, by node (armed once the
     /// databases exist; a restarted node runs clean).
     pub storage: Vec<(usize, Schedule)>,
+    /// Process events and partitions, by time since the run started.
     pub events: Vec<(Duration, Event)>,
 }
 
 /// The shape of the simulated fleet a plan is generated for.
 #[derive(Clone, Copy, Debug)]
 pub struct Shape {
+    /// Hosts sharing the store.
     pub nodes: usize,
+    /// Databases written.
     pub dbs: usize,
+    /// The hosts' lease TTL.
     pub lease_ttl: Duration,
 }
 

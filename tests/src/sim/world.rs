@@ -31,7 +31,9 @@ struct Slot {
 
 /// The fleet.
 pub struct World {
+    /// The store every host shares (each through its own `FaultyStore`).
     pub shared: Arc<MemoryStore>,
+    /// The hosts' lease TTL.
     pub lease_ttl: Duration,
     members: Vec<Member>,
     slots: Vec<Slot>,
@@ -43,6 +45,9 @@ pub struct World {
 impl World {
     /// Reserves one loopback admin port per node (the static member list
     /// needs every endpoint up front).
+    ///
+    /// # Panics
+    /// When no temporary directory can be made.
     #[must_use]
     pub fn new(nodes: usize, lease_ttl: Duration) -> Self {
         let mut slots = Vec::new();
@@ -76,16 +81,19 @@ impl World {
         }
     }
 
+    /// Hosts, running or not.
     #[must_use]
     pub fn len(&self) -> usize {
         self.slots.len()
     }
 
+    /// Whether there are no hosts.
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
+    /// The index of host `node_id`.
     #[must_use]
     pub fn index_of(&self, node_id: &str) -> Option<usize> {
         self.slots.iter().position(|slot| slot.id == node_id)

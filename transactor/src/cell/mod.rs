@@ -42,7 +42,10 @@ const GATE_PERMITS: u32 = 1 << 20;
 
 /// One hosted database.
 pub struct Cell {
+    /// The database this cell hosts.
     pub db: String,
+    /// The Corium node hosting it, over a view of the shared store that
+    /// shows it only this database.
     pub node: Arc<TransactorNode>,
     /// The lease version this cell acquired. It never changes while the cell
     /// lives (renewals keep the version), so it is what a forwarded request's
@@ -84,14 +87,20 @@ impl Drop for Subscribed {
 /// Why a cell could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// Another owner holds an unexpired lease.
     #[error("lease for {db:?} is held by {owner} until {expires_unix_ms}")]
     Held {
+        /// The database.
         db: String,
+        /// The holder's lease owner id (`<node-id>/<incarnation>.<n>`).
         owner: String,
+        /// When its lease expires, unless renewed.
         expires_unix_ms: i64,
     },
+    /// The catalog has no such database.
     #[error("database {0:?} does not exist")]
     Unknown(String),
+    /// Corium failed to open or recover it.
     #[error(transparent)]
     Node(#[from] NodeError),
 }

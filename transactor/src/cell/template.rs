@@ -12,8 +12,12 @@ use crate::view;
 
 /// Everything a node needs to open cells; shared by all of them.
 pub struct Template {
+    /// The node's shared store (counted), which every cell's view wraps.
     pub base: Arc<dyn FullStore>,
+    /// The storage-backend kind of the cell view registered for the base
+    /// store's log placement (`view::kind_for`).
     pub view_kind: &'static str,
+    /// The node's data directory (Corium's filesystem log lives under it).
     pub data_dir: std::path::PathBuf,
     /// `<node-id>/<incarnation>`, unique per process. Every cell's lease
     /// owner is this prefix plus a per-process generation
@@ -24,7 +28,9 @@ pub struct Template {
     pub owner_prefix: String,
     /// The next cell generation.
     pub generation: AtomicU64,
+    /// This node's internal endpoint, written into each lease it takes.
     pub advertise: String,
+    /// The lease TTL every cell acquires with.
     pub lease_ttl_ms: i64,
 }
 

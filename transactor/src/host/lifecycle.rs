@@ -19,7 +19,7 @@ impl Host {
         let mut deposed = cell.node.shutdown_watch();
         let mut closed = cell.closed();
         let period = (self.config.lease_ttl / 3).max(Duration::from_millis(50));
-        let mut last_expiry = cell.lease().await.map(|lease| lease.expires_unix_ms).unwrap_or(0);
+        let mut last_expiry = cell.lease().await.map_or(0, |lease| lease.expires_unix_ms);
         let mut failing = false;
         // Consecutive ticks on which this node was not a candidate.
         let mut misplaced = 0u32;
@@ -89,7 +89,7 @@ impl Host {
         let started = Instant::now();
         match tokio::time::timeout(self.config.drain_timeout, cell.node.request_index(&cell.db)).await {
             Ok(Ok(basis)) => {
-                tracing::debug!(db = %cell.db, index_basis_t = basis, elapsed_ms = started.elapsed().as_millis(), "indexes published before release")
+                tracing::debug!(db = %cell.db, index_basis_t = basis, elapsed_ms = started.elapsed().as_millis(), "indexes published before release");
             }
             Ok(Err(error)) => tracing::warn!(db = %cell.db, %error, "cannot publish indexes before release"),
             Err(_) => tracing::warn!(db = %cell.db, "publishing indexes before release timed out"),

@@ -38,10 +38,16 @@ pub use corium_fleet_store::RootView;
 
 /// All cells of one node.
 pub struct Host {
+    /// The node's validated configuration.
     pub config: Config,
+    /// What every cell is opened with.
     pub template: Template,
+    /// The shared store, counted (the same store the template's views wrap).
     pub base: Arc<dyn FullStore>,
+    /// The node's metrics.
     pub metrics: Arc<Metrics>,
+    /// This process's incarnation (a fresh UUID per start): tells two
+    /// processes with one node id apart.
     pub incarnation: String,
     /// Placement members: the static `--member` list, or the live node
     /// registry, refreshed in the background.
@@ -72,6 +78,7 @@ pub struct Host {
 }
 
 impl Host {
+    /// A host with no cells yet.
     #[must_use]
     pub fn new(
         config: Config,

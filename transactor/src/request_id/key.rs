@@ -44,7 +44,9 @@ pub enum Mode {
     /// upsert of facts already true), the entity its identity attribute
     /// named at that `t`.
     Entity {
+        /// The tempid's name.
         name: String,
+        /// Its first identity attribute and value, if it has one.
         identity: Option<(EntityId, Value)>,
     },
     /// Binding entities (one ref each) carry the tempids.
@@ -56,10 +58,13 @@ pub enum Mode {
 /// A decoded key.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Key {
+    /// The request id.
     pub id: u128,
+    /// The first 8 bytes of the request's SHA-256.
     pub digest: [u8; 8],
     /// The caller's transaction named `"datomic.tx"`.
     pub tx_named: bool,
+    /// How the caller's tempids bind.
     pub mode: Mode,
 }
 
@@ -210,12 +215,11 @@ impl Key {
             1 => {
                 let len = usize::try_from(read_varint(bytes, &mut at)?).ok()?;
                 let name = std::str::from_utf8(take(bytes, &mut at, len)?).ok()?.to_owned();
-                let identity = match *take(bytes, &mut at, 1)?.first()? {
-                    0 => None,
-                    _ => {
-                        let attr = u64::from_be_bytes(take(bytes, &mut at, 8)?.try_into().ok()?);
-                        Some((EntityId::from_raw(attr), decode_value(bytes, &mut at)?))
-                    }
+                let identity = if *take(bytes, &mut at, 1)?.first()? == 0 {
+                    None
+                } else {
+                    let attr = u64::from_be_bytes(take(bytes, &mut at, 8)?.try_into().ok()?);
+                    Some((EntityId::from_raw(attr), decode_value(bytes, &mut at)?))
                 };
                 Mode::Entity { name, identity }
             }

@@ -43,7 +43,9 @@ pub enum Origin {
 /// What happened to one id-carrying transaction.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
 pub enum Outcome {
+    /// Committed by this call.
     Committed,
+    /// Committed earlier under the same id; this is its answer again.
     Replayed,
 }
 
@@ -52,8 +54,11 @@ pub enum Outcome {
 pub enum Status {
     /// Committed; the answer it had.
     Committed(pb::TransactResponse),
-    /// Never committed and now never will: fenced at `t`.
-    NotCommitted { fenced_at: u64 },
+    /// Never committed and now never will.
+    NotCommitted {
+        /// The `t` of the fence marker.
+        fenced_at: u64,
+    },
 }
 
 /// Why a request id cannot be used on a database.
@@ -83,7 +88,12 @@ pub enum LedgerError {
     /// The outcome is unknown: the commit failed after its append may have
     /// landed, or the committed answer cannot be given now.
     #[error("{reason}")]
-    Unknown { cause: Cause, reason: String },
+    Unknown {
+        /// Why, in the client-safe vocabulary.
+        cause: Cause,
+        /// The underlying error, for the typed detail and the log.
+        reason: String,
+    },
 }
 
 impl LedgerError {
@@ -110,7 +120,9 @@ impl LedgerError {
 /// The database a ledger call works on.
 #[derive(Clone, Copy)]
 pub struct Database<'a> {
+    /// The cell's Corium node.
     pub node: &'a TransactorNode,
+    /// The database's name.
     pub name: &'a str,
     /// The shared store, for the replay's lease check.
     pub store: &'a dyn RootStore,
@@ -221,15 +233,13 @@ where
     let state = state_of(on).await?;
     // Refusals in Corium's own words, as the same request without an id
     // would get them.
-    let forms =
-        match codec::decode_edn(&request.tx_data).map_err(|error| LedgerError::Refused(error.into()))? {
-            Edn::Vector(forms) | Edn::List(forms) => forms,
-            _ => {
-                return Err(LedgerError::Refused(NodeError::BadRequest(
-                    "tx-data must be a vector".into(),
-                )));
-            }
-        };
+    let (Edn::Vector(forms) | Edn::List(forms)) =
+        codec::decode_edn(&request.tx_data).map_err(|error| LedgerError::Refused(error.into()))?
+    else {
+        return Err(LedgerError::Refused(NodeError::BadRequest(
+            "tx-data must be a vector".into(),
+        )));
+    };
     let db = state.db();
     if !record::supported(&db) {
         return Err(LedgerError::Unsupported(Unsupported::NoAttributes));

@@ -234,6 +234,9 @@ fn bindings(out: &mut Vec<Edn>, tempids: &BTreeSet<String>) -> Vec<(Edn, Edn)> {
 ///
 /// # Errors
 /// [`Reserved`] when the forms name a tempid the fleet reserves.
+///
+/// # Panics
+/// Never: a key without an identity always encodes.
 pub fn augmented(
     db: &Db,
     id: uuid::Uuid,
@@ -263,21 +266,20 @@ pub fn augmented(
             mode,
         };
         let entity_key = entity_mode.and_then(|mode| key(mode).encode());
-        match entity_key {
-            Some(bytes) => tx.push((kw(KEY), bytes_edn(&bytes))),
-            None => {
-                let mode = if own.is_empty() {
-                    Mode::None
-                } else {
-                    Mode::Bindings
-                };
-                let bytes = key(mode)
-                    .encode()
-                    .expect("modes without an identity always encode");
-                tx.push((kw(KEY), bytes_edn(&bytes)));
-                if !own.is_empty() {
-                    tx.extend(bindings(&mut out, &own));
-                }
+        if let Some(bytes) = entity_key {
+            tx.push((kw(KEY), bytes_edn(&bytes)));
+        } else {
+            let mode = if own.is_empty() {
+                Mode::None
+            } else {
+                Mode::Bindings
+            };
+            let bytes = key(mode)
+                .encode()
+                .expect("modes without an identity always encode");
+            tx.push((kw(KEY), bytes_edn(&bytes)));
+            if !own.is_empty() {
+                tx.extend(bindings(&mut out, &own));
             }
         }
     } else {
@@ -297,6 +299,9 @@ pub fn augmented(
 }
 
 /// A fence marker for `id`: nothing committed under it, and nothing will.
+///
+/// # Panics
+/// Never: a fence key always encodes.
 #[must_use]
 pub fn fence_marker(db: &Db, id: uuid::Uuid) -> Edn {
     let mut tx = vec![(kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned()))];
@@ -404,8 +409,8 @@ fn raw(entity: EntityId) -> i64 {
 pub fn normalise(
     mut response: pb::TransactResponse,
     written: &Written,
-) -> Result<pb::TransactResponse, String> {
-    let decoded = codec::decode_edn(&response.tempids).map_err(|error| error.to_string())?;
+) -> Result<pb::TransactResponse, codec::CodecError> {
+    let decoded = codec::decode_edn(&response.tempids)?;
     let keep_tx = written
         .tempids
         .as_ref()
@@ -491,11 +496,10 @@ pub fn answer_tempids(db: &Db, tx: EntityId, datoms: &[Datom]) -> BTreeMap<Strin
         Mode::Bindings => bound_tempids(db, tx),
         Mode::Entity { name, identity } => {
             let mut one = BTreeMap::new();
-            match entity_of(db, tx, datoms, identity.as_ref()) {
-                Some(entity) => {
-                    one.insert(name.clone(), raw(entity));
-                }
-                None => tracing::warn!(tx = tx.raw(), tempid = %name, "cannot resolve a recorded tempid"),
+            if let Some(entity) = entity_of(db, tx, datoms, identity.as_ref()) {
+                one.insert(name.clone(), raw(entity));
+            } else {
+                tracing::warn!(tx = tx.raw(), tempid = %name, "cannot resolve a recorded tempid");
             }
             one
         }
@@ -530,7 +534,11 @@ mod tests {
         );
         assert_eq!(&base.hex()[..16], &{
             let short = base.short();
-            short.iter().map(|byte| format!("{byte:02x}")).collect::<String>()
+            short.iter().fold(String::new(), |mut hex, byte| {
+                use std::fmt::Write as _;
+                let _ = write!(hex, "{byte:02x}");
+                hex
+            })
         });
     }
 

@@ -122,7 +122,9 @@ fn single_entity(db: &Db, items: &[TxItem], x: &str) -> Option<Identity> {
                 if is_x(&map.entity) {
                     for (attr, values) in &map.attributes {
                         asserts |= !values.is_empty();
-                        values.iter().for_each(|value| note(*attr, value));
+                        for value in values {
+                            note(*attr, value);
+                        }
                     }
                 }
             }

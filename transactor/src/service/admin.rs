@@ -43,8 +43,7 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
             .node
             .db_state(db)
             .await
-            .map(|state| state.db().basis_t())
-            .unwrap_or(0),
+            .map_or(0, |state| state.db().basis_t()),
         None => 0,
     };
     let root = view.root.as_ref();
@@ -142,20 +141,19 @@ impl FleetAdmin for FleetAdminSvc {
             )));
         }
         let started = std::time::Instant::now();
-        let cell = match host.cell(&db) {
-            Some(cell) => cell,
-            None => {
-                let view = host.read_root(&db).await?;
-                if !view.exists {
-                    return Err(Status::not_found(format!("unknown database {db:?}")));
-                }
-                if let Some(owner) = view.live_owner(now_unix_ms())
-                    && !host.template.is_own(&owner.owner)
-                {
-                    return Err(host.not_owner(&db, Some(owner)).into());
-                }
-                host.activate(&db, false).await?
+        let cell = if let Some(cell) = host.cell(&db) {
+            cell
+        } else {
+            let view = host.read_root(&db).await?;
+            if !view.exists {
+                return Err(Status::not_found(format!("unknown database {db:?}")));
             }
+            if let Some(owner) = view.live_owner(now_unix_ms())
+                && !host.template.is_own(&owner.owner)
+            {
+                return Err(host.not_owner(&db, Some(owner)).into());
+            }
+            host.activate(&db, false).await?
         };
         Ok(Response::new(ActivateResponse {
             database: db,

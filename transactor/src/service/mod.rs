@@ -23,7 +23,7 @@ pub(crate) async fn dispatch<Req, Resp, Fut>(
     host: &Arc<Host>,
     request: Request<Req>,
     db: &str,
-    call: impl FnOnce(Arc<TransactorNode>, Request<Req>) -> Fut,
+    handler: impl FnOnce(Arc<TransactorNode>, Request<Req>) -> Fut,
 ) -> Result<Response<Resp>, Status>
 where
     Fut: Future<Output = Result<Response<Resp>, Status>>,
@@ -33,7 +33,7 @@ where
         // Draining or deposed between the decision and admission.
         return Err(host.not_owner(db, None).into());
     };
-    let mut response = call(Arc::clone(&cell.node), request).await?;
+    let mut response = handler(Arc::clone(&cell.node), request).await?;
     stamp_lease_version(&mut response, cell.lease_version);
     Ok(response)
 }

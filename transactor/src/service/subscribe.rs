@@ -19,6 +19,7 @@ use tonic::Status;
 
 use crate::cell::Cell;
 
+/// The stream a Subscribe call answers with: items until the owner stops serving.
 pub type ItemStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeItem, Status>> + Send>>;
 
 /// The status a subscriber sees when its owner stops serving: retryable, so

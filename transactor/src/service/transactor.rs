@@ -60,13 +60,13 @@ impl Transactor for FleetTransactor {
         check_version(request.protocol_version)?;
         // The cell's own commit rather than Corium's service: it cannot be
         // cancelled half-way, and a failure after the append may have landed
-        // answers an unknown outcome (`error::transact_status`).
+        // answers an unknown outcome (`TransactError::into_status`).
         // Authorization is disabled in cells, so nothing is skipped.
         let answered = cell
             .transact(permit, request, id.map(|id| (id, origin)), host.base.as_ref())
             .await;
         host.reset_if_failed(&cell);
-        let transacted = answered.map_err(|error| crate::error::transact_status(&db, error))?;
+        let transacted = answered.map_err(|error| error.into_status(&db))?;
         if let Some(id) = id {
             let counter = match transacted.outcome {
                 Outcome::Committed => {

@@ -1,0 +1,419 @@
+//! A fleet of transactor processes over one store, and the ingresses in
+//! front of it: [`Fleet::builder`] is the one way to start one.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use corium_fleet_common::launch;
+use corium_fleet_common::placement::{self, Member};
+
+use crate::backend::Backend;
+use crate::node::{Node, WithLogs};
+use crate::ports::{bin_dir, free_port};
+use crate::proxy::Partition;
+
+/// A fleet of transactor processes sharing one store.
+pub struct Fleet {
+    /// The transactor nodes, `node-1` first.
+    pub nodes: Vec<Node>,
+    /// Ingress processes, started with [`Fleet::start_ingresses`].
+    pub ingresses: Vec<Node>,
+    /// Whether the internal hop is mTLS.
+    mtls: bool,
+    /// Whether nodes and ingresses get the `--member` list (else: registry).
+    static_members: bool,
+    /// Per node, the cuttable path to `PostgreSQL` (`PostgreSQL` fleets only).
+    pub partitions: Vec<Option<Partition>>,
+    /// The members placement ranks, one per node, in node order.
+    pub members: Vec<Member>,
+    /// Candidates per database (the nodes' default).
+    pub replicas: usize,
+    /// The storage every node shares.
+    pub backend: Backend,
+    /// The nodes' lease TTL.
+    pub lease_ttl: Duration,
+    /// Data directory, certificates and logs.
+    dir: tempfile::TempDir,
+}
+
+/// How to start a fleet: [`Fleet::builder`], then [`FleetBuilder::start`].
+#[derive(Clone, Debug)]
+pub struct FleetBuilder {
+    backend: Backend,
+    nodes: usize,
+    lease_ttl: Duration,
+    mtls: bool,
+    static_members: bool,
+    node_flags: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Node index → a loopback port in front of it that it advertises (a
+    /// [`crate::scripted::ScriptedHop`]): routing reaches the node through it.
+    fronts: Vec<(usize, u16)>,
+}
+
+impl FleetBuilder {
+    /// Transactor nodes, each in its own zone (default 3).
+    #[must_use]
+    pub fn nodes(mut self, count: usize) -> Self {
+        self.nodes = count;
+        self
+    }
+
+    /// The lease TTL (default 1.5 s).
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// The internal hop on mTLS: certificates from `corium-fleet certs`,
+    /// nodes serving mTLS only, ingresses presenting the ingress certificate.
+    #[must_use]
+    pub fn mtls(mut self) -> Self {
+        self.mtls = true;
+        self
+    }
+
+    /// No `--member` lists: nodes (and ingresses) find each other through
+    /// the node registry in storage.
+    #[must_use]
+    pub fn registry(mut self) -> Self {
+        self.static_members = false;
+        self
+    }
+
+    /// Extra flags for every node.
+    #[must_use]
+    pub fn node_flags(mut self, flags: &[&str]) -> Self {
+        self.node_flags
+            .extend(flags.iter().map(|flag| (*flag).to_owned()));
+        self
+    }
+
+    /// Environment for every node (fault injection).
+    #[must_use]
+    pub fn env(mut self, env: &[(&str, &str)]) -> Self {
+        self.env.extend(
+            env.iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned())),
+        );
+        self
+    }
+
+    /// Node `index` advertises `port` (a hop in front of it) instead of its
+    /// own listener; start whatever listens there before the fleet.
+    #[must_use]
+    pub fn front(mut self, index: usize, port: u16) -> Self {
+        self.fronts.push((index, port));
+        self
+    }
+
+    /// Starts the nodes and waits until each is ready.
+    ///
+    /// # Panics
+    /// When certificates cannot be made or a node does not become ready
+    /// within 60 s.
+    pub async fn start(self) -> Fleet {
+        Fleet::launch(self).await
+    }
+
+    /// The members placement ranks: `node-N` in `zone-N`, at its own
+    /// listener or the port fronting it.
+    fn members(&self, grpc_ports: &[u16]) -> Vec<Member> {
+        let scheme = if self.mtls { "https" } else { "http" };
+        grpc_ports
+            .iter()
+            .enumerate()
+            .map(|(i, grpc)| {
+                let advertised = self
+                    .fronts
+                    .iter()
+                    .find(|(index, _)| *index == i)
+                    .map_or(*grpc, |(_, port)| *port);
+                Member {
+                    node_id: format!("node-{}", i + 1),
+                    zone: format!("zone-{}", i + 1),
+                    weight: 1,
+                    endpoint: format!("{scheme}://127.0.0.1:{advertised}"),
+                }
+            })
+            .collect()
+    }
+}
+
+/// `127.0.0.1:port`.
+fn loopback(port: u16) -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Makes the certificates of an mTLS fleet of `count` nodes in `certs`.
+fn make_certs(certs: &Path, count: usize) {
+    let mut command = Command::new(bin_dir().join("corium-fleet"));
+    command
+        .arg("certs")
+        .arg("--out")
+        .arg(certs)
+        .arg("--ingress")
+        .arg(launch::INGRESS_IDENTITY);
+    for i in 1..=count {
+        command.arg("--node").arg(format!("node-{i}"));
+    }
+    let output = command.output().expect("corium-fleet certs runs");
+    assert!(
+        output.status.success(),
+        "certs: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+impl Fleet {
+    /// A fleet on `backend`: 3 nodes in 3 zones, lease TTL 1.5 s, static
+    /// members, cleartext inside, unless told otherwise.
+    #[must_use]
+    pub fn builder(backend: Backend) -> FleetBuilder {
+        FleetBuilder {
+            backend,
+            nodes: 3,
+            lease_ttl: Duration::from_millis(1500),
+            mtls: false,
+            static_members: true,
+            node_flags: Vec::new(),
+            env: Vec::new(),
+            fronts: Vec::new(),
+        }
+    }
+
+    /// The certificate directory of an mTLS fleet.
+    #[must_use]
+    pub fn certs(&self) -> Option<PathBuf> {
+        self.mtls.then(|| self.dir.path().join("certs"))
+    }
+
+    async fn launch(plan: FleetBuilder) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let certs = dir.path().join("certs");
+        if plan.mtls {
+            make_certs(&certs, plan.nodes);
+        }
+        let ports: Vec<(u16, u16)> = (0..plan.nodes).map(|_| (free_port(), free_port())).collect();
+        let grpc_ports: Vec<u16> = ports.iter().map(|(grpc, _)| *grpc).collect();
+        let members = plan.members(&grpc_ports);
+        let data_dir = dir.path().join("data");
+        let launch_certs = plan.mtls.then(|| launch::Certs(certs.clone()));
+        let mut nodes = Vec::new();
+        let mut partitions = Vec::new();
+        for (member, (grpc, admin)) in members.iter().zip(&ports) {
+            let partition = match plan.backend.through(0) {
+                Some((target, _)) => Some(Partition::start(target).await),
+                None => None,
+            };
+            let storage = match &partition {
+                Some(partition) => plan.backend.through(partition.port).expect("a PostgreSQL URL").1,
+                None => plan.backend.flag(),
+            };
+            partitions.push(partition);
+            let shared = launch::Shared {
+                storage: &storage,
+                data_dir: &data_dir,
+                members: plan.static_members.then_some(members.as_slice()),
+                replicas: None,
+                certs: launch_certs.as_ref(),
+            };
+            let mut args = launch::node_args(
+                &shared,
+                &launch::NodeProcess {
+                    member,
+                    listen: loopback(*grpc),
+                    admin_listen: loopback(*admin),
+                    lease_ttl: Some(plan.lease_ttl),
+                },
+            );
+            args.extend(plan.node_flags.iter().cloned());
+            let mut node = Node {
+                binary: "corium-fleet-transactor",
+                id: member.node_id.clone(),
+                zone: member.zone.clone(),
+                grpc: *grpc,
+                admin: *admin,
+                args,
+                env: plan.env.clone(),
+                child: None,
+                log: dir.path().join(format!("{}.log", member.node_id)),
+            };
+            node.spawn();
+            nodes.push(node);
+        }
+        let mut fleet = Self {
+            nodes,
+            ingresses: Vec::new(),
+            mtls: plan.mtls,
+            static_members: plan.static_members,
+            partitions,
+            members,
+            replicas: placement::DEFAULT_REPLICAS,
+            backend: plan.backend,
+            lease_ttl: plan.lease_ttl,
+            dir,
+        };
+        for index in 0..fleet.nodes.len() {
+            fleet.wait_ready(index).await;
+        }
+        fleet
+    }
+
+    /// Waits until node `index` answers `/readyz`, failing fast if it exits.
+    ///
+    /// # Panics
+    /// When the node exits or is not ready within 60 s.
+    pub async fn wait_ready(&mut self, index: usize) {
+        self.nodes[index].wait_ready().await;
+    }
+
+    /// Starts `count` ingresses over this fleet with `extra` flags and waits
+    /// until each is ready.
+    ///
+    /// # Panics
+    /// When an ingress does not become ready within 60 s.
+    pub async fn start_ingresses(&mut self, count: usize, extra: &[&str]) {
+        for _ in 0..count {
+            let (grpc, admin) = (free_port(), free_port());
+            let id = format!("ingress-{}", self.ingresses.len() + 1);
+            let storage = self.backend.flag();
+            let data_dir = self.dir.path().join("data");
+            let certs = self.certs().map(launch::Certs);
+            let shared = launch::Shared {
+                storage: &storage,
+                data_dir: &data_dir,
+                members: self.static_members.then_some(self.members.as_slice()),
+                replicas: None,
+                certs: certs.as_ref(),
+            };
+            let mut args = launch::ingress_args(&shared, loopback(grpc), loopback(admin));
+            args.extend(extra.iter().map(|flag| (*flag).to_owned()));
+            let mut ingress = Node {
+                binary: "corium-fleet-ingress",
+                log: self.dir.path().join(format!("{id}.log")),
+                id,
+                zone: String::new(),
+                grpc,
+                admin,
+                args,
+                env: Vec::new(),
+                child: None,
+            };
+            ingress.spawn();
+            ingress.wait_ready().await;
+            self.ingresses.push(ingress);
+        }
+    }
+
+    /// Starts one more transactor node (`node-N`, in its own zone) on a
+    /// registry fleet, with the first node's other flags, and waits until
+    /// it is ready; placement in [`Fleet::candidates`] includes it from now.
+    ///
+    /// # Panics
+    /// On a static-member or mTLS fleet, or when the node is not ready in 60 s.
+    pub async fn add_node(&mut self) -> usize {
+        assert!(
+            !self.static_members && !self.mtls,
+            "add_node needs a plain registry fleet"
+        );
+        let number = self.nodes.len() + 1;
+        let (grpc, admin) = (free_port(), free_port());
+        let member = Member {
+            node_id: format!("node-{number}"),
+            zone: format!("zone-{number}"),
+            weight: 1,
+            endpoint: format!("http://127.0.0.1:{grpc}"),
+        };
+        let mut args = self.nodes[0].args.clone();
+        for (flag, value) in [
+            ("--node-id", member.node_id.clone()),
+            ("--zone", member.zone.clone()),
+            ("--listen", format!("127.0.0.1:{grpc}")),
+            ("--admin-listen", format!("127.0.0.1:{admin}")),
+            ("--advertise", member.endpoint.clone()),
+            ("--storage", self.backend.flag()),
+        ] {
+            let at = args
+                .iter()
+                .position(|arg| arg == flag)
+                .expect("every node has this flag");
+            args[at + 1] = value;
+        }
+        let mut node = Node {
+            binary: "corium-fleet-transactor",
+            id: member.node_id.clone(),
+            zone: member.zone.clone(),
+            grpc,
+            admin,
+            args,
+            env: Vec::new(),
+            child: None,
+            log: self.dir.path().join(format!("{}.log", member.node_id)),
+        };
+        node.spawn();
+        self.nodes.push(node);
+        self.members.push(member);
+        self.partitions.push(None);
+        let index = self.nodes.len() - 1;
+        self.wait_ready(index).await;
+        index
+    }
+
+    /// A path in the fleet's temporary directory.
+    #[must_use]
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Index of node `id`.
+    ///
+    /// # Panics
+    /// When no node has that id.
+    #[must_use]
+    pub fn index(&self, id: &str) -> usize {
+        self.nodes
+            .iter()
+            .position(|node| node.id == id)
+            .unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    /// Ranked candidate node indexes of `db` (the same function the nodes use).
+    #[must_use]
+    pub fn candidates(&self, db: &str) -> Vec<usize> {
+        placement::candidates(db, &self.members, self.replicas)
+            .iter()
+            .map(|m| self.index(&m.node_id))
+            .collect()
+    }
+
+    /// Index of a node that is not a candidate of `db`.
+    #[must_use]
+    pub fn non_candidate(&self, db: &str) -> Option<usize> {
+        let candidates = self.candidates(db);
+        (0..self.nodes.len()).find(|i| !candidates.contains(i))
+    }
+
+    /// Every process's log, for failure messages.
+    #[must_use]
+    pub fn logs(&self) -> String {
+        self.with_logs("").to_string()
+    }
+
+    /// `state`, then every process's log as it is when displayed: what an
+    /// [`crate::eventually()`] probe returns while it waits.
+    #[must_use]
+    pub fn with_logs<S: fmt::Display>(&self, state: S) -> WithLogs<'_, S> {
+        WithLogs::new(
+            state,
+            self.nodes
+                .iter()
+                .chain(&self.ingresses)
+                .map(|node| (node.id.as_str(), node.log.as_path()))
+                .collect(),
+        )
+    }
+}
