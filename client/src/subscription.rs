@@ -27,7 +27,12 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub(crate) const fn new(channel: tonic::transport::Channel, db: String, config: Config, from_basis_t: u64) -> Self {
+    pub(crate) const fn new(
+        channel: tonic::transport::Channel,
+        db: String,
+        config: Config,
+        from_basis_t: u64,
+    ) -> Self {
         Self {
             channel,
             db,
@@ -89,9 +94,7 @@ impl Subscription {
                     Err(status) => status,
                 },
                 Some(stream) => {
-                    match tokio::time::timeout(self.config.stream_idle_timeout, stream.message())
-                        .await
-                    {
+                    match tokio::time::timeout(self.config.stream_idle_timeout, stream.message()).await {
                         Ok(Ok(Some(item))) => {
                             if let Some(pb::subscribe_item::Item::Report(report)) = item.item {
                                 // A backfill after a reconnect may repeat `t`s
