@@ -198,8 +198,26 @@ async fn spawn_all(args: &DevArgs, logs: &Path) -> anyhow::Result<Vec<Node>> {
     Ok(nodes)
 }
 
+/// How to connect to the ready fleet at `ingress` (printed on stderr after
+/// the "ready at" line, which stays the one line on stdout): the address,
+/// the development token it accepts, and the CLI with the token as a flag
+/// and as `CORIUM_TOKEN`.
+fn connect_hint(ingress: &str) -> [String; 4] {
+    let token = corium_protocol::auth::DEFAULT_DEV_TOKEN;
+    [
+        format!(
+            "connect to the ingress at {ingress}; as in stock Corium, the development token \
+             \"{token}\" is accepted (a development convenience: never rely on it beyond loopback), e.g."
+        ),
+        format!("  corium-fleet status --endpoint {ingress} --token {token}"),
+        format!("  CORIUM_TOKEN={token} corium-fleet status --endpoint {ingress}"),
+        "(corium-fleet and corium send that token when neither --token nor CORIUM_TOKEN is set)".to_owned(),
+    ]
+}
+
 /// Runs `corium-fleet dev`: starts the nodes and the ingress, waits until
-/// each is ready, prints the client address, and stops them all on SIGTERM,
+/// each is ready, prints the client address and how to connect to it (the
+/// development token), and stops them all on SIGTERM,
 /// Ctrl-C, or when one of them exits.
 ///
 /// # Errors
@@ -262,6 +280,9 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
     // The ingress is the one client address.
     let ingress = nodes.last().map_or(0, |node| node.grpc);
     println!("corium-fleet: ready at http://127.0.0.1:{ingress}");
+    for line in connect_hint(&format!("http://127.0.0.1:{ingress}")) {
+        eprintln!("corium-fleet: {line}");
+    }
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let exited = async {
@@ -282,4 +303,27 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
     eprintln!("corium-fleet: {reason}; stopping the fleet");
     stop(&mut nodes).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connect_hint_names_the_address_the_token_and_both_forms() {
+        let lines = connect_hint("http://127.0.0.1:4334");
+        let token = corium_protocol::auth::DEFAULT_DEV_TOKEN;
+        assert_eq!(token, "corium-dev-insecure-token");
+        assert!(lines[0].contains("http://127.0.0.1:4334") && lines[0].contains(token));
+        assert_eq!(
+            lines[1],
+            "  corium-fleet status --endpoint http://127.0.0.1:4334 --token corium-dev-insecure-token"
+        );
+        assert_eq!(
+            lines[2],
+            "  CORIUM_TOKEN=corium-dev-insecure-token corium-fleet status --endpoint http://127.0.0.1:4334"
+        );
+        // Whoever reads stdout for "ready at " finds only the ready line.
+        assert!(lines.iter().all(|line| !line.contains("ready at")));
+    }
 }

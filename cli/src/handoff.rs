@@ -21,7 +21,7 @@ pub(crate) struct HandoffArgs {
     #[arg(long)]
     to: String,
     #[command(flatten)]
-    node: NodeArgs,
+    pub(crate) node: NodeArgs,
 }
 
 /// Runs `corium-fleet handoff`: asks the node, follows one `NotOwner` hint

@@ -5,7 +5,12 @@
 //! - `corium-fleet handoff` moves one database to a named live candidate;
 //! - `corium-fleet request-status` tells whether a request id committed;
 //! - `corium-fleet certs` writes a development CA and mTLS certificates.
+//!
+//! `status`, `handoff` and `request-status` present a bearer token on every
+//! call (`--token` / `CORIUM_TOKEN`, resolved as stock `corium` resolves it;
+//! see `auth.rs`).
 
+mod auth;
 mod certs;
 mod dev;
 mod handoff;
@@ -60,6 +65,9 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("corium-fleet: {error:#}");
+            if let Some(hint) = auth::refusal_hint(&error) {
+                eprintln!("corium-fleet: {hint}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -25,7 +25,7 @@ pub(crate) struct RequestStatusArgs {
     /// names it).
     request_id: String,
     #[command(flatten)]
-    node: NodeArgs,
+    pub(crate) node: NodeArgs,
 }
 
 /// Runs `corium-fleet request-status`: asks the owner and prints

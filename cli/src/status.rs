@@ -5,13 +5,29 @@ use std::time::Duration;
 use anyhow::Context as _;
 use corium_fleet_proto::fleet::NodeStatusRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_protocol::auth::TokenInterceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 
-/// How to reach one transactor node's admin service.
+/// A channel to the fleet that attaches the `--token` bearer token to every
+/// call made on it.
+pub(crate) type Authorized = InterceptedService<Channel, TokenInterceptor>;
+
+/// How to reach one transactor node's admin service (or the ingress), and
+/// the credentials to present.
 #[derive(clap::Args)]
 pub(crate) struct NodeArgs {
     /// A transactor node's gRPC endpoint.
     #[arg(long, default_value = "http://127.0.0.1:7001", env = "CORIUM_FLEET_ENDPOINT")]
     pub(crate) endpoint: String,
+    /// Bearer token sent as `authorization: Bearer <token>` on every call.
+    /// Defaults to the shared development token
+    /// (`corium_protocol::auth::DEFAULT_DEV_TOKEN`, which a development fleet
+    /// accepts) so a local fleet needs no auth flags; pass `--token ""` to
+    /// connect anonymously, or set `CORIUM_TOKEN` to use a different secret
+    /// everywhere.
+    #[arg(long, env = "CORIUM_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
     /// Fleet CA (PEM) for an mTLS node (`https://` endpoint).
     #[arg(long, requires_all = ["cert", "key"])]
     pub(crate) ca: Option<std::path::PathBuf>,
@@ -28,7 +44,7 @@ pub(crate) struct NodeArgs {
 
 impl NodeArgs {
     /// The admin client of the node at `endpoint` (this node's, or another
-    /// one reached with the same TLS settings).
+    /// one reached with the same TLS settings and token).
     ///
     /// # Errors
     /// As [`NodeArgs::channel`].
@@ -36,20 +52,19 @@ impl NodeArgs {
         &self,
         endpoint: &str,
         timeout: Duration,
-    ) -> anyhow::Result<FleetAdminClient<tonic::transport::Channel>> {
+    ) -> anyhow::Result<FleetAdminClient<Authorized>> {
         Ok(FleetAdminClient::new(self.channel(endpoint, timeout).await?))
     }
 
-    /// A channel to `endpoint` with these TLS settings; each call made on it
-    /// is bounded by `timeout`.
+    /// A channel to `endpoint` with these TLS settings, attaching the
+    /// `--token` bearer token to every call; each call made on it is bounded
+    /// by `timeout`.
     ///
     /// # Errors
-    /// A bad endpoint, unreadable TLS files, or no connection within 5 s.
-    pub(crate) async fn channel(
-        &self,
-        endpoint: &str,
-        timeout: Duration,
-    ) -> anyhow::Result<tonic::transport::Channel> {
+    /// A token that is not valid metadata, a bad endpoint, unreadable TLS
+    /// files, or no connection within 5 s.
+    pub(crate) async fn channel(&self, endpoint: &str, timeout: Duration) -> anyhow::Result<Authorized> {
+        let token = crate::auth::interceptor(self.token.as_deref())?;
         let mut target = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .with_context(|| format!("bad endpoint {endpoint:?}"))?;
         if let (Some(ca), Some(cert), Some(key)) = (&self.ca, &self.cert, &self.key) {
@@ -64,12 +79,13 @@ impl NodeArgs {
             }
             target = target.tls_config(tls).context("TLS configuration")?;
         }
-        target
+        let channel = target
             .connect_timeout(Duration::from_secs(5))
             .timeout(timeout)
             .connect()
             .await
-            .with_context(|| format!("cannot reach {endpoint}"))
+            .with_context(|| format!("cannot reach {endpoint}"))?;
+        Ok(InterceptedService::new(channel, token))
     }
 }
 
@@ -77,7 +93,7 @@ impl NodeArgs {
 #[derive(clap::Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
-    node: NodeArgs,
+    pub(crate) node: NodeArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,

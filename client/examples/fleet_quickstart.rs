@@ -6,6 +6,10 @@
 //! make run                     # prints: corium-fleet: ready at http://127.0.0.1:PORT
 //! cargo run -p corium-fleet-client --example fleet_quickstart -- http://127.0.0.1:PORT
 //! ```
+//!
+//! A fleet that requires authentication: set `CORIUM_TOKEN` (e.g. to the
+//! development token `corium-dev-insecure-token` that `make run` accepts);
+//! unset or empty, the example connects anonymously, the SDK's default.
 
 use corium_fleet_client::{Client, Config};
 
@@ -18,7 +22,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "http://127.0.0.1:4334".to_owned());
     let name = std::env::args().nth(2).unwrap_or_else(|| "sdk-demo".to_owned());
-    let client = Client::connect(Config::new(&address)).await?;
+    let mut config = Config::new(&address);
+    if let Some(token) = std::env::var("CORIUM_TOKEN")
+        .ok()
+        .filter(|token| !token.is_empty())
+    {
+        config = config.with_token(token);
+    }
+    let client = Client::connect(config).await?;
     let db = client.database(&name);
     let created = db.create(SCHEMA).await?;
     println!(

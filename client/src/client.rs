@@ -7,17 +7,25 @@ use corium_fleet_wire::metadata;
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_client::CatalogClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use crate::auth::Bearer;
 use crate::config::Config;
 use crate::error::{Error, status_kind};
 use crate::retry::Backoff;
 use crate::subscription::Subscription;
 
+/// The channel every SDK call is made on: the fleet address's channel, with
+/// the configured bearer token attached to each request.
+pub(crate) type Authorized = InterceptedService<Channel, Bearer>;
+
 /// A connection to one fleet address. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
     pub(crate) channel: Channel,
+    /// `authorization: Bearer <token>` for every call ([`Config::token`]).
+    pub(crate) bearer: Bearer,
     pub(crate) config: Config,
 }
 
@@ -38,12 +46,15 @@ impl Client {
     /// reconnects are automatic).
     ///
     /// # Errors
-    /// [`Error::Config`] for a bad endpoint or unreadable TLS material.
+    /// [`Error::Config`] for a bad endpoint, unreadable TLS material, or a
+    /// token that cannot be sent as metadata.
     // Nothing to await yet (the channel dials lazily), but the SDK's
     // signature stays async: callers `.await` it, and dialling eagerly later
     // must not break them.
     #[allow(clippy::unused_async)]
     pub async fn connect(config: Config) -> Result<Self, Error> {
+        let bearer =
+            Bearer::new(config.token.as_deref()).map_err(|error| Error::Config(error.to_string()))?;
         let mut endpoint = Endpoint::from_shared(config.endpoint.clone())
             .map_err(|error| Error::Config(format!("endpoint {:?}: {error}", config.endpoint)))?
             .connect_timeout(config.connect_timeout)
@@ -68,6 +79,7 @@ impl Client {
         }
         Ok(Self {
             channel: endpoint.connect_lazy(),
+            bearer,
             config,
         })
     }
@@ -81,10 +93,24 @@ impl Client {
         }
     }
 
-    /// The raw channel, for Corium's own generated clients.
+    /// The raw channel, for Corium's own generated clients. It carries no
+    /// token by itself: wrap it with [`Client::interceptor`], e.g.
+    /// `TransactorClient::with_interceptor(client.channel(), client.interceptor())`.
     #[must_use]
     pub fn channel(&self) -> Channel {
         self.channel.clone()
+    }
+
+    /// The interceptor that attaches the configured token
+    /// ([`Config::token`]) to each request; attaches nothing without one.
+    #[must_use]
+    pub fn interceptor(&self) -> Bearer {
+        self.bearer.clone()
+    }
+
+    /// The channel with the token attached, for the SDK's own calls.
+    pub(crate) fn authorized(&self) -> Authorized {
+        InterceptedService::new(self.channel.clone(), self.bearer.clone())
     }
 
     /// The fleet address, e.g. for a stock `corium-peer` configuration
@@ -170,7 +196,7 @@ impl Database {
         let result = self
             .client
             .retrying(|| {
-                let mut catalog = CatalogClient::new(self.client.channel.clone());
+                let mut catalog = CatalogClient::new(self.client.authorized());
                 let message = pb::CreateDatabaseRequest {
                     db: self.name.clone(),
                     schema: schema.clone(),
@@ -227,7 +253,7 @@ impl Database {
         let result = self
             .client
             .retrying(|| {
-                let mut transactor = TransactorClient::new(self.client.channel.clone());
+                let mut transactor = TransactorClient::new(self.client.authorized());
                 let message = pb::TransactRequest {
                     db: self.name.clone(),
                     protocol_version: corium_protocol::PROTOCOL_VERSION,
@@ -281,7 +307,7 @@ impl Database {
         let result = self
             .client
             .retrying(|| {
-                let mut requests = RequestsClient::new(self.client.channel.clone());
+                let mut requests = RequestsClient::new(self.client.authorized());
                 let message = corium_fleet_proto::fleet::RequestStatusRequest {
                     database: self.name.clone(),
                     request_id: request_id.to_owned(),
@@ -312,7 +338,7 @@ impl Database {
         let timeout = self.client.config.request_timeout;
         self.client
             .retrying(|| {
-                let mut transactor = TransactorClient::new(self.client.channel.clone());
+                let mut transactor = TransactorClient::new(self.client.authorized());
                 let message = pb::StatusRequest {
                     db: self.name.clone(),
                 };
@@ -332,7 +358,7 @@ impl Database {
     #[must_use]
     pub fn subscribe(&self, from_basis_t: u64) -> Subscription {
         Subscription::new(
-            self.client.channel.clone(),
+            self.client.authorized(),
             self.name.clone(),
             self.client.config.clone(),
             from_basis_t,

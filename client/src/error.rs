@@ -56,7 +56,20 @@ pub fn status_kind(status: &tonic::Status) -> ErrorKind {
         | tonic::Code::Aborted
         | tonic::Code::ResourceExhausted => ErrorKind::RetryLater,
         tonic::Code::Internal | tonic::Code::DataLoss | tonic::Code::Unknown => ErrorKind::PageSomeone,
-        _ => ErrorKind::GiveUp,
+        // Refused credentials: the same token is refused again, so a retry
+        // only hammers the fleet's authentication; the caller must change
+        // the token (or its grants). Listed by name, every code is, so
+        // that no code is classified by accident.
+        tonic::Code::Unauthenticated
+        | tonic::Code::PermissionDenied
+        | tonic::Code::InvalidArgument
+        | tonic::Code::NotFound
+        | tonic::Code::AlreadyExists
+        | tonic::Code::FailedPrecondition
+        | tonic::Code::OutOfRange
+        | tonic::Code::Unimplemented
+        | tonic::Code::Cancelled
+        | tonic::Code::Ok => ErrorKind::GiveUp,
     }
 }
 
@@ -105,6 +118,14 @@ mod tests {
         );
         assert_eq!(status_kind(&tonic::Status::not_found("x")), ErrorKind::GiveUp);
         assert_eq!(status_kind(&tonic::Status::internal("x")), ErrorKind::PageSomeone);
+        assert_eq!(
+            status_kind(&tonic::Status::unauthenticated("x")),
+            ErrorKind::GiveUp
+        );
+        assert_eq!(
+            status_kind(&tonic::Status::permission_denied("x")),
+            ErrorKind::GiveUp
+        );
         let hint = not_owner::to_status(&NotOwner {
             database: "d".into(),
             owner_id: "n".into(),

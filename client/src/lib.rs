@@ -1,7 +1,9 @@
 //! `corium-fleet-client`: the Rust SDK for Corium Fleet.
 //!
 //! One fleet address (an ingress), and every call made the way the fleet
-//! wants it: the `corium-database-route` header on every database call, a
+//! wants it: the configured bearer token (`authorization: Bearer <token>`,
+//! [`Config::token`]) on every call, the `corium-database-route` header on
+//! every database call, a
 //! fresh `corium-request-id` on every `Transact` (kept across its retries, so
 //! a retry after an ambiguous failure commits at most once), retries with
 //! capped exponential backoff and jitter inside a time budget, decided on
@@ -20,13 +22,15 @@
 //! ```
 //!
 //! Layout:
-//! - [`config`] — endpoint, TLS, deadlines, retry policy;
+//! - [`config`] — endpoint, TLS, token, deadlines, retry policy;
+//! - [`auth`] — the bearer token every call carries;
 //! - [`error`] — the SDK's error and its [`ErrorKind`];
 //! - [`retry`] — backoff with jitter and the retry budget;
 //! - [`client`] — [`Client`] and [`Database`]: create, transact, status,
 //!   "did my request commit?";
 //! - [`subscription`] — resuming subscriptions.
 
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod error;
@@ -38,3 +42,6 @@ pub use config::{Config, RetryPolicy, Tls};
 pub use corium_fleet_wire::kind::ErrorKind;
 pub use error::Error;
 pub use subscription::Subscription;
+
+#[cfg(test)]
+mod tests;

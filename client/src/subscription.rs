@@ -7,14 +7,16 @@ use corium_fleet_wire::kind::ErrorKind;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 
+use crate::client::Authorized;
 use crate::config::Config;
 use crate::error::{Error, status_kind};
 use crate::retry::Backoff;
 
 /// A resuming subscription. Call [`Subscription::next`] in a loop.
 pub struct Subscription {
-    /// The fleet address's channel (shared with the client it came from).
-    channel: tonic::transport::Channel,
+    /// The fleet address's channel (shared with the client it came from),
+    /// attaching the client's token to every (re)subscribe.
+    channel: Authorized,
     /// The database subscribed to.
     db: String,
     /// The client's timeouts and retry budget.
@@ -27,12 +29,7 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub(crate) const fn new(
-        channel: tonic::transport::Channel,
-        db: String,
-        config: Config,
-        from_basis_t: u64,
-    ) -> Self {
+    pub(crate) const fn new(channel: Authorized, db: String, config: Config, from_basis_t: u64) -> Self {
         Self {
             channel,
             db,

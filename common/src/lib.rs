@@ -3,6 +3,8 @@
 //! process shape. What a client needs on the wire is in `corium-fleet-wire`.
 //!
 //! Layout:
+//! - [`auth`] — stock Corium's authentication flags and guard, and the
+//!   principal envelope the ingress sends to the owner;
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
 //! - [`launch`] — the command line of a node or an ingress, and the readiness
 //!   probe: how the local launcher and the tests start processes;
@@ -16,6 +18,7 @@
 //! - [`tls`] — PEM loading, rustls configs for the fleet's mTLS, peer identity.
 
 pub mod admin_http;
+pub mod auth;
 pub mod launch;
 pub mod logging;
 pub mod owner;

@@ -102,6 +102,11 @@ pub struct Args {
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+    /// Client authentication: stock Corium's flags (flags and environment
+    /// only; secrets stay out of the configuration file).
+    #[command(flatten)]
+    #[serde(skip)]
+    pub auth: corium_fleet_common::auth::AuthFlags,
 }
 
 /// Files of one TLS identity.
@@ -155,6 +160,8 @@ pub struct Config {
     pub tls_listen: Option<(SocketAddr, Identity)>,
     /// The mTLS hop: fleet CA and this ingress's client identity.
     pub upstream: Option<(PathBuf, Identity)>,
+    /// How clients authenticate (stock Corium's flags, validated).
+    pub auth: corium_fleet_common::auth::AuthFlags,
 }
 
 impl Args {
@@ -193,6 +200,7 @@ impl Args {
             upstream_ca: self.upstream_ca.or(file.upstream_ca),
             upstream_cert: self.upstream_cert.or(file.upstream_cert),
             upstream_key: self.upstream_key.or(file.upstream_key),
+            auth: self.auth,
         })
     }
 
@@ -201,6 +209,7 @@ impl Args {
     /// # Errors
     /// A message naming the flag at fault.
     pub fn validate(self) -> Result<Config, ConfigError> {
+        self.auth.validate()?;
         let members = self
             .members
             .unwrap_or_default()
@@ -256,14 +265,7 @@ impl Args {
                         .to_owned(),
                 )),
             };
-        if let Some(member) = members.iter().find(|m| m.endpoint.starts_with("https://"))
-            && upstream.is_none()
-        {
-            return Err(ConfigError::from(format!(
-                "--member {}={}: https members need --upstream-ca, --upstream-cert and --upstream-key",
-                member.node_id, member.endpoint
-            )));
-        }
+        check_member_schemes(&members, upstream.is_some())?;
         Ok(Config {
             listen: self
                 .listen
@@ -292,6 +294,30 @@ impl Args {
                 n => n,
             },
             rate_limit_per_client: self.rate_limit_per_client.unwrap_or(0),
+            auth: self.auth,
         })
     }
+}
+
+/// Members must match the hop: `https://` needs the mTLS identity, and with
+/// it a cleartext `http://` member is refused (the principal would travel
+/// unprotected).
+fn check_member_schemes(members: &[Member], mtls: bool) -> Result<(), ConfigError> {
+    if let Some(member) = members.iter().find(|m| m.endpoint.starts_with("http://"))
+        && mtls
+    {
+        return Err(ConfigError::from(format!(
+            "--member {}={}: the hop to nodes is mutual TLS (--upstream-*); a cleartext member is refused",
+            member.node_id, member.endpoint
+        )));
+    }
+    if let Some(member) = members.iter().find(|m| m.endpoint.starts_with("https://"))
+        && !mtls
+    {
+        return Err(ConfigError::from(format!(
+            "--member {}={}: https members need --upstream-ca, --upstream-cert and --upstream-key",
+            member.node_id, member.endpoint
+        )));
+    }
+    Ok(())
 }

@@ -56,6 +56,9 @@ pub struct Listeners {
 /// Why an ingress could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The authentication flags cannot be used (a usage error).
+    #[error("{0}")]
+    Auth(corium_fleet_common::process::ConfigError),
     /// The `--placement-map` file is unreadable or refused (a usage error,
     /// not worth retrying).
     #[error("--placement-map: {0}")]
@@ -79,7 +82,9 @@ impl Error {
     #[must_use]
     pub const fn kind(&self) -> corium_fleet_wire::kind::ErrorKind {
         match self {
-            Self::PlacementMap(_) | Self::Tls { .. } => corium_fleet_wire::kind::ErrorKind::GiveUp,
+            Self::Auth(_) | Self::PlacementMap(_) | Self::Tls { .. } => {
+                corium_fleet_wire::kind::ErrorKind::GiveUp
+            }
             Self::Storage { .. } => corium_fleet_wire::kind::ErrorKind::RetryLater,
         }
     }
@@ -123,8 +128,14 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let members = placement_members(&config, &store, &stop_rx);
     let map = placement_map(&config, &store, &members, &stop_rx).await?;
+    // The ingress authenticates; the owner authorizes (with the same flags
+    // and its policy), so no authorizer runs here.
+    let guard = config
+        .auth
+        .guard(Arc::new(corium_protocol::authz::AllowAll))
+        .map_err(Error::Auth)?;
     let proxy = Arc::new(
-        proxy::Proxy::new(config, members, map, cache, Arc::clone(&metrics)).map_err(|source| {
+        proxy::Proxy::new(config, members, map, cache, guard, Arc::clone(&metrics)).map_err(|source| {
             Error::Tls {
                 side: "upstream",
                 source,

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub rejected_unknown_method: AtomicU64,
     /// Requests refused by the concurrency or per-client rate limit.
     pub rejected_limit: AtomicU64,
+    /// Requests refused `UNAUTHENTICATED`: a missing or wrong credential
+    /// where one is required.
+    pub rejected_unauthenticated: AtomicU64,
     /// Time from receiving a request to its answer's headers, across
     /// attempts.
     pub forward_seconds: Histogram,
@@ -70,7 +73,7 @@ impl Metrics {
     }
 
     /// Every counter: its metric name, its help text and its value.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 18] {
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 19] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -141,6 +144,11 @@ impl Metrics {
                 "corium_fleet_ingress_rejected_route_mismatch_total",
                 "Requests whose route header disagreed with the body.",
                 &self.rejected_route_mismatch,
+            ),
+            (
+                "corium_fleet_ingress_rejected_unauthenticated_total",
+                "Requests refused for a missing or wrong credential.",
+                &self.rejected_unauthenticated,
             ),
             (
                 "corium_fleet_ingress_rejected_unroutable_total",

@@ -2,8 +2,8 @@
 //! message without decoding it.
 //!
 //! Every database-specific `corium.v1` request carries the database name as
-//! field 1 (`string db = 1`), as does the fleet's `DatabasePlacement`
-//! (`string database = 1`); [`scan_db`] reads that one field from the
+//! field 1 (`string db = 1`), as do the fleet's `DatabasePlacement` and
+//! `Handoff` (`string database = 1`); [`scan_db`] reads that one field from the
 //! protobuf bytes with a minimal wire-format walk, so unknown fields and
 //! future message versions pass through untouched.
 
@@ -45,6 +45,9 @@ pub fn classify(path: &str) -> Option<(Target, bool)> {
         "corium.fleet.v1.FleetAdmin" => match method {
             "DatabasePlacement" => Some((Target::AnyNode, true)),
             "NodeStatus" => Some((Target::AnyNode, false)),
+            // Run by the database's owner, which checks the caller is an
+            // operator. `Activate` is node-to-node only: not served here.
+            "Handoff" => Some((Target::Owner, true)),
             _ => None,
         },
         _ => None,
@@ -199,6 +202,11 @@ mod tests {
             classify("/corium.fleet.v1.FleetAdmin/NodeStatus"),
             Some((Target::AnyNode, false))
         );
+        assert_eq!(
+            classify("/corium.fleet.v1.FleetAdmin/Handoff"),
+            Some((Target::Owner, true))
+        );
+        assert_eq!(classify("/corium.fleet.v1.FleetAdmin/Activate"), None);
         assert_eq!(classify("/corium.v1.PeerServer/Query"), None);
         assert_eq!(classify("/corium.v1.Transactor/Nope"), None);
         assert_eq!(classify("garbage"), None);

@@ -27,6 +27,44 @@ pub async fn channel(endpoint: &str) -> Channel {
         .unwrap_or_else(|error| panic!("connect {endpoint}: {error}"))
 }
 
+/// A `FleetAdmin` client that presents the development token (the operator
+/// identity of a fleet started with default flags).
+pub type Admin = corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient<
+    tonic::service::interceptor::InterceptedService<
+        Channel,
+        fn(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status>,
+    >,
+>;
+
+/// Adds `authorization: Bearer <development token>`.
+///
+/// # Errors
+/// Never.
+///
+/// # Panics
+/// Never: the token is ASCII.
+pub fn with_dev_token(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", corium_protocol::auth::DEFAULT_DEV_TOKEN)
+            .parse()
+            .expect("ASCII"),
+    );
+    Ok(request)
+}
+
+/// A `FleetAdmin` client for the node or ingress at `endpoint`, as an
+/// operator (the development token).
+///
+/// # Panics
+/// When the endpoint cannot be reached.
+pub async fn admin(endpoint: &str) -> Admin {
+    corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient::with_interceptor(
+        channel(endpoint).await,
+        with_dev_token as fn(_) -> _,
+    )
+}
+
 /// The encoded schema.
 ///
 /// # Panics
@@ -252,8 +290,8 @@ pub fn frame(message: &[u8]) -> Vec<u8> {
 /// When the call fails.
 pub async fn placement(endpoint: &str, db: &str) -> corium_fleet_proto::fleet::DatabaseView {
     use corium_fleet_proto::fleet::DatabasePlacementRequest;
-    use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
-    FleetAdminClient::new(channel(endpoint).await)
+    admin(endpoint)
+        .await
         .database_placement(DatabasePlacementRequest {
             database: db.to_owned(),
         })

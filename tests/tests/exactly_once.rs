@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use corium_fleet_proto::fleet::HandoffRequest;
-use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::metadata::REQUEST_ID;
@@ -172,7 +171,7 @@ async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() 
         // Restarted, the old owner does not preempt; a handoff back and the
         // record still holds.
         fleet.nodes[owner].restart().await;
-        let mut admin = FleetAdminClient::new(channel(&fleet.nodes[successor].endpoint()).await);
+        let mut admin = corium_fleet_tests::corium::admin(&fleet.nodes[successor].endpoint()).await;
         admin
             .handoff(HandoffRequest {
                 database: db.to_owned(),
@@ -303,7 +302,8 @@ async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoff
     } else {
         (other, holder)
     };
-    let handed = FleetAdminClient::new(channel(&fleet.nodes[from].endpoint()).await)
+    let handed = corium_fleet_tests::corium::admin(&fleet.nodes[from].endpoint())
+        .await
         .handoff(HandoffRequest {
             database: db1.clone(),
             target_node_id: fleet.nodes[to].id.clone(),

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use corium_fleet_faults::Rng;
 use corium_fleet_proto::fleet::HandoffRequest;
-use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::checker::{self, Ack, Durable, History};
 use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::{Backend, Fleet, eventually};
@@ -157,7 +156,8 @@ async fn hand_to(fleet: &Fleet, dbs: &[String], to: usize) {
                     return Err("no owner yet".to_owned());
                 }
                 let owner = fleet.index(&view.owner_id);
-                FleetAdminClient::new(channel(&fleet.nodes[owner].endpoint()).await)
+                corium_fleet_tests::corium::admin(&fleet.nodes[owner].endpoint())
+                    .await
                     .handoff(HandoffRequest {
                         database: db.clone(),
                         target_node_id: fleet.nodes[to].id.clone(),

@@ -568,9 +568,7 @@ async fn nodes_find_each_other_through_the_registry_and_node_ids_are_unique() {
 async fn futures_views(fleet: &Fleet, db: &str) -> Vec<Vec<String>> {
     let mut views = Vec::new();
     for node in &fleet.nodes {
-        let mut client = corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient::new(
-            channel(&node.endpoint()).await,
-        );
+        let mut client = corium_fleet_tests::corium::admin(&node.endpoint()).await;
         let candidates = match client
             .database_placement(corium_fleet_proto::fleet::DatabasePlacementRequest {
                 database: db.to_owned(),

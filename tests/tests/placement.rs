@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use corium_fleet_proto::fleet::HandoffRequest;
-use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::corium::{self, channel, placement as view_of};
 use corium_fleet_tests::{Backend, Fleet, eventually, http_get, load};
 use corium_fleet_wire::not_owner;
@@ -244,7 +243,7 @@ async fn admin_handoff_moves_one_database_and_refuses_what_it_cannot_do() {
         acked.insert(response.basis_t, name);
     }
     let before = view_of(&fleet.nodes[owner].endpoint(), db).await;
-    let mut admin = FleetAdminClient::new(channel(&fleet.nodes[owner].endpoint()).await);
+    let mut admin = corium_fleet_tests::corium::admin(&fleet.nodes[owner].endpoint()).await;
     let refuse = |target: &str| HandoffRequest {
         database: db.to_owned(),
         target_node_id: target.to_owned(),
@@ -271,7 +270,7 @@ async fn admin_handoff_moves_one_database_and_refuses_what_it_cannot_do() {
         "{to_unknown:?}"
     );
     // A node that does not own it answers with a NotOwner naming the owner.
-    let mut at_standby = FleetAdminClient::new(channel(&fleet.nodes[standby].endpoint()).await);
+    let mut at_standby = corium_fleet_tests::corium::admin(&fleet.nodes[standby].endpoint()).await;
     let not_held = at_standby
         .handoff(refuse(&fleet.nodes[owner].id))
         .await
@@ -501,7 +500,8 @@ async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
             Duration::from_secs(30),
             format!("{backend:?}: {new_id} stands by for {changed:?}"),
             async || {
-                let status = FleetAdminClient::new(channel(&fleet.nodes[joined].endpoint()).await)
+                let status = corium_fleet_tests::corium::admin(&fleet.nodes[joined].endpoint())
+                    .await
                     .node_status(corium_fleet_proto::fleet::NodeStatusRequest {})
                     .await
                     .unwrap()

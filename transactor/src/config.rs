@@ -110,6 +110,12 @@ pub struct Args {
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+    /// Client authentication: stock Corium's flags, the same as the
+    /// ingress's (flags and environment only; secrets stay out of the
+    /// configuration file).
+    #[command(flatten)]
+    #[serde(skip)]
+    pub auth: corium_fleet_common::auth::AuthFlags,
 }
 
 /// The node's mTLS material.
@@ -167,6 +173,9 @@ pub struct Config {
     pub tls: Option<Tls>,
     /// Certificate names that mark an ingress peer.
     pub ingress_identities: Vec<String>,
+    /// How direct callers authenticate and who is an operator (stock
+    /// Corium's flags, validated).
+    pub auth: corium_fleet_common::auth::AuthFlags,
 }
 
 fn valid_node_id(id: &str) -> bool {
@@ -199,6 +208,7 @@ impl Args {
             tls_key: self.tls_key.or(file.tls_key),
             tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
             ingress_identities: self.ingress_identities.or(file.ingress_identities),
+            auth: self.auth,
             weight: self.weight.or(file.weight),
             listen: self.listen.or(file.listen),
             admin_listen: self.admin_listen.or(file.admin_listen),
@@ -226,6 +236,7 @@ impl Args {
     // this would scatter the flag checks away from their flags.
     #[allow(clippy::too_many_lines)]
     pub fn validate(self) -> Result<Config, ConfigError> {
+        self.auth.validate()?;
         let node_id = self
             .node_id
             .ok_or("--node-id is required (a stable, unique node id)")?;
@@ -275,6 +286,17 @@ impl Args {
                 ));
             }
         };
+        if tls.is_some()
+            && let Some(member) = self
+                .members
+                .iter()
+                .flatten()
+                .find(|member| member.contains("=http://"))
+        {
+            return Err(ConfigError::from(format!(
+                "--member {member}: this node's internal routes are mutual TLS; a cleartext member is refused"
+            )));
+        }
         if tls.is_some() && !advertise.starts_with("https://") {
             return Err(ConfigError::from(format!(
                 "--advertise {advertise:?}: a node serving mTLS must advertise an https:// endpoint"
@@ -348,6 +370,7 @@ impl Args {
             ingress_identities: self
                 .ingress_identities
                 .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),
+            auth: self.auth,
         })
     }
 }

@@ -17,7 +17,8 @@
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
-//! - [`principal`] — who may carry `corium-principal` (ingress peers only);
+//! - [`principal`] — who is calling: the ingress's `corium-principal`, a
+//!   fleet certificate, or the caller's own token;
 //! - [`error`] — the crate's error and its kind;
 //! - [`seams`] — the one seam tests inject through (a store wrapper, a commit
 //!   observer); empty in production.
@@ -248,15 +249,25 @@ pub async fn start(
         advertise: config.advertise.clone(),
         lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
     };
-    let peers = peer::Peers::new(config.tls.as_ref(), config.storage_timeout * 2)?;
+    let peers = peer::Peers::new(
+        config.tls.as_ref(),
+        config.storage_timeout * 2,
+        config.auth.static_token(),
+    )?;
+    // Authorization is permit-all, as a stock transactor's without a policy
+    // database; authentication follows the flags.
+    let guard = config
+        .auth
+        .guard(Arc::new(corium_protocol::authz::AllowAll))
+        .map_err(|error| Error::Config(error.to_string()))?;
     let host = host::Host::new(
         config,
         template,
         root_ops,
-        corium_fleet_common::placement_map::Map::default(),
         peers,
         incarnation,
         after_commit,
+        guard,
     );
     tracing::info!(
         node = %host.config.node_id,
@@ -377,7 +388,11 @@ pub async fn run_with(
     if let Some(tls) = &host.config.tls {
         server = server.tls_config(server_tls(tls)?)?;
     }
-    let guard = principal::Guard::new(host.config.ingress_identities.clone());
+    let guard = principal::Identify::new(
+        host.guard.clone(),
+        host.config.ingress_identities.clone(),
+        Arc::clone(&host.metrics),
+    );
     server
         .add_service(tonic::service::interceptor::InterceptedService::new(
             TransactorServer::new(service::transactor::FleetTransactor(Arc::clone(&host)))

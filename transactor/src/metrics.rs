@@ -39,6 +39,12 @@ pub struct Metrics {
     /// `Transact` calls with a request id already committed: answered from
     /// the durable record.
     pub request_id_replays: AtomicU64,
+    /// Calls refused `PERMISSION_DENIED` by the fleet's own authorization
+    /// (the authorizer, or the operator check).
+    pub denied: AtomicU64,
+    /// Calls refused `UNAUTHENTICATED` or `PERMISSION_DENIED` before any
+    /// service ran: a missing or wrong credential, a forged principal.
+    pub unauthenticated: AtomicU64,
     /// Handoffs whose target did not activate (the database is left cold).
     pub handoff_failures: AtomicU64,
     /// Handoffs started because this node stopped being a candidate.
@@ -167,6 +173,18 @@ impl Metrics {
             "corium_fleet_request_id_replays_total",
             "Transactions with an already-committed corium-request-id, answered from the durable record.",
             load(&self.request_id_replays),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_denied_total",
+            "Calls refused by the fleet's authorization (policy or operator check).",
+            load(&self.denied),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_unauthenticated_total",
+            "Calls refused before any service ran: missing or wrong credentials, a forged principal.",
+            load(&self.unauthenticated),
         );
         counter(
             &mut out,

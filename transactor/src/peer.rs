@@ -18,14 +18,28 @@ pub struct Peers {
     tls: Option<ClientTlsConfig>,
     /// Bound on connecting and on each call.
     timeout: Duration,
+    /// The static token presented on a cleartext internal network, where no
+    /// certificate says who this node is (`None` over mTLS, or with
+    /// `--serve-open`).
+    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl Peers {
-    /// Peers reached with this node's own certificate when it serves mTLS.
+    /// Peers reached with this node's own certificate when it serves mTLS;
+    /// otherwise with `token` (the static token of `--serve-token`, or the
+    /// development token) as a bearer credential.
     ///
     /// # Errors
     /// Unreadable TLS material.
-    pub fn new(tls: Option<&Tls>, timeout: Duration) -> Result<Self, corium_fleet_common::tls::TlsError> {
+    pub fn new(
+        tls: Option<&Tls>,
+        timeout: Duration,
+        token: Option<String>,
+    ) -> Result<Self, corium_fleet_common::tls::TlsError> {
+        let token = match tls {
+            Some(_) => None,
+            None => token.and_then(|token| format!("Bearer {token}").parse().ok()),
+        };
         let tls = match tls {
             Some(tls) => {
                 let read = corium_fleet_common::tls::read;
@@ -37,7 +51,7 @@ impl Peers {
             }
             None => None,
         };
-        Ok(Self { tls, timeout })
+        Ok(Self { tls, timeout, token })
     }
 
     async fn admin(&self, endpoint: &str) -> Result<FleetAdminClient<tonic::transport::Channel>, Status> {
@@ -45,9 +59,15 @@ impl Peers {
             .map_err(|error| Status::invalid_argument(format!("bad peer endpoint {endpoint:?}: {error}")))?
             .connect_timeout(self.timeout)
             .timeout(self.timeout);
-        if let Some(tls) = &self.tls
-            && endpoint.starts_with("https://")
-        {
+        if let Some(tls) = &self.tls {
+            // Never downgrade: a node that speaks mTLS does not dial a
+            // member in cleartext (it would send requests unauthenticated
+            // and unencrypted, to whoever answers).
+            if !endpoint.starts_with("https://") {
+                return Err(Status::failed_precondition(format!(
+                    "peer endpoint {endpoint} is not https:// but this node's internal routes are mutual TLS"
+                )));
+            }
             target = target
                 .tls_config(tls.clone())
                 .map_err(|error| Status::internal(format!("peer TLS: {error}")))?;
@@ -69,6 +89,9 @@ impl Peers {
             database: database.to_owned(),
         });
         request.set_timeout(self.timeout);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
         client.activate(request).await.map(tonic::Response::into_inner)
     }
 }

@@ -1,48 +1,103 @@
-//! Who may speak for a caller: `corium-principal` is accepted only from a
-//! peer whose mTLS certificate names an ingress. From anyone else — a
-//! client on a plaintext port, another transactor, a forged header — the
-//! call is refused and nothing runs.
+//! Who is calling, decided once per request before any service runs, and
+//! stored in the request's extensions as Corium's `Principal` (where
+//! Corium's own services and the fleet's read it back with
+//! `corium_protocol::authz::principal`):
+//!
+//! - from an ingress (its mTLS certificate names one of the
+//!   `--ingress-identity` names): the principal in `corium-principal`, which
+//!   the ingress authenticated;
+//! - from anyone else carrying `corium-principal`: refused
+//!   `PERMISSION_DENIED`, nothing runs;
+//! - from another node of the fleet (a fleet certificate, no bearer token):
+//!   that node, with the [`FLEET_NODE_ROLE`];
+//! - otherwise: the caller's bearer token, checked with the same flags and
+//!   Corium providers a stock transactor uses.
+//!
+//! Only the request *headers* are read, here, before the handler: a
+//! `corium-principal` sent in trailers (which tonic merges into the metadata
+//! after interceptors) is never consulted by anything.
 
 use std::sync::Arc;
 
+use corium_fleet_common::auth::{self, FLEET_NODE_ROLE};
 use corium_fleet_wire::metadata;
+use corium_protocol::authz::{Credentials, Guard, Principal};
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
-/// The interceptor in front of every service.
+/// The provider name of a principal vouched for by a fleet certificate.
+pub const FLEET_MTLS_PROVIDER: &str = "fleet-mtls";
+
+/// The interceptor in front of every service of a node.
 #[derive(Clone)]
-pub struct Guard {
+pub struct Identify {
+    /// Authenticates direct callers' bearer tokens.
+    guard: Guard,
     /// Certificate names that mark an ingress.
     ingress_identities: Arc<Vec<String>>,
+    /// Counts refusals.
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
-impl Guard {
-    /// Accepts `corium-principal` only from peers whose certificate names
-    /// one of `ingress_identities`.
+impl Identify {
+    /// Authenticates with `guard`; trusts `corium-principal` only from peers
+    /// whose certificate names one of `ingress_identities`.
     #[must_use]
-    pub fn new(ingress_identities: Vec<String>) -> Self {
+    pub fn new(guard: Guard, ingress_identities: Vec<String>, metrics: Arc<crate::metrics::Metrics>) -> Self {
         Self {
+            guard,
             ingress_identities: Arc::new(ingress_identities),
+            metrics,
         }
     }
 
-    fn peer_is_ingress<T>(&self, request: &Request<T>) -> bool {
-        request.peer_certs().is_some_and(|certs| {
-            certs
-                .first()
-                .is_some_and(|leaf| corium_fleet_common::tls::names_any(leaf, &self.ingress_identities))
-        })
+    /// The names on the caller's verified leaf certificate (empty without
+    /// mTLS).
+    fn peer_names<T>(request: &Request<T>) -> Vec<String> {
+        request
+            .peer_certs()
+            .and_then(|certs| certs.first().map(|leaf| corium_fleet_common::tls::names(leaf)))
+            .unwrap_or_default()
+    }
+
+    fn identify(&self, request: &Request<()>) -> Result<Principal, Status> {
+        let names = Self::peer_names(request);
+        let from_ingress = names.iter().any(|name| self.ingress_identities.contains(name));
+        if let Some(value) = request.metadata().get(metadata::PRINCIPAL) {
+            if !from_ingress {
+                return Err(Status::permission_denied(format!(
+                    "{} is accepted only from an ingress over mTLS",
+                    metadata::PRINCIPAL
+                )));
+            }
+            let text = value
+                .to_str()
+                .map_err(|_| Status::unauthenticated(format!("{} is not text", metadata::PRINCIPAL)))?;
+            return auth::decode(text).map_err(|error| Status::unauthenticated(error.to_string()));
+        }
+        let credentials = Credentials::from_metadata(request.metadata());
+        if credentials.is_empty()
+            && !from_ingress
+            && let Some(name) = names.first()
+        {
+            // Every certificate the node's listener accepts chains to the
+            // fleet CA, which signs only nodes and ingresses.
+            return Ok(Principal::new(FLEET_MTLS_PROVIDER, name.clone()).with_role(FLEET_NODE_ROLE));
+        }
+        self.guard
+            .authenticate(&credentials)
+            .map_err(|error| error.to_status())
     }
 }
 
-impl Interceptor for Guard {
-    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
-        if request.metadata().contains_key(metadata::PRINCIPAL) && !self.peer_is_ingress(&request) {
-            return Err(Status::permission_denied(format!(
-                "{} is accepted only from an ingress over mTLS",
-                metadata::PRINCIPAL
-            )));
-        }
+impl Interceptor for Identify {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let principal = self.identify(&request).inspect_err(|_| {
+            self.metrics
+                .unauthenticated
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })?;
+        request.extensions_mut().insert(principal);
         Ok(request)
     }
 }

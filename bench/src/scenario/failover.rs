@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corium_fleet_proto::fleet::HandoffRequest;
-use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use serde::Serialize;
 
@@ -165,7 +164,8 @@ pub(crate) async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result>
             .find(|index| *index != owner)
             .ok_or_else(|| anyhow::anyhow!("no other candidate"))?;
         let before = Instant::now();
-        let response = FleetAdminClient::new(corium::channel(&fleet.nodes[owner].endpoint()).await)
+        let response = corium::admin(&fleet.nodes[owner].endpoint())
+            .await
             .handoff(HandoffRequest {
                 database: DB.to_owned(),
                 target_node_id: fleet.nodes[target].id.clone(),

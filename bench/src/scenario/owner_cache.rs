@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use corium_fleet_proto::fleet::HandoffRequest;
-use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use corium_protocol::pb::transactor_client::TransactorClient;
 use serde::Serialize;
@@ -97,7 +96,8 @@ fn spawn_mover(fleet: &Fleet, dbs: &[String]) -> tokio::task::JoinHandle<usize> 
             } else {
                 (pair[1], pair[0])
             };
-            let handed = FleetAdminClient::new(corium::channel(&nodes[from].1).await)
+            let handed = corium::admin(&nodes[from].1)
+                .await
                 .handoff(HandoffRequest {
                     database: db.clone(),
                     target_node_id: nodes[to].0.clone(),

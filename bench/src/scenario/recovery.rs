@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use corium_fleet_proto::fleet::HandoffRequest;
-use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use serde::Serialize;
 
@@ -51,7 +50,8 @@ pub(crate) async fn run(backend: Backend, lengths: &[usize], reps: usize) -> any
                 .into_iter()
                 .find(|candidate| *candidate != owner)
                 .ok_or_else(|| anyhow::anyhow!("no other candidate"))?;
-            let response = FleetAdminClient::new(corium::channel(&fleet.nodes[owner].endpoint()).await)
+            let response = corium::admin(&fleet.nodes[owner].endpoint())
+                .await
                 .handoff(HandoffRequest {
                     database: db.clone(),
                     target_node_id: fleet.nodes[target].id.clone(),

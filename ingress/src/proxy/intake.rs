@@ -131,6 +131,7 @@ impl Proxy {
             }
         }
         let (mut parts, body) = request.into_parts();
+        self.authenticate(&mut parts.headers)?;
         // One correlation id across client, ingress, owner and every
         // attempt of the call: the client's, or one made here.
         if !parts.headers.contains_key(metadata::X_REQUEST_ID) {
@@ -155,6 +156,29 @@ impl Proxy {
             deadline,
             request_id,
         })
+    }
+
+    /// Who the caller is, by stock Corium's rules; refuses `UNAUTHENTICATED`
+    /// where a credential is required and missing or wrong. Over an mTLS hop
+    /// the bearer token stops here and the principal travels instead.
+    fn authenticate(&self, headers: &mut hyper::http::HeaderMap) -> Result<(), Status> {
+        let authorization = headers.get(hyper::http::header::AUTHORIZATION);
+        let credentials = corium_fleet_common::auth::bearer(authorization.map(HeaderValue::as_bytes));
+        let principal = self
+            .guard
+            .authenticate(&credentials)
+            .map_err(|error| Self::reject(&self.metrics.rejected_unauthenticated, error.to_status()))?;
+        if self.envelope {
+            headers.remove(hyper::http::header::AUTHORIZATION);
+            let value = if principal.is_anonymous() {
+                self.anonymous.clone()
+            } else {
+                HeaderValue::from_str(&corium_fleet_common::auth::encode(&principal))
+                    .expect("base64 is a valid header value")
+            };
+            headers.insert(metadata::PRINCIPAL, value);
+        }
+        Ok(())
     }
 
     /// When the answer to a call that arrived at `started` is due: the

@@ -50,6 +50,15 @@ pub struct Proxy {
     next_any: AtomicUsize,
     /// Nodes whose calls recently hung: tried last by candidate routing.
     suspects: crate::suspects::Suspects,
+    /// Authenticates every call with stock Corium's providers.
+    guard: corium_protocol::authz::Guard,
+    /// Whether the principal travels as `corium-principal` (the hop is
+    /// mTLS, so the owner can tell this ingress from anyone else) instead
+    /// of the client's `authorization` header, which the owner then checks
+    /// itself.
+    envelope: bool,
+    /// `corium-principal` of the anonymous caller, encoded once.
+    anonymous: hyper::http::HeaderValue,
 }
 
 impl Proxy {
@@ -59,11 +68,15 @@ impl Proxy {
     ///
     /// # Errors
     /// Unreadable or invalid upstream TLS material.
+    ///
+    /// # Panics
+    /// Never: an encoded principal is base64, a valid header value.
     pub fn new(
         config: Config,
         members: corium_fleet_store::registry::Members,
         map: corium_fleet_common::placement_map::Watched,
         cache: owner_cache::Cache,
+        guard: corium_protocol::authz::Guard,
         metrics: Arc<Metrics>,
     ) -> Result<Self, corium_fleet_common::tls::TlsError> {
         // The hop speaks mTLS to `https://` members (fleet CA, this
@@ -87,7 +100,15 @@ impl Proxy {
             keepalive_timeout: upstream::KEEPALIVE_TIMEOUT,
         });
         let limits = crate::limits::Limits::new(config.max_concurrent_requests, config.rate_limit_per_client);
+        let envelope = config.upstream.is_some();
+        let anonymous = hyper::http::HeaderValue::from_str(&corium_fleet_common::auth::encode(
+            &corium_protocol::authz::Principal::anonymous(),
+        ))
+        .expect("base64 is a valid header value");
         Ok(Self {
+            guard,
+            envelope,
+            anonymous,
             config,
             cache,
             upstream,

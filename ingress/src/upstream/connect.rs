@@ -34,6 +34,13 @@ pub(super) async fn open(
         .map_err(|error| format!("bad endpoint {endpoint:?}: {error}"))?;
     let secure = match uri.scheme_str() {
         Some("https") => true,
+        // With the mTLS hop configured, never dial a node in cleartext: the
+        // principal would travel unprotected to whoever answers.
+        Some("http") if settings.tls.is_some() => {
+            return Err(format!(
+                "endpoint {endpoint:?} is cleartext but the hop to nodes is mutual TLS; refused"
+            ));
+        }
         Some("http") => false,
         _ => return Err(format!("endpoint {endpoint:?} is neither http:// nor https://")),
     };

@@ -123,6 +123,7 @@ impl World {
             idle_evict_after: None,
             tls: None,
             ingress_identities: Vec::new(),
+            auth: corium_fleet_common::auth::AuthFlags::default(),
         }
     }
 

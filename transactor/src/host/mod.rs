@@ -75,6 +75,9 @@ pub struct Host {
     /// Told of every commit under a request id (the test seam; `None` in
     /// production).
     pub after_commit: Option<crate::seams::CommitObserver>,
+    /// Authenticates direct callers and authorizes every call: the same
+    /// guard the Corium services in the cells are built with.
+    pub guard: corium_protocol::authz::Guard,
 }
 
 impl Host {
@@ -84,15 +87,16 @@ impl Host {
         config: Config,
         template: Template,
         root_ops: Arc<CountingStore>,
-        map: placement_map::Map,
         peers: Peers,
         incarnation: String,
         after_commit: Option<crate::seams::CommitObserver>,
+        guard: corium_protocol::authz::Guard,
     ) -> Arc<Self> {
         let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
         Arc::new(Self {
             members: corium_fleet_store::registry::Members::new(config.members.clone()),
-            map: placement_map::Watched::new(map),
+            // Empty until the node loads its `--placement-map`.
+            map: placement_map::Watched::new(placement_map::Map::default()),
             peers,
             root_ops,
             handing_off: Mutex::new(HashMap::new()),
@@ -107,6 +111,7 @@ impl Host {
             activating: Mutex::new(HashMap::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             after_commit,
+            guard,
         })
     }
 

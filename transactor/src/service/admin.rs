@@ -69,9 +69,10 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
 impl FleetAdmin for FleetAdminSvc {
     async fn node_status(
         &self,
-        _request: Request<NodeStatusRequest>,
+        request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatusResponse>, Status> {
         let host = &self.0;
+        super::authorize::operator(host, &request, "NodeStatus")?;
         let mut response = NodeStatusResponse {
             node_id: host.config.node_id.clone(),
             zone: host.config.zone.clone(),
@@ -107,12 +108,14 @@ impl FleetAdmin for FleetAdminSvc {
         &self,
         request: Request<DatabasePlacementRequest>,
     ) -> Result<Response<DatabasePlacementResponse>, Status> {
+        super::authorize::operator(&self.0, &request, "DatabasePlacement")?;
         let db = request.into_inner().database;
         let (_, view) = database_view(&self.0, &db).await?;
         Ok(Response::new(DatabasePlacementResponse { view: Some(view) }))
     }
 
     async fn handoff(&self, request: Request<HandoffRequest>) -> Result<Response<HandoffResponse>, Status> {
+        super::authorize::operator(&self.0, &request, "Handoff")?;
         let HandoffRequest {
             database,
             target_node_id,
@@ -133,6 +136,7 @@ impl FleetAdmin for FleetAdminSvc {
         request: Request<ActivateRequest>,
     ) -> Result<Response<ActivateResponse>, Status> {
         let host = &self.0;
+        super::authorize::operator(host, &request, "Activate")?;
         let db = request.into_inner().database;
         if host.rank(&db).is_none() {
             return Err(Status::failed_precondition(format!(

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use corium_protocol::authz::Guard;
+use corium_protocol::authz::{Access, Action, Guard};
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog;
 use corium_transactor::StoreSpec;
@@ -25,7 +25,7 @@ use corium_transactor::node::{NodeConfig, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tonic::{Request, Response, Status};
 
-use super::dispatch;
+use super::{authorize, dispatch};
 use crate::cell::Cell;
 use crate::host::Host;
 use crate::view;
@@ -33,8 +33,10 @@ use crate::view;
 /// The fleet's `Catalog` service.
 pub struct FleetCatalog(pub Arc<Host>);
 
-fn svc(node: Arc<TransactorNode>) -> CatalogSvc {
-    CatalogSvc(node, Guard::disabled())
+/// Corium's service for one cell, authorizing with the node's guard (the
+/// caller's principal is in the request's extensions).
+fn svc(node: Arc<TransactorNode>, guard: &Guard) -> CatalogSvc {
+    CatalogSvc(node, guard.clone())
 }
 
 /// The answer to creating a database that exists (Corium itself answers
@@ -68,6 +70,9 @@ impl Catalog for FleetCatalog {
         let host = &self.0;
         let db = request.get_ref().db.clone();
         check_name(&db)?;
+        // The cell's create runs Corium's service with no principal, so the
+        // decision is made here, before anything is written.
+        authorize::access(host, &request, Access::on(Action::CreateDatabase, &db)).await?;
         host.check_metadata(request.metadata(), &db)?;
         if host.rank(&db).is_none() {
             return Err(host.not_owner(&db, None).into());
@@ -99,6 +104,9 @@ impl Catalog for FleetCatalog {
         let host = &self.0;
         let db = request.get_ref().db.clone();
         check_name(&db)?;
+        // The catalog entry goes before Corium's service runs (and checks
+        // again): decide first.
+        authorize::access(host, &request, Access::on(Action::DeleteDatabase, &db)).await?;
         let cell = host.owner(request.metadata(), &db).await?;
         let Some(permit) = cell.admit() else {
             return Err(host.not_owner(&db, None).into());
@@ -111,7 +119,7 @@ impl Catalog for FleetCatalog {
             .await
             .map_err(|_| Status::unavailable(format!("deleting {db:?} timed out; retry")))?
             .map_err(|error| Status::unavailable(format!("cannot delete {db:?}: {error}; retry")))?;
-        let response = svc(Arc::clone(&cell.node))
+        let response = svc(Arc::clone(&cell.node), &host.guard)
             .delete_database(request)
             .await
             .map_err(|status| crate::error::write_status(&db, status));
@@ -137,6 +145,9 @@ impl Catalog for FleetCatalog {
                 "fork target must differ from the source",
             ));
         }
+        // The reservation is written before Corium's service runs (and
+        // checks the same access): decide first.
+        authorize::access(host, &request, Access::on(Action::ForkDatabase, &target)).await?;
         // Source work runs at the source's owner.
         let cell = host.owner(request.metadata(), &source).await?;
         // Target creation is serialised fleet-wide by a reservation root, so
@@ -150,7 +161,7 @@ impl Catalog for FleetCatalog {
                 return Err(host.not_owner(&source, None).into());
             };
             let allowance = cell.fork_targets.allow(&target);
-            let response = svc(Arc::clone(&cell.node))
+            let response = svc(Arc::clone(&cell.node), &host.guard)
                 .fork_database(request)
                 .await
                 .map_err(|status| crate::error::write_status(&source, status));
@@ -179,8 +190,9 @@ impl Catalog for FleetCatalog {
 
     async fn list_databases(
         &self,
-        _request: Request<pb::ListDatabasesRequest>,
+        request: Request<pb::ListDatabasesRequest>,
     ) -> Result<Response<pb::ListDatabasesResponse>, Status> {
+        authorize::access(&self.0, &request, Access::catalog(Action::ListDatabases)).await?;
         let dbs = catalog(&self.0).await?;
         Ok(Response::new(pb::ListDatabasesResponse { dbs }))
     }
@@ -192,6 +204,10 @@ impl Catalog for FleetCatalog {
         // A node over a view that hosts nothing: its GC marks every `db:`
         // root (the listing passes through) and deletes unreachable blobs.
         let host = &self.0;
+        // It sweeps the whole shared store: operators only (and then
+        // Corium's own `GarbageCollect` check), decided before a node opens.
+        authorize::operator(host, &request, "GcDeletedDatabases")?;
+        authorize::access(host, &request, Access::catalog(Action::GarbageCollect)).await?;
         let mut config = NodeConfig::new(host.template.data_dir.clone());
         config.store = StoreSpec::new(
             host.template.view_kind,
@@ -205,7 +221,7 @@ impl Catalog for FleetCatalog {
         let node = TransactorNode::open(config)
             .await
             .map_err(|error| crate::error::node_status(&error))?;
-        svc(node).gc_deleted_databases(request).await
+        svc(node, &host.guard).gc_deleted_databases(request).await
     }
 
     async fn request_index(
@@ -213,8 +229,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::RequestIndexRequest>,
     ) -> Result<Response<pb::RequestIndexResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).request_index(request).await
+            svc(node, &guard).request_index(request).await
         })
         .await
     }
@@ -224,8 +241,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::SetIndexPolicyRequest>,
     ) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).set_index_policy(request).await
+            svc(node, &guard).set_index_policy(request).await
         })
         .await
     }
@@ -239,6 +257,7 @@ impl Catalog for FleetCatalog {
         // fixed by the owner.
         let host = Arc::clone(&self.0);
         let db = request.get_ref().db.clone();
+        authorize::access(&host, &request, Access::on(Action::Inspect, &db)).await?;
         let spec =
             corium_transactor::StoreSpec::new(host.config.storage.kind(), host.config.storage.config());
         let data_dir = host.template.data_dir.clone();
@@ -265,8 +284,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::KeyStatusRequest>,
     ) -> Result<Response<pb::KeyStatusResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).key_status(request).await
+            svc(node, &guard).key_status(request).await
         })
         .await
     }
@@ -276,8 +296,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::RotateStorageKeyRequest>,
     ) -> Result<Response<pb::RotateStorageKeyResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).rotate_storage_key(request).await
+            svc(node, &guard).rotate_storage_key(request).await
         })
         .await
         .map_err(|status| crate::error::write_status(&db, status))
@@ -288,8 +309,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::RewrapKeysRequest>,
     ) -> Result<Response<pb::RewrapKeysResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).rewrap_keys(request).await
+            svc(node, &guard).rewrap_keys(request).await
         })
         .await
         .map_err(|status| crate::error::write_status(&db, status))
@@ -300,8 +322,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::AlterSchemaRequest>,
     ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).alter_schema(request).await
+            svc(node, &guard).alter_schema(request).await
         })
         .await
         .map_err(|status| crate::error::write_status(&db, status))

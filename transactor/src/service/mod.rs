@@ -1,8 +1,9 @@
 //! The node's gRPC services: Corium's `corium.v1` `Transactor` and `Catalog`
 //! dispatched per database to its cell, the fleet's own admin service, and
-//! `Requests` ("did my request commit?").
+//! `Requests` ("did my request commit?"); [`authorize`] decides who may.
 
 pub mod admin;
+pub mod authorize;
 pub mod catalog;
 pub mod requests;
 pub mod subscribe;

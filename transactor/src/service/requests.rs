@@ -29,6 +29,14 @@ impl Requests for FleetRequests {
                 request.get_ref().request_id
             ))
         })?;
+        // A status query may fence the id (a write) and returns the
+        // committed answer: the caller must be allowed to transact.
+        super::authorize::access(
+            host,
+            &request,
+            corium_protocol::authz::Access::on(corium_protocol::authz::Action::Transact, &db),
+        )
+        .await?;
         let cell = host.owner(request.metadata(), &db).await?;
         let Some(permit) = cell.admit() else {
             return Err(host.not_owner(&db, None).into());

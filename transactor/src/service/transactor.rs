@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use corium_protocol::authz::Guard;
+use corium_protocol::authz::{Access, Action, Guard};
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_server::Transactor;
 use corium_transactor::server::TransactorSvc;
@@ -13,7 +13,7 @@ use tonic::{Request, Response, Status};
 
 use corium_fleet_wire::metadata;
 
-use super::dispatch;
+use super::{authorize, dispatch};
 use crate::host::Host;
 use crate::request_id::{Origin, Outcome};
 
@@ -34,8 +34,10 @@ fn check_version(version: u32) -> Result<(), Status> {
 /// The fleet's `Transactor` service.
 pub struct FleetTransactor(pub Arc<Host>);
 
-fn svc(node: Arc<corium_transactor::node::TransactorNode>) -> TransactorSvc {
-    TransactorSvc(node, Guard::disabled())
+/// Corium's service for one cell, authorizing with the node's guard (the
+/// caller's principal is in the request's extensions).
+fn svc(node: Arc<corium_transactor::node::TransactorNode>, guard: &Guard) -> TransactorSvc {
+    TransactorSvc(node, guard.clone())
 }
 
 #[tonic::async_trait]
@@ -54,6 +56,9 @@ impl Transactor for FleetTransactor {
         };
         let db = request.get_ref().db.clone();
         let host = &self.0;
+        // Before anything is read or activated; a replay of a committed
+        // request id is authorized exactly like the original.
+        authorize::access(host, &request, Access::on(Action::Transact, &db)).await?;
         let cell = host.owner(request.metadata(), &db).await?;
         let permit = cell.admit().ok_or_else(|| host.not_owner(&db, None))?;
         let request = request.into_inner();
@@ -61,7 +66,7 @@ impl Transactor for FleetTransactor {
         // The cell's own commit rather than Corium's service: it cannot be
         // cancelled half-way, and a failure after the append may have landed
         // answers an unknown outcome (`TransactError::into_status`).
-        // Authorization is disabled in cells, so nothing is skipped.
+        // Authorization ran above, with the guard Corium's service would use.
         let answered = cell
             .transact(permit, request, id.map(|id| (id, origin)), host.base.as_ref())
             .await;
@@ -98,8 +103,9 @@ impl Transactor for FleetTransactor {
         request: Request<pb::SagaCommitRequest>,
     ) -> Result<Response<pb::SagaCommitResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).saga_commit(request).await
+            svc(node, &guard).saga_commit(request).await
         })
         .await
         .map_err(|status| crate::error::write_status(&db, status))
@@ -110,8 +116,9 @@ impl Transactor for FleetTransactor {
         request: Request<pb::SagaFinishRequest>,
     ) -> Result<Response<pb::SagaFinishResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).saga_finish(request).await
+            svc(node, &guard).saga_finish(request).await
         })
         .await
         .map_err(|status| crate::error::write_status(&db, status))
@@ -124,6 +131,7 @@ impl Transactor for FleetTransactor {
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let db = request.get_ref().db.clone();
+        authorize::access(&self.0, &request, Access::on(Action::Subscribe, &db)).await?;
         let cell = self.0.owner(request.metadata(), &db).await?;
         let request = request.into_inner();
         let supported = corium_protocol::MIN_SUPPORTED_PROTOCOL_VERSION..=corium_protocol::PROTOCOL_VERSION;
@@ -143,8 +151,9 @@ impl Transactor for FleetTransactor {
 
     async fn sync(&self, request: Request<pb::SyncRequest>) -> Result<Response<pb::SyncResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).sync(request).await
+            svc(node, &guard).sync(request).await
         })
         .await
     }
@@ -154,8 +163,9 @@ impl Transactor for FleetTransactor {
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let db = request.get_ref().db.clone();
+        let guard = self.0.guard.clone();
         dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node).status(request).await
+            svc(node, &guard).status(request).await
         })
         .await
     }

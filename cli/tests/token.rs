@@ -1,0 +1,201 @@
+//! The `corium-fleet` binary against an in-process gRPC server on 127.0.0.1
+//! that records each call's `authorization` metadata and answers every call
+//! with one configured status: the token is resolved as stock `corium`
+//! resolves it (`--token`, `CORIUM_TOKEN`, else the development token;
+//! empty: anonymous), sent by every client command, and a refusal prints
+//! the hint.
+
+use std::convert::Infallible;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tonic::body::Body;
+use tonic::codegen::{Service, http};
+use tonic::server::NamedService;
+
+const DEV_TOKEN: &str = "corium-dev-insecure-token";
+
+/// One call the fake server saw: its path and `authorization`.
+type Call = (String, Option<String>);
+type Seen = Arc<Mutex<Vec<Call>>>;
+
+/// A gRPC service named `N::NAME` answering every call with `answer`.
+struct Fake<N> {
+    seen: Seen,
+    answer: tonic::Code,
+    name: PhantomData<fn() -> N>,
+}
+
+impl<N> Clone for Fake<N> {
+    fn clone(&self) -> Self {
+        Self {
+            seen: Arc::clone(&self.seen),
+            answer: self.answer,
+            name: PhantomData,
+        }
+    }
+}
+
+trait Name {
+    const NAME: &'static str;
+}
+struct FleetAdmin;
+impl Name for FleetAdmin {
+    const NAME: &'static str = "corium.fleet.v1.FleetAdmin";
+}
+struct Requests;
+impl Name for Requests {
+    const NAME: &'static str = "corium.fleet.v1.Requests";
+}
+
+impl<N: Name> NamedService for Fake<N> {
+    const NAME: &'static str = N::NAME;
+}
+
+impl<N> Service<http::Request<Body>> for Fake<N> {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let authorization = request
+            .headers()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        self.seen
+            .lock()
+            .unwrap()
+            .push((request.uri().path().to_owned(), authorization));
+        std::future::ready(Ok(tonic::Status::new(self.answer, "fake").into_http()))
+    }
+}
+
+/// What one run of the binary left: the calls the server saw, its exit
+/// status and its stderr.
+struct Run {
+    seen: Vec<Call>,
+    success: bool,
+    stderr: String,
+}
+
+/// Runs `corium-fleet ARGS --endpoint <fake>` with `env` (and no
+/// inherited `CORIUM_TOKEN`) against a server answering `answer`.
+async fn run(answer: tonic::Code, args: &[&str], env: &[(&str, &str)]) -> Run {
+    fn fake<N>(seen: &Seen, answer: tonic::Code) -> Fake<N> {
+        Fake {
+            seen: Arc::clone(seen),
+            answer,
+            name: PhantomData,
+        }
+    }
+    let seen = Seen::default();
+    let incoming = tonic::transport::server::TcpIncoming::bind(([127, 0, 0, 1], 0).into()).unwrap();
+    let address = format!("http://{}", incoming.local_addr().unwrap());
+    let router = tonic::transport::Server::builder()
+        .add_service(fake::<FleetAdmin>(&seen, answer))
+        .add_service(fake::<Requests>(&seen, answer));
+    let server = tokio::spawn(async move {
+        let _ = router.serve_with_incoming(incoming).await;
+    });
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_corium-fleet"));
+    command
+        .args(args)
+        .args(["--endpoint", &address])
+        .env_remove("CORIUM_TOKEN")
+        .env_remove("CORIUM_FLEET_ENDPOINT")
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(30), command.output())
+        .await
+        .expect("corium-fleet finishes")
+        .unwrap();
+    server.abort();
+    let seen = seen.lock().unwrap().clone();
+    Run {
+        seen,
+        success: output.status.success(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// The `authorization` of the one call a run made.
+fn sent(run: &Run) -> Option<&str> {
+    assert_eq!(run.seen.len(), 1, "{:?}\n{}", run.seen, run.stderr);
+    run.seen[0].1.as_deref()
+}
+
+const STATUS: &[&str] = &["status"];
+
+#[tokio::test]
+async fn the_token_resolves_like_stock_corium() {
+    let code = tonic::Code::Unauthenticated;
+    let bearer = |token: &str| Some(format!("Bearer {token}"));
+    let flag = run(code, &["status", "--token", "s3cret"], &[]).await;
+    assert_eq!(sent(&flag), bearer("s3cret").as_deref());
+    let env = run(code, STATUS, &[("CORIUM_TOKEN", "from-env")]).await;
+    assert_eq!(sent(&env), bearer("from-env").as_deref());
+    let both = run(
+        code,
+        &["status", "--token", "s3cret"],
+        &[("CORIUM_TOKEN", "from-env")],
+    )
+    .await;
+    assert_eq!(sent(&both), bearer("s3cret").as_deref(), "the flag wins");
+    let unset = run(code, STATUS, &[]).await;
+    assert_eq!(sent(&unset), bearer(DEV_TOKEN).as_deref());
+    let anonymous = run(code, &["status", "--token", ""], &[]).await;
+    assert_eq!(sent(&anonymous), None);
+    let anonymous_env = run(code, STATUS, &[("CORIUM_TOKEN", "")]).await;
+    assert_eq!(sent(&anonymous_env), None);
+}
+
+#[tokio::test]
+async fn every_client_command_sends_the_token_and_a_refusal_prints_the_hint() {
+    let commands: [(&[&str], &str); 3] = [
+        (STATUS, "/corium.fleet.v1.FleetAdmin/NodeStatus"),
+        (
+            &["handoff", "orders", "--to", "node-2"],
+            "/corium.fleet.v1.FleetAdmin/Handoff",
+        ),
+        (
+            &["request-status", "orders", "9b1de1a6-6c1e-4a5e-9f3b-0d0c6c1f2a10"],
+            "/corium.fleet.v1.Requests/Status",
+        ),
+    ];
+    for (args, path) in commands {
+        let refused = run(tonic::Code::Unauthenticated, args, &[("CORIUM_TOKEN", "s3cret")]).await;
+        assert_eq!(
+            refused.seen,
+            [(path.to_owned(), Some("Bearer s3cret".to_owned()))],
+            "{args:?}: {}",
+            refused.stderr
+        );
+        assert!(!refused.success);
+        assert!(
+            refused.stderr.contains("the fleet refused the credentials"),
+            "{args:?}: {}",
+            refused.stderr
+        );
+        assert!(!refused.stderr.contains("s3cret"), "{}", refused.stderr);
+        let denied = run(tonic::Code::PermissionDenied, args, &[]).await;
+        assert!(!denied.success);
+        assert!(
+            denied.stderr.contains("does not allow them this call"),
+            "{args:?}: {}",
+            denied.stderr
+        );
+        let unavailable = run(tonic::Code::Unavailable, args, &[]).await;
+        assert!(!unavailable.success);
+        assert!(
+            !unavailable.stderr.contains("CORIUM_TOKEN"),
+            "no hint for another code: {}",
+            unavailable.stderr
+        );
+    }
+}

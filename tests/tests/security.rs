@@ -1,0 +1,550 @@
+//! Authentication and authorization over real processes: the ingress checks
+//! credentials with stock Corium's flags and providers, the principal (never
+//! the token) travels to the owner, and the owner authorizes with Corium's
+//! guard. Every refusal has its negative control: the same call with the
+//! right credential succeeds.
+
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_proto::fleet::requests_client::RequestsClient;
+use corium_fleet_proto::fleet::{ActivateRequest, HandoffRequest, NodeStatusRequest, RequestStatusRequest};
+use corium_fleet_tests::corium::{self, channel, frame};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
+use corium_fleet_wire::metadata;
+use corium_protocol::auth::DEFAULT_DEV_TOKEN;
+use corium_protocol::authz::Principal;
+use corium_protocol::pb;
+use corium_protocol::pb::catalog_client::CatalogClient;
+use corium_protocol::pb::transactor_client::TransactorClient;
+use prost::Message as _;
+use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+const TTL: Duration = Duration::from_millis(1500);
+const TOKEN: &str = "fleet-test-secret";
+
+type Intercepted = InterceptedService<Channel, Bearer>;
+
+/// Presents `authorization: Bearer <token>`, or nothing.
+#[derive(Clone)]
+struct Bearer(Option<String>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        Ok(request)
+    }
+}
+
+struct Clients {
+    transactor: TransactorClient<Intercepted>,
+    catalog: CatalogClient<Intercepted>,
+    admin: FleetAdminClient<Intercepted>,
+    requests: RequestsClient<Intercepted>,
+}
+
+async fn clients(endpoint: &str, token: Option<&str>) -> Clients {
+    let channel = channel(endpoint).await;
+    let bearer = Bearer(token.map(str::to_owned));
+    Clients {
+        transactor: TransactorClient::with_interceptor(channel.clone(), bearer.clone()),
+        catalog: CatalogClient::with_interceptor(channel.clone(), bearer.clone()),
+        admin: FleetAdminClient::with_interceptor(channel.clone(), bearer.clone()),
+        requests: RequestsClient::with_interceptor(channel, bearer),
+    }
+}
+
+fn code<T>(result: Result<T, tonic::Status>) -> Code {
+    match result {
+        Ok(_) => Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+/// One call of every method class the fleet serves, each answered with its
+/// status code: `(class, code)`.
+#[allow(clippy::too_many_lines)] // One call per class, each spelled out.
+async fn every_class(clients: &mut Clients, db: &str) -> Vec<(&'static str, Code)> {
+    let mut codes = Vec::new();
+    codes.push((
+        "create",
+        code(
+            clients
+                .catalog
+                .create_database(pb::CreateDatabaseRequest {
+                    db: "intruder".to_owned(),
+                    schema: corium::schema(),
+                    storage_key: String::new(),
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "transact",
+        code(
+            clients
+                .transactor
+                .transact(corium::transact_request(db, "intruder"))
+                .await,
+        ),
+    ));
+    codes.push((
+        "subscribe",
+        code(
+            clients
+                .transactor
+                .subscribe(pb::SubscribeRequest {
+                    db: db.to_owned(),
+                    from_basis_t: 0,
+                    protocol_version: corium_protocol::PROTOCOL_VERSION,
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "sync",
+        code(
+            clients
+                .transactor
+                .sync(pb::SyncRequest {
+                    db: db.to_owned(),
+                    t: 0,
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "list",
+        code(clients.catalog.list_databases(pb::ListDatabasesRequest {}).await),
+    ));
+    codes.push((
+        "fork",
+        code(
+            clients
+                .catalog
+                .fork_database(pb::ForkDatabaseRequest {
+                    db: db.to_owned(),
+                    target: "intruder-fork".to_owned(),
+                    ..Default::default()
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "gc",
+        code(
+            clients
+                .catalog
+                .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                    retention_millis: Some(0),
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "node-status",
+        code(clients.admin.node_status(NodeStatusRequest {}).await),
+    ));
+    codes.push((
+        "handoff",
+        code(
+            clients
+                .admin
+                .handoff(HandoffRequest {
+                    database: db.to_owned(),
+                    target_node_id: "node-2".to_owned(),
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "request-status",
+        code(
+            clients
+                .requests
+                .status(RequestStatusRequest {
+                    database: db.to_owned(),
+                    request_id: uuid::Uuid::new_v4().to_string(),
+                })
+                .await,
+        ),
+    ));
+    // Last: the one that would destroy the database.
+    codes.push((
+        "delete",
+        code(
+            clients
+                .catalog
+                .delete_database(pb::DeleteDatabaseRequest { db: db.to_owned() })
+                .await,
+        ),
+    ));
+    codes
+}
+
+async fn ingress_metric(fleet: &Fleet, series: &str) -> f64 {
+    let (_, text) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
+    metric(&text, series).unwrap_or_else(|| panic!("{series} not exported:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_class_and_changes_nothing() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .node_flags(&["--serve-token", TOKEN])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let db = "guarded";
+    let mut operator = clients(&address, Some(TOKEN)).await;
+    operator
+        .catalog
+        .create_database(pb::CreateDatabaseRequest {
+            db: db.to_owned(),
+            schema: corium::schema(),
+            storage_key: String::new(),
+        })
+        .await
+        .unwrap();
+    let written = operator
+        .transactor
+        .transact(corium::transact_request(db, "first"))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // No token, a wrong one, and stock Corium's development token (which a
+    // --serve-token fleet no longer accepts): every class refused
+    // UNAUTHENTICATED, at the ingress.
+    for token in [None, Some("wrong"), Some(DEFAULT_DEV_TOKEN)] {
+        let mut stranger = clients(&address, token).await;
+        for (class, code) in every_class(&mut stranger, db).await {
+            assert_eq!(code, Code::Unauthenticated, "{class} with {token:?}");
+        }
+    }
+    assert!(ingress_metric(&fleet, "corium_fleet_ingress_rejected_unauthenticated_total").await >= 33.0);
+
+    // Nothing changed: the catalog holds only the database the operator
+    // made, and its log only the operator's write.
+    let listed = operator
+        .catalog
+        .list_databases(pb::ListDatabasesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .dbs;
+    assert_eq!(listed, vec![db.to_owned()]);
+    let log = corium::read_log(
+        &mut operator
+            .transactor
+            .subscribe(pb::SubscribeRequest {
+                db: db.to_owned(),
+                from_basis_t: 0,
+                protocol_version: corium_protocol::PROTOCOL_VERSION,
+            })
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();
+    assert_eq!(names, vec!["first"], "{log:?}");
+    assert_eq!(log.last().map(|(t, _)| *t), Some(written.basis_t));
+
+    // The negative control: the same classes with the token all pass the
+    // checks (some then fail for their own reasons, never for credentials).
+    for (class, code) in every_class(&mut operator, db).await {
+        assert!(
+            !matches!(code, Code::Unauthenticated | Code::PermissionDenied),
+            "{class} with the token: {code:?}\n{}",
+            fleet.logs()
+        );
+    }
+
+    // Directly at a node: a TLS client without a certificate does not get
+    // past the handshake; a node certificate with a wrong token is refused.
+    let owner = fleet.candidates("other")[0];
+    let port = fleet.nodes[owner].grpc;
+    let certs = fleet.certs().unwrap();
+    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    let no_cert = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+        .domain_name("localhost");
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10));
+    let anonymous_tls = async {
+        let channel = endpoint.clone().tls_config(no_cert).ok()?.connect().await.ok()?;
+        CatalogClient::new(channel)
+            .list_databases(pb::ListDatabasesRequest {})
+            .await
+            .ok()
+    };
+    assert!(
+        anonymous_tls.await.is_none(),
+        "a client without a certificate was served"
+    );
+    let node_cert = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+        .identity(tonic::transport::Identity::from_pem(
+            read("node-2.pem"),
+            read("node-2.key"),
+        ))
+        .domain_name("localhost");
+    let channel = endpoint.tls_config(node_cert).unwrap().connect().await.unwrap();
+    let wrong = CatalogClient::with_interceptor(channel, Bearer(Some("wrong".to_owned())))
+        .list_databases(pb::ListDatabasesRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code(), Code::Unauthenticated, "{wrong:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_connection_with_a_token_works_through_the_ingress_across_a_failover() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .node_flags(&["--serve-token", TOKEN])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let db = "tokened";
+    // Stock corium-peer, configured as for a stock transactor with a token.
+    let mut admin = corium_peer::Admin::connect(&address, Some(TOKEN.to_owned()), None)
+        .await
+        .unwrap();
+    assert!(admin.create_database(db, &corium::schema_forms()).await.unwrap());
+    let mut config = corium_peer::ConnectConfig::new(&address, db);
+    config.token = Some(TOKEN.to_owned());
+    config.failover_timeout = Duration::from_secs(30);
+    config.reconnect_max = Duration::from_millis(500);
+    let connection = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+        .await
+        .unwrap()
+        .unwrap();
+    let before = connection.transact(corium::item_forms("before")).await.unwrap();
+    let owner = fleet.candidates(db)[0];
+    fleet.nodes[owner].kill();
+    let after = connection
+        .transact(corium::item_forms("after"))
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", fleet.logs()));
+    assert!(after.basis_t > before.basis_t);
+    // The same stock client without the token gets nowhere.
+    let mut anonymous = corium_peer::ConnectConfig::new(&address, db);
+    anonymous.failover_timeout = Duration::from_secs(2);
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        corium_peer::Connection::connect(anonymous),
+    )
+    .await
+    .unwrap();
+    assert!(
+        refused.is_err(),
+        "an anonymous stock client connected to a strict fleet"
+    );
+}
+
+/// `request` framed, with `trailers` after it: what a client that tries to
+/// slip metadata past a header check would send.
+async fn call_with_trailers(
+    endpoint: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    message: &[u8],
+    trailers: &[(&'static str, String)],
+) -> tonic::Status {
+    use http_body_util::BodyExt as _;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let mut trailer_map = hyper::HeaderMap::new();
+    for (key, value) in trailers {
+        trailer_map.insert(*key, value.parse().unwrap());
+    }
+    let frames: Vec<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>> = vec![
+        Ok(hyper::body::Frame::data(bytes::Bytes::from(frame(message)))),
+        Ok(hyper::body::Frame::trailers(trailer_map)),
+    ];
+    let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
+    let mut request = hyper::Request::post(format!("{endpoint}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (key, value) in headers {
+        request = request.header(*key, *value);
+    }
+    let response = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.request(request.body(body).unwrap()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+        return status;
+    }
+    let collected = tokio::time::timeout(Duration::from_secs(30), response.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap();
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    tonic::Status::from_header_map(&trailers).unwrap_or_else(|| tonic::Status::ok(""))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // One scenario per hop kind: each step starts from the state the previous one left.
+async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_not() {
+    for mtls in [false, true] {
+        let mut builder = Fleet::builder(Backend::Filesystem).lease_ttl(TTL);
+        if mtls {
+            builder = builder.mtls();
+        }
+        let mut fleet = builder.start().await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let db = "open";
+        // Stock defaults: an anonymous client creates and writes.
+        assert!(corium::create(&address, db).await.unwrap(), "mtls={mtls}");
+        corium::transact(&address, db, "anonymous", &[]).await.unwrap();
+
+        // The operator surface: anonymous and unknown-token callers are
+        // refused; the development token (role admin) is an operator.
+        for token in [None, Some("wrong")] {
+            let mut stranger = clients(&address, token).await;
+            let status = stranger
+                .admin
+                .node_status(NodeStatusRequest {})
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                Code::PermissionDenied,
+                "mtls={mtls} {token:?}: {status:?}"
+            );
+            let status = stranger
+                .admin
+                .handoff(HandoffRequest {
+                    database: db.to_owned(),
+                    target_node_id: fleet.nodes[fleet.candidates(db)[1]].id.clone(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                Code::PermissionDenied,
+                "mtls={mtls} {token:?}: {status:?}"
+            );
+            let status = stranger
+                .catalog
+                .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                    retention_millis: Some(0),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                Code::PermissionDenied,
+                "mtls={mtls} {token:?}: {status:?}"
+            );
+        }
+        let mut operator = clients(&address, Some(DEFAULT_DEV_TOKEN)).await;
+        let status = operator
+            .admin
+            .node_status(NodeStatusRequest {})
+            .await
+            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
+        assert!(!status.into_inner().node_id.is_empty());
+
+        // A principal forged in the trailers (claiming the operator) is
+        // never read: the anonymous caller stays anonymous.
+        let forged =
+            corium_fleet_common::auth::encode(&Principal::new("static-token", "operator").with_role("admin"));
+        let status = call_with_trailers(
+            &address,
+            "/corium.fleet.v1.FleetAdmin/NodeStatus",
+            &[],
+            &NodeStatusRequest {}.encode_to_vec(),
+            &[(metadata::PRINCIPAL, forged.clone())],
+        )
+        .await;
+        assert_eq!(
+            status.code(),
+            Code::PermissionDenied,
+            "mtls={mtls} via the ingress: {status:?}"
+        );
+        // ... and in the headers it is refused outright by the ingress.
+        let status = corium::raw_call(
+            &address,
+            "/corium.fleet.v1.FleetAdmin/NodeStatus",
+            &[(metadata::PRINCIPAL, forged.as_str())],
+            frame(&NodeStatusRequest {}.encode_to_vec()),
+        )
+        .await;
+        assert_eq!(status.code(), Code::InvalidArgument, "mtls={mtls}: {status:?}");
+
+        if !mtls {
+            // Directly at a node on a cleartext fleet: anonymous callers
+            // may not ask it to activate, forged principals in headers are
+            // refused, and in trailers ignored.
+            let node = &fleet.nodes[fleet.candidates(db)[1]];
+            let status = FleetAdminClient::new(channel(&node.endpoint()).await)
+                .activate(ActivateRequest {
+                    database: db.to_owned(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            let status = corium::raw_call(
+                &node.endpoint(),
+                "/corium.fleet.v1.FleetAdmin/NodeStatus",
+                &[(metadata::PRINCIPAL, forged.as_str())],
+                frame(&NodeStatusRequest {}.encode_to_vec()),
+            )
+            .await;
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            let status = call_with_trailers(
+                &node.endpoint(),
+                "/corium.fleet.v1.FleetAdmin/NodeStatus",
+                &[],
+                &NodeStatusRequest {}.encode_to_vec(),
+                &[(metadata::PRINCIPAL, forged.clone())],
+            )
+            .await;
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            // The negative control: the operator's token is accepted there.
+            let status = corium::admin(&node.endpoint())
+                .await
+                .node_status(NodeStatusRequest {})
+                .await;
+            assert!(status.is_ok(), "{status:?}");
+        }
+
+        // A handoff by the operator still works: the owner asks the target
+        // to activate over the node-to-node path (certificate or token).
+        let target = fleet.nodes[fleet.candidates(db)[1]].id.clone();
+        let handed = operator
+            .admin
+            .handoff(HandoffRequest {
+                database: db.to_owned(),
+                target_node_id: target.clone(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
+        assert_eq!(handed.into_inner().to_node_id, target);
+        eventually(Duration::from_secs(20), "a write after the handoff", async || {
+            corium::transact(&address, db, "after-handoff", &[]).await
+        })
+        .await;
+    }
+}
