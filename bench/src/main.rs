@@ -7,6 +7,8 @@
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
 //!   root-store operations with few databases active among many;
 //! - `recovery`: handoff unavailability against a database's history length;
+//! - `auth`: the ingress's per-call authentication and principal-envelope
+//!   CPU, in-process;
 //! - `scaling`: aggregate throughput over many databases, fleet with 1–3
 //!   nodes against one stock `corium transactor` (filesystem store).
 //!
@@ -31,7 +33,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -100,6 +102,17 @@ async fn main() -> anyhow::Result<()> {
         if wants("recovery") {
             recovery(&args, server, label, &mut report).await?;
         }
+    }
+    if wants("auth") {
+        let result = scenario::auth::run(args.rounds);
+        println!(
+            "\n== auth: the ingress's per-call authentication + envelope, CPU ns per call, median (min–max) of {} rounds ==",
+            args.rounds
+        );
+        println!("anonymous (stock default)      {}", result.anonymous);
+        println!("development token (operator)   {}", result.token);
+        println!("wrong token, strict (refused)  {}", result.refused);
+        report.insert("auth".into(), serde_json::to_value(&result)?);
     }
     if wants("scaling") {
         scaling(&args, &mut report).await?;

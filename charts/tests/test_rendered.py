@@ -389,7 +389,8 @@ def test_storage_from_values_and_secrets(values_file):
         assert url and not url.startswith("file") and "filesystem" not in url
         for ref in refs:
             assert ref["name"] in rendered_secrets or ref["name"] in (
-                storage["postgres"]["existingSecret"], storage["s3"]["existingSecret"])
+                storage["postgres"]["existingSecret"], storage["s3"]["existingSecret"],
+                values["auth"]["existingSecret"])
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
@@ -730,6 +731,143 @@ def test_placement_map_follows_transactor_replicas(tmp_path):
     assert one(docs, "ConfigMap", f"{FULL}-placement-map")["data"]["placement-map"] == text
 
 
+# --- authentication: stock Corium's flags, identical on both pools --------------------------------
+
+# The binaries' authentication flags (common/src/auth/flags.rs): valued ones, then switches.
+AUTH_VALUED = {"--serve-token", "--operator-role", "--oidc-issuer", "--oidc-jwks-file",
+               "--oidc-audience"}
+AUTH_SWITCHES = {"--require-auth", "--serve-open"}
+JWKS_DIR = "/etc/corium-fleet/oidc"
+POOLS = ("transactor", "ingress")
+
+
+def auth_args(c: dict) -> list[tuple[str, ...]]:
+    """The container's authentication flags, in order, each with its value."""
+    args, found = c.get("args", []), []
+    for i, arg in enumerate(args):
+        flag = arg.split("=", 1)[0]
+        if flag in AUTH_VALUED:
+            found.append((flag, arg.split("=", 1)[1] if "=" in arg else args[i + 1]))
+        elif flag in AUTH_SWITCHES:
+            found.append((flag,))
+    return found
+
+
+def pool_containers(docs: list[dict]) -> dict[str, dict]:
+    return {component: container(pool(docs, component), component) for component in POOLS}
+
+
+def jwks_volumes(docs: list[dict]) -> dict[str, list]:
+    return {component: [v for v in pool(docs, component)["spec"]["template"]["spec"]["volumes"]
+                        if "configMap" in v and v["name"] not in ("config", "placement-map")]
+            for component in POOLS}
+
+
+def test_default_auth_is_stock_corium():
+    """No token, no --require-auth, no OIDC: the development token and anonymous callers, as a
+    stock transactor without flags. Only the operator role is explicit."""
+    docs = template(*POSTGRES)
+    for component, c in pool_containers(docs).items():
+        assert "CORIUM_SERVE_TOKEN" not in env_of(c), component
+        assert "--require-auth" not in c["args"], component
+        assert auth_args(c) == [("--operator-role", "admin")], component
+        assert not [m for m in c["volumeMounts"] if m["mountPath"].startswith(JWKS_DIR)], component
+    assert jwks_volumes(docs) == {"transactor": [], "ingress": []}
+
+
+@pytest.mark.parametrize("key_args, key", [((), "token"),
+                                           (("--set", "auth.existingSecretKey=bearer"), "bearer")])
+def test_existing_secret_sets_the_serve_token_on_both_pools(key_args, key):
+    docs = template(*POSTGRES, "--set", "auth.existingSecret=s", *key_args)
+    for component, c in pool_containers(docs).items():
+        assert env_of(c)["CORIUM_SERVE_TOKEN"] == {
+            "name": "CORIUM_SERVE_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "s", "key": key}}}, component
+        # from the Secret only: never as an argument (visible in the pod spec and `ps`)
+        assert not [f for f in auth_args(c) if f[0] == "--serve-token"], component
+        assert "--require-auth" not in c["args"], component
+    # the Secret is the user's: the chart neither creates nor reads it
+    assert "s" not in {d["metadata"]["name"] for d in kind(docs, "Secret")}
+
+
+def test_require_auth_on_both_pools():
+    on = pool_containers(template(*POSTGRES, "--set", "auth.requireAuth=true"))
+    off = pool_containers(template(*POSTGRES, "--set", "auth.requireAuth=false"))
+    for component in POOLS:
+        assert on[component]["args"].count("--require-auth") == 1, component
+        assert "--require-auth" not in off[component]["args"], component
+        assert "CORIUM_SERVE_TOKEN" not in env_of(on[component]), component
+
+
+def test_operator_role_on_both_pools():
+    for role in ("admin", "fleet-operator"):
+        docs = template(*POSTGRES, "--set", f"auth.operatorRole={role}")
+        for component, c in pool_containers(docs).items():
+            assert [f for f in auth_args(c) if f[0] == "--operator-role"] == [
+                ("--operator-role", role)], (component, role)
+
+
+def test_oidc_on_both_pools():
+    docs = template(*POSTGRES, "--set", "auth.oidc.issuer=https://idp.example.com/realm",
+                    "--set", "auth.oidc.jwksConfigMap=idp-jwks",
+                    "--set", "auth.oidc.jwksConfigMapKey=keys.json",
+                    "--set", "auth.oidc.audiences={corium,ops}")
+    for component, c in pool_containers(docs).items():
+        oidc = [f for f in auth_args(c) if f[0].startswith("--oidc-")]
+        assert oidc == [("--oidc-issuer", "https://idp.example.com/realm"),
+                        ("--oidc-jwks-file", f"{JWKS_DIR}/keys.json"),
+                        ("--oidc-audience", "corium"), ("--oidc-audience", "ops")], component
+        mounts = [m for m in c["volumeMounts"] if m["mountPath"] == JWKS_DIR]
+        assert len(mounts) == 1 and mounts[0]["readOnly"] is True, component
+        volume = next(v for v in pool(docs, component)["spec"]["template"]["spec"]["volumes"]
+                      if v["name"] == mounts[0]["name"])
+        assert volume["configMap"]["name"] == "idp-jwks", component
+        assert volume["configMap"]["items"] == [{"key": "keys.json", "path": "keys.json"}]
+        # OIDC alone sets no static token
+        assert "CORIUM_SERVE_TOKEN" not in env_of(c), component
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--set", "auth.oidc.issuer=https://idp.example.com"),
+     "auth.oidc.issuer needs auth.oidc.jwksConfigMap"),
+    (("--set", "auth.oidc.jwksConfigMap=idp-jwks"),
+     "auth.oidc.jwksConfigMap is set without auth.oidc.issuer"),
+    (("--set", "auth.oidc.audiences={corium}"),
+     "auth.oidc.audiences are set without auth.oidc.issuer"),
+])
+def test_half_configured_oidc_fails_rendering(args, message):
+    assert message in _render_error(*args)
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_auth_follows_the_values_and_is_identical_on_both_pools(values_file):
+    docs = render(values_file)
+    auth = values_of(values_file)["auth"]
+    containers = pool_containers(docs)
+    expected = [("--operator-role", auth["operatorRole"])]
+    if auth["requireAuth"]:
+        expected.append(("--require-auth",))
+    if auth["oidc"]["issuer"]:
+        expected += [("--oidc-issuer", auth["oidc"]["issuer"]),
+                     ("--oidc-jwks-file", f"{JWKS_DIR}/{auth['oidc']['jwksConfigMapKey']}")]
+        expected += [("--oidc-audience", a) for a in auth["oidc"]["audiences"]]
+    token = ({"secretKeyRef": {"name": auth["existingSecret"], "key": auth["existingSecretKey"]}}
+             if auth["existingSecret"] else None)
+    for component, c in containers.items():
+        assert auth_args(c) == expected, component
+        assert env_of(c).get("CORIUM_SERVE_TOKEN", {}).get("valueFrom") == token, component
+    volumes = jwks_volumes(docs)
+    assert volumes["transactor"] == volumes["ingress"]
+    assert len(volumes["ingress"]) == int(bool(auth["oidc"]["issuer"]))
+
+
+def test_a_ci_values_set_exercises_auth():
+    """Keeps the CI matrix (Kubernetes schemas, lint) covering the auth rendering."""
+    sets = [values_of(f)["auth"] for f in CI_FILES]
+    assert any(a["existingSecret"] and a["oidc"]["issuer"] and a["operatorRole"] != "admin"
+               for a in sets)
+
+
 # --- bad values ----------------------------------------------------------------------------------
 
 def _expected(path: Path) -> list[str]:
@@ -761,17 +899,34 @@ def test_no_values_means_no_store_rather_than_a_filesystem_default():
 
 # --- NOTES and README ----------------------------------------------------------------------------
 
-def test_notes_give_the_client_address_and_the_status_command(tmp_path):
+def _notes(tmp_path: Path, *args: str) -> str:
     # helm template does not render NOTES.txt, and helm install needs a cluster: render it via
     # `tpl` in a scratch copy of the chart.
     chart = tmp_path / "corium-fleet"
-    shutil.copytree(CHART, chart)
-    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
-    (chart / "templates" / "zz-notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n'
-        '{{ tpl (.Files.Get "notes.txt") . | indent 4 }}\n')
-    docs = template(*POSTGRES, chart=chart)
-    notes = one(docs, "ConfigMap", "notes")["data"]["notes"]
+    if not chart.exists():
+        shutil.copytree(CHART, chart)
+        (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+        (chart / "templates" / "zz-notes.yaml").write_text(
+            'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: |\n'
+            '{{ tpl (.Files.Get "notes.txt") . | indent 4 }}\n')
+    docs = template(*POSTGRES, *args, chart=chart)
+    return one(docs, "ConfigMap", "notes")["data"]["notes"]
+
+
+def test_notes_say_how_clients_authenticate(tmp_path):
+    default = _notes(tmp_path)
+    assert "anonymous callers are admitted" in default and "CORIUM_TOKEN" not in default
+    strict = _notes(tmp_path, "--set", "auth.existingSecret=fleet-token",
+                    "--set", "auth.existingSecretKey=api.token")
+    assert ("export CORIUM_TOKEN=$(kubectl get secret --namespace ci fleet-token "
+            "-o jsonpath='{.data.api\\.token}' | base64 -d)") in strict
+    assert "anonymous callers are admitted" not in strict
+    role = _notes(tmp_path, "--set", "auth.operatorRole=sre")
+    assert 'needs role "sre"' in role and "needs role" not in default
+
+
+def test_notes_give_the_client_address_and_the_status_command(tmp_path):
+    notes = _notes(tmp_path)
     assert f"http://{FULL}.{NS}.svc:4334" in notes
     assert "corium-fleet status --endpoint http://127.0.0.1:4334" in notes
     assert ("corium-fleet status --endpoint https://127.0.0.1:7001 --ca ca.crt --cert tls.crt "

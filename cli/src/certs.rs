@@ -30,14 +30,26 @@ pub(crate) struct CertsArgs {
     #[arg(long = "ingress", default_values = ["corium-fleet-ingress"])]
     pub(crate) ingresses: Vec<String>,
     /// Replace certificates already in the directory.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "renew")]
     pub(crate) force: bool,
+    /// Keep the CA in the directory and issue every node and ingress a new
+    /// certificate and key (a rotation: running processes pick them up
+    /// within seconds, or at once on SIGHUP).
+    #[arg(long)]
+    pub(crate) renew: bool,
 }
 
+/// Writes `contents` to `dir/name` atomically (a temporary file renamed
+/// over it), so a process reloading the file never reads half of it.
 fn write(dir: &Path, name: &str, contents: &str) -> anyhow::Result<()> {
     let path = dir.join(name);
-    std::fs::write(&path, contents).with_context(|| format!("cannot write {}", path.display()))
+    let temporary = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&temporary, contents).with_context(|| format!("cannot write {}", temporary.display()))?;
+    std::fs::rename(&temporary, &path).with_context(|| format!("cannot replace {}", path.display()))
 }
+
+/// How long a development leaf certificate is valid.
+const LEAF_VALIDITY_DAYS: i64 = 365;
 
 fn leaf(name: &str, issuer: &Issuer<'_, KeyPair>, dir: &Path) -> anyhow::Result<()> {
     let mut params = CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()])
@@ -47,6 +59,11 @@ fn leaf(name: &str, issuer: &Issuer<'_, KeyPair>, dir: &Path) -> anyhow::Result<
         .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
     params.distinguished_name = DistinguishedName::new();
     params.distinguished_name.push(DnType::CommonName, name);
+    // A real validity (a year from now), so expiry can be watched and a
+    // renewal is visible in `corium_fleet_tls_certificate_expiry_timestamp_seconds`.
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(LEAF_VALIDITY_DAYS);
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
@@ -76,6 +93,9 @@ pub(crate) fn complete(args: &CertsArgs) -> bool {
 /// # Errors
 /// Files exist (without `--force`), or cannot be written.
 pub(crate) fn generate(args: &CertsArgs) -> anyhow::Result<()> {
+    if args.renew {
+        return renew(args);
+    }
     if args.out.join("ca.pem").exists() && !args.force {
         bail!(
             "{} already holds a fleet CA; pass --force to replace every certificate in it",
@@ -103,12 +123,43 @@ pub(crate) fn generate(args: &CertsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Re-issues every leaf under the CA already in `args.out`. The key of each
+/// leaf is written before its certificate, so a reload between the two sees
+/// a key that does not match, refuses it and keeps the old pair until the
+/// certificate follows.
+///
+/// # Errors
+/// No CA in the directory, or files that cannot be read or written.
+fn renew(args: &CertsArgs) -> anyhow::Result<()> {
+    let read = |name: &str| {
+        let path = args.out.join(name);
+        std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {} (renew needs the CA)", path.display()))
+    };
+    let ca_key = KeyPair::from_pem(&read("ca.key")?).context("ca.key is not a PEM private key")?;
+    let issuer =
+        Issuer::from_ca_cert_pem(&read("ca.pem")?, ca_key).context("ca.pem is not a PEM certificate")?;
+    for name in args.nodes.iter().chain(&args.ingresses) {
+        leaf(name, &issuer, &args.out)?;
+    }
+    Ok(())
+}
+
 /// Runs `corium-fleet certs`: generates, then says what was written.
 ///
 /// # Errors
 /// As [`generate`].
 pub(crate) fn run(args: &CertsArgs) -> anyhow::Result<()> {
     generate(args)?;
+    if args.renew {
+        println!(
+            "corium-fleet: issued new certificates for {} node(s) and {} ingress(es) under the CA in {}",
+            args.nodes.len(),
+            args.ingresses.len(),
+            args.out.display()
+        );
+        return Ok(());
+    }
     println!(
         "corium-fleet: wrote a development CA and certificates for {} node(s) and {} ingress(es) to {}",
         args.nodes.len(),

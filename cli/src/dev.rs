@@ -127,6 +127,7 @@ fn certs(args: &DevArgs) -> anyhow::Result<crate::certs::CertsArgs> {
         nodes: (1..=args.nodes).map(|i| format!("node-{i}")).collect(),
         ingresses: vec![launch::INGRESS_IDENTITY.to_owned()],
         force: true,
+        renew: false,
     };
     if !crate::certs::complete(&certs) {
         crate::certs::generate(&certs)?;

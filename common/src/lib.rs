@@ -5,6 +5,8 @@
 //! Layout:
 //! - [`auth`] — stock Corium's authentication flags and guard, and the
 //!   principal envelope the ingress sends to the owner;
+//! - [`cert_reload`] — TLS material that follows its files (poll and SIGHUP),
+//!   and its expiry gauge;
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
 //! - [`launch`] — the command line of a node or an ingress, and the readiness
 //!   probe: how the local launcher and the tests start processes;
@@ -19,6 +21,7 @@
 
 pub mod admin_http;
 pub mod auth;
+pub mod cert_reload;
 pub mod launch;
 pub mod logging;
 pub mod owner;

@@ -39,6 +39,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use corium_fleet_common::cert_reload::{Reload, Reloading};
+
 pub use config::{Args, Config};
 use corium_store::FullStore;
 use tokio::net::TcpListener;
@@ -134,20 +136,35 @@ pub async fn run(
         .auth
         .guard(Arc::new(corium_protocol::authz::AllowAll))
         .map_err(Error::Auth)?;
-    let proxy = Arc::new(
-        proxy::Proxy::new(config, members, map, cache, guard, Arc::clone(&metrics)).map_err(|source| {
-            Error::Tls {
-                side: "upstream",
-                source,
-            }
-        })?,
-    );
+    // TLS material follows its files (polled, and on SIGHUP).
+    let upstream_tls = upstream_tls(config.upstream.as_ref())?;
+    let tls = client_tls(tls_listen, listeners.tls)?;
+    let material: Vec<Arc<dyn Reload>> = upstream_tls
+        .iter()
+        .map(|reloading| Arc::clone(reloading) as Arc<dyn Reload>)
+        .chain(
+            tls.iter()
+                .map(|(_, reloading)| Arc::clone(reloading) as Arc<dyn Reload>),
+        )
+        .collect();
+    tokio::spawn(corium_fleet_common::cert_reload::watch(
+        material.clone(),
+        stop_rx.clone(),
+    ));
+    let proxy = Arc::new(proxy::Proxy::new(
+        config,
+        members,
+        map,
+        cache,
+        guard,
+        Arc::clone(&metrics),
+        upstream_tls,
+    ));
     tokio::spawn(corium_fleet_common::admin_http::serve(
         listeners.admin,
-        admin_handler(&metrics, &store, storage_timeout),
+        admin_handler(&metrics, &store, storage_timeout, material),
         stop_rx,
     ));
-    let tls = client_tls(tls_listen, listeners.tls)?;
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     let cleartext = server::serve(listeners.grpc, None, Arc::clone(&proxy), shutdown_rx.clone());
     let encrypted = async {
@@ -226,15 +243,21 @@ fn admin_handler(
     metrics: &Arc<metrics::Metrics>,
     store: &Arc<dyn FullStore>,
     storage_timeout: Duration,
+    material: Vec<Arc<dyn Reload>>,
 ) -> corium_fleet_common::admin_http::Handler {
+    let material = Arc::new(material);
     let metrics = Arc::clone(metrics);
     let store = Arc::clone(store);
     Arc::new(move |path: String| {
         let metrics = Arc::clone(&metrics);
         let store = Arc::clone(&store);
+        let material = Arc::clone(&material);
         Box::pin(async move {
             match path.as_str() {
-                "/metrics" => (200, metrics.render()),
+                "/metrics" => (
+                    200,
+                    metrics.render() + &corium_fleet_common::cert_reload::render(&material),
+                ),
                 "/healthz" => (200, "ok\n".to_owned()),
                 "/readyz" => match tokio::time::timeout(storage_timeout, store.get_root("meta:")).await {
                     Ok(Ok(_)) => (200, "ready\n".to_owned()),
@@ -249,22 +272,46 @@ fn admin_handler(
 
 /// The client TLS listener and its acceptor, when both `--tls-listen` is
 /// configured and its socket was bound.
+/// The client listener's TLS configuration, following its files.
+type ServerTls = Arc<Reloading<rustls::ServerConfig>>;
+
 fn client_tls(
     tls_listen: Option<(std::net::SocketAddr, config::Identity)>,
     listener: Option<TcpListener>,
-) -> Result<Option<(TcpListener, tokio_rustls::TlsAcceptor)>, Error> {
+) -> Result<Option<(TcpListener, ServerTls)>, Error> {
     match (tls_listen, listener) {
         (Some((_, identity)), Some(listener)) => {
-            let config = corium_fleet_common::tls::server_config(&identity.cert, &identity.key, None)
-                .map_err(|source| Error::Tls {
-                    side: "client",
-                    source,
-                })?;
-            Ok(Some((
-                listener,
-                tokio_rustls::TlsAcceptor::from(Arc::new(config)),
-            )))
+            let files = vec![identity.cert.clone(), identity.key.clone()];
+            let (cert, key) = (identity.cert.clone(), identity.key);
+            let reloading = Reloading::new("client", &identity.cert, files, move || {
+                corium_fleet_common::tls::server_config(&cert, &key, None)
+            })
+            .map_err(|source| Error::Tls {
+                side: "client",
+                source,
+            })?;
+            Ok(Some((listener, reloading)))
         }
         _ => Ok(None),
     }
+}
+
+/// The hop's mTLS material (fleet CA, this ingress's client certificate),
+/// reloaded when its files change.
+fn upstream_tls(
+    upstream: Option<&(std::path::PathBuf, config::Identity)>,
+) -> Result<Option<Arc<Reloading<rustls::ClientConfig>>>, Error> {
+    let Some((ca, identity)) = upstream else {
+        return Ok(None);
+    };
+    let files = vec![ca.clone(), identity.cert.clone(), identity.key.clone()];
+    let (ca, cert, key) = (ca.clone(), identity.cert.clone(), identity.key.clone());
+    Reloading::new("upstream", &identity.cert, files, move || {
+        corium_fleet_common::tls::client_config(&ca, &cert, &key)
+    })
+    .map(Some)
+    .map_err(|source| Error::Tls {
+        side: "upstream",
+        source,
+    })
 }

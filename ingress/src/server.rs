@@ -42,7 +42,7 @@ fn serve_connection<IO>(
 /// Serves clients until `shutdown` turns true, then drains (bounded).
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ServerConfig>>>,
     proxy: Arc<Proxy>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -72,10 +72,11 @@ pub async fn serve(
                 let client = stream.peer_addr().ok().map(|addr| addr.ip());
                 serve_connection(&graceful, &proxy, client, stream);
             }
-            Some(acceptor) => {
-                // Handshake off the accept loop, bounded; the finished
-                // stream comes back to be watched by the graceful drain.
-                let acceptor = acceptor.clone();
+            Some(config) => {
+                // Handshake off the accept loop, bounded, with the
+                // certificate current now; the finished stream comes back to
+                // be watched by the graceful drain.
+                let acceptor = TlsAcceptor::from(config.current());
                 let tls_tx = tls_tx.clone();
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {

@@ -465,6 +465,25 @@ async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_
             .await
             .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
         assert!(!status.into_inner().node_id.is_empty());
+        // GC has a retention floor: a sweep of young unreachable blobs (which
+        // a live database's index may be about to reference) is refused, the
+        // default retention runs, and the database keeps working.
+        let status = operator
+            .catalog
+            .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                retention_millis: Some(0),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "mtls={mtls}: {status:?}");
+        operator
+            .catalog
+            .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                retention_millis: None,
+            })
+            .await
+            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
+        corium::transact(&address, db, "after-gc", &[]).await.unwrap();
 
         // A principal forged in the trailers (claiming the operator) is
         // never read: the anonymous caller stays anonymous.
@@ -547,4 +566,307 @@ async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_
         })
         .await;
     }
+}
+
+/// One sample of a process's `/metrics`.
+async fn sample(admin_port: u16, series: &str) -> Option<f64> {
+    let (_, text) = http_get(admin_port, "/metrics").await?;
+    metric(&text, series)
+}
+
+const SERVER_EXPIRY: &str = "corium_fleet_tls_certificate_expiry_timestamp_seconds{certificate=\"server\"}";
+const UPSTREAM_EXPIRY: &str =
+    "corium_fleet_tls_certificate_expiry_timestamp_seconds{certificate=\"upstream\"}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_under_load_with_no_failed_call() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let db = "rotating";
+    assert!(corium::create(&address, db).await.unwrap());
+    let mut issued = Vec::new();
+    for node in &fleet.nodes {
+        issued.push(
+            sample(node.admin, SERVER_EXPIRY)
+                .await
+                .expect("a node on mTLS reports its expiry"),
+        );
+    }
+    let ingress_issued = sample(fleet.ingresses[0].admin, UPSTREAM_EXPIRY).await.unwrap();
+    // Expiry has a resolution of one second: renew in a later one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    // A writer that never stops while the certificates change under it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (address, stop) = (address.clone(), std::sync::Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut written = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && written < 5_000 {
+                corium::transact(&address, db, &format!("w{written}"), &[])
+                    .await
+                    .map_err(|status| format!("write {written} failed: {status:?}"))?;
+                written += 1;
+            }
+            Ok::<u32, String>(written)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let certs = fleet.certs().unwrap();
+    let mut renew = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"));
+    renew.arg("certs").arg("--renew").arg("--out").arg(&certs);
+    renew
+        .arg("--ingress")
+        .arg(corium_fleet_common::launch::INGRESS_IDENTITY);
+    for node in &fleet.nodes {
+        renew.arg("--node").arg(&node.id);
+    }
+    let output = renew.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The ingress and node-1 are told at once; the others notice the files.
+    fleet.ingresses[0].signal(nix::sys::signal::Signal::SIGHUP);
+    fleet.nodes[0].signal(nix::sys::signal::Signal::SIGHUP);
+    for (node, issued) in fleet.nodes.iter().zip(&issued) {
+        eventually(
+            Duration::from_secs(20),
+            format!("{} serves its new certificate", node.id),
+            async || match sample(node.admin, SERVER_EXPIRY).await {
+                Some(expiry) if expiry > *issued => Ok(()),
+                other => Err(format!("expiry {other:?}, issued {issued}")),
+            },
+        )
+        .await;
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the ingress uses its new certificate",
+        async || match sample(fleet.ingresses[0].admin, UPSTREAM_EXPIRY).await {
+            Some(expiry) if expiry > ingress_issued => Ok(()),
+            other => Err(format!("expiry {other:?}, issued {ingress_issued}")),
+        },
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer
+        .await
+        .unwrap()
+        .unwrap_or_else(|error| panic!("{error}\n{}", fleet.logs()));
+    assert!(written > 0);
+    eprintln!("{written} writes across the rotation, none failed");
+
+    // New connections are made with the new certificates: a fresh ingress,
+    // and a handoff (the owner dials the target with its new certificate).
+    fleet.start_ingresses(1, &[]).await;
+    let fresh = fleet.ingresses[1].endpoint();
+    corium::transact(&fresh, db, "through-a-fresh-ingress", &[])
+        .await
+        .unwrap();
+    let target = fleet.nodes[fleet.candidates(db)[1]].id.clone();
+    let handed = corium::admin(&fresh)
+        .await
+        .handoff(HandoffRequest {
+            database: db.to_owned(),
+            target_node_id: target.clone(),
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
+    assert_eq!(handed.into_inner().to_node_id, target);
+    eventually(Duration::from_secs(20), "a write after the handoff", async || {
+        corium::transact(&address, db, "after-rotation", &[]).await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_certificate_speaks_for_a_node_only_if_it_names_a_member() {
+    let fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
+    let certs = fleet.certs().unwrap();
+    // A certificate from the fleet CA for a name that is no member's.
+    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+        .args([
+            "certs",
+            "--renew",
+            "--ingress",
+            "not-an-ingress",
+            "--node",
+            "intruder",
+            "--out",
+        ])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    let port = fleet.nodes[0].grpc;
+    let as_holder = async |name: &str| {
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+            .identity(tonic::transport::Identity::from_pem(
+                read(&format!("{name}.pem")),
+                read(&format!("{name}.key")),
+            ))
+            .domain_name("localhost");
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+            .unwrap()
+            .timeout(Duration::from_secs(10))
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        FleetAdminClient::new(channel)
+            .node_status(NodeStatusRequest {})
+            .await
+    };
+    // The intruder connects (its certificate chains to the fleet CA) but is
+    // no one in particular: anonymous, not an operator.
+    let status = as_holder("intruder").await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // The negative control: node-2's own certificate speaks for node-2.
+    let answer = as_holder("node-2")
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}"));
+    assert_eq!(answer.into_inner().node_id, fleet.nodes[0].id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // One scenario: policy made, enforced, then granted.
+async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
+    use corium_authz::{bootstrap, schema};
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let policy_db = "policy";
+    let db = "music";
+    // Before enforcement, the operator creates the policy database exactly
+    // as `corium authz init` does (Corium's reserved schema, its default
+    // permissions, the operator owning the catalog and every database),
+    // through the fleet address with stock corium-peer.
+    let operator_token = Some(DEFAULT_DEV_TOKEN.to_owned());
+    let mut admin = corium_peer::Admin::connect(&address, operator_token.clone(), None)
+        .await
+        .unwrap();
+    assert!(
+        admin
+            .create_database(policy_db, &schema::schema_forms())
+            .await
+            .unwrap()
+    );
+    assert!(admin.create_database(db, &corium::schema_forms()).await.unwrap());
+    let mut config = corium_peer::ConnectConfig::new(&address, policy_db);
+    config.token.clone_from(&operator_token);
+    config.failover_timeout = Duration::from_secs(30);
+    let policy = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut forms = schema::default_permission_forms();
+    forms.push(bootstrap::principal_form("operator", Some("static-token"), &[]));
+    forms.push(bootstrap::tuple_form("operator", "owner", "catalog:*"));
+    forms.push(bootstrap::tuple_form("operator", "owner", "database:*"));
+    policy.transact(forms).await.unwrap();
+    drop(policy);
+
+    // Every node restarted with the policy (stock Corium's CORIUM_AUTHZ_DB).
+    for node in &mut fleet.nodes {
+        node.set_env("CORIUM_AUTHZ_DB", Some(policy_db));
+        node.terminate().await;
+        node.restart().await;
+    }
+    // The operator owns everything: its writes go through once the policy
+    // has loaded (until then every decision is a denial: fail closed).
+    let operator = async |name: &str| {
+        let mut request = tonic::Request::new(corium::transact_request(db, name));
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+        );
+        TransactorClient::new(channel(&address).await)
+            .transact(request)
+            .await
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the operator writes under the policy",
+        async || operator("by-the-operator").await,
+    )
+    .await;
+    // An anonymous caller holds no relation on the database: denied, and
+    // nothing is written.
+    let denied = corium::transact(&address, db, "anonymous-before", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+
+    // Grant `user:anonymous writer database:music`, as `corium authz grant`.
+    let mut config = corium_peer::ConnectConfig::new(&address, policy_db);
+    config.token = operator_token;
+    config.failover_timeout = Duration::from_secs(30);
+    let policy = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+        .await
+        .unwrap()
+        .unwrap_or_else(|error| panic!("{error}\n{}", fleet.logs()));
+    policy
+        .transact(vec![bootstrap::tuple_form(
+            "anonymous",
+            "writer",
+            &format!("database:{db}"),
+        )])
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the anonymous write is allowed once granted",
+        async || corium::transact(&address, db, "anonymous-after", &[]).await,
+    )
+    .await;
+    // Still no more than the relation gives: deleting the database is an
+    // owner's action.
+    let delete = CatalogClient::new(channel(&address).await)
+        .delete_database(pb::DeleteDatabaseRequest { db: db.to_owned() })
+        .await
+        .unwrap_err();
+    assert_eq!(delete.code(), Code::PermissionDenied, "{delete:?}");
+    // Exactly the operator's and the granted write are in the log.
+    let mut request = tonic::Request::new(pb::SubscribeRequest {
+        db: db.to_owned(),
+        from_basis_t: 0,
+        protocol_version: corium_protocol::PROTOCOL_VERSION,
+    });
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+    );
+    let log = corium::read_log(
+        &mut TransactorClient::new(channel(&address).await)
+            .subscribe(request)
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();
+    assert_eq!(names, vec!["by-the-operator", "anonymous-after"], "{log:?}");
 }

@@ -22,7 +22,11 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
             }
             let by_rank: Vec<(String, u64)> = by_rank.into_iter().collect();
             let refused = host.map.refused.load(std::sync::atomic::Ordering::Relaxed);
-            (200, host.metrics.render(cells.len(), &by_rank, refused))
+            let mut text = host.metrics.render(cells.len(), &by_rank, refused);
+            if let Some(material) = host.tls_material.get() {
+                text.push_str(&corium_fleet_common::cert_reload::render(material));
+            }
+            (200, text)
         }
         "/debug/root-ops" => (
             200,

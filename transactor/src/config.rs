@@ -73,6 +73,11 @@ pub struct Args {
     /// [default: 600000].
     #[arg(long)]
     pub idle_evict_after_ms: Option<u64>,
+    /// Smallest `retention_millis` a `GcDeletedDatabases` call may ask for:
+    /// an unreachable blob younger than this may belong to an index a live
+    /// database is still publishing, so it is never swept [default: 3600000].
+    #[arg(long)]
+    pub gc_min_retention_ms: Option<u64>,
     /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
     /// This node is added from its own flags when not listed.
     #[arg(long = "member")]
@@ -116,6 +121,10 @@ pub struct Args {
     #[command(flatten)]
     #[serde(skip)]
     pub auth: corium_fleet_common::auth::AuthFlags,
+    /// Policy authorization: stock Corium's `--authz-*` flags.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub authz: crate::authz::AuthzFlags,
 }
 
 /// The node's mTLS material.
@@ -169,6 +178,9 @@ pub struct Config {
     pub storage_timeout: Duration,
     /// Idle interval after which a cell is released and dropped.
     pub idle_evict_after: Option<Duration>,
+    /// The retention floor of `GcDeletedDatabases`: blobs younger than this
+    /// are never swept (an index being published references them soon).
+    pub gc_min_retention: Duration,
     /// mTLS on the gRPC port (plaintext when `None`).
     pub tls: Option<Tls>,
     /// Certificate names that mark an ingress peer.
@@ -176,6 +188,8 @@ pub struct Config {
     /// How direct callers authenticate and who is an operator (stock
     /// Corium's flags, validated).
     pub auth: corium_fleet_common::auth::AuthFlags,
+    /// The policy database, if authorization follows one.
+    pub authz: crate::authz::AuthzFlags,
 }
 
 fn valid_node_id(id: &str) -> bool {
@@ -209,6 +223,7 @@ impl Args {
             tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
             ingress_identities: self.ingress_identities.or(file.ingress_identities),
             auth: self.auth,
+            authz: self.authz,
             weight: self.weight.or(file.weight),
             listen: self.listen.or(file.listen),
             admin_listen: self.admin_listen.or(file.admin_listen),
@@ -222,6 +237,7 @@ impl Args {
             replicas: self.replicas.or(file.replicas),
             placement_map: self.placement_map.or(file.placement_map),
             idle_evict_after_ms: self.idle_evict_after_ms.or(file.idle_evict_after_ms),
+            gc_min_retention_ms: self.gc_min_retention_ms.or(file.gc_min_retention_ms),
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             log: self.log.or(file.log),
@@ -237,6 +253,11 @@ impl Args {
     #[allow(clippy::too_many_lines)]
     pub fn validate(self) -> Result<Config, ConfigError> {
         self.auth.validate()?;
+        if self.auth.is_open() && self.authz.authz_db.is_some() {
+            return Err(ConfigError::from(
+                "--serve-open disables authentication; it cannot be combined with --authz-db",
+            ));
+        }
         let node_id = self
             .node_id
             .ok_or("--node-id is required (a stable, unique node id)")?;
@@ -367,10 +388,12 @@ impl Args {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },
+            gc_min_retention: Duration::from_millis(self.gc_min_retention_ms.unwrap_or(3_600_000)),
             ingress_identities: self
                 .ingress_identities
                 .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),
             auth: self.auth,
+            authz: self.authz,
         })
     }
 }

@@ -16,7 +16,13 @@
 //! - [`standby`] — standing of each database and the takeover watcher;
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
+//! - [`authz`] — `--authz-db`: stock Corium's policy authorizer, following
+//!   the policy database from the fleet;
+//! - [`authz`] — `--authz-db`: stock Corium's policy authorizer, following
+//!   the policy database from the fleet;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
+//! - [`incoming`] — accepted connections: TCP without Nagle, TLS handshakes
+//!   with the current (reloadable) certificate;
 //! - [`principal`] — who is calling: the ingress's `corium-principal`, a
 //!   fleet certificate, or the caller's own token;
 //! - [`error`] — the crate's error and its kind;
@@ -27,12 +33,14 @@
 //! the binary and the tests start nodes the same way.
 
 pub mod admin_http;
+pub mod authz;
 pub mod cell;
 pub mod config;
 pub mod counting;
 pub mod error;
 pub mod fork;
 pub mod host;
+pub mod incoming;
 pub mod metrics;
 pub mod peer;
 pub mod principal;
@@ -46,12 +54,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use corium_fleet_common::cert_reload::{Reload, Reloading};
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
 use corium_fleet_proto::fleet::requests_server::RequestsServer;
 use corium_protocol::pb::catalog_server::CatalogServer;
 use corium_protocol::pb::transactor_server::TransactorServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 pub use config::{Args, Config};
 pub use error::Error;
@@ -73,34 +81,24 @@ const MAP_RELOAD_PERIOD: Duration = Duration::from_secs(2);
 /// Default deadline of a call that arrives without `grpc-timeout`.
 const DEFAULT_DEADLINE: Duration = Duration::from_mins(1);
 
-/// tonic's server TLS: this node's identity, clients verified against the
-/// fleet CA (mTLS).
-fn server_tls(tls: &config::Tls) -> Result<tonic::transport::ServerTlsConfig, Error> {
-    let read = |path: &std::path::Path| {
-        corium_fleet_common::tls::read(path).map_err(|error| Error::Config(error.to_string()))
+/// The node's mTLS material, reloaded when its files change (or on SIGHUP)
+/// until `stop`: new connections get the new certificate.
+fn server_tls(
+    host: &host::Host,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<Option<Arc<Reloading<rustls::ServerConfig>>>, Error> {
+    let Some(tls) = &host.config.tls else {
+        return Ok(None);
     };
-    Ok(tonic::transport::ServerTlsConfig::new()
-        .identity(tonic::transport::Identity::from_pem(
-            read(&tls.cert)?,
-            read(&tls.key)?,
-        ))
-        .client_ca_root(tonic::transport::Certificate::from_pem(read(&tls.client_ca)?)))
-}
-
-/// The accepted gRPC connections, with Nagle's algorithm off: a response's
-/// HEADERS, DATA and trailers frames may leave in separate writes, and with
-/// Nagle on each small write after the first waits for the peer's delayed ACK
-/// (40 ms on Linux). Measured: `Transact` with a request id (a larger
-/// answer) took 44 ms at p50 instead of 0.6 ms before this.
-fn incoming(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use futures::StreamExt as _;
-    TcpListenerStream::new(listener).map(|accepted| {
-        accepted.inspect(|stream| {
-            if let Err(error) = stream.set_nodelay(true) {
-                tracing::debug!(%error, "cannot set TCP_NODELAY");
-            }
-        })
-    })
+    let files = vec![tls.cert.clone(), tls.key.clone(), tls.client_ca.clone()];
+    let (cert, key, ca) = (tls.cert.clone(), tls.key.clone(), tls.client_ca.clone());
+    let reloading = Reloading::new("server", &tls.cert, files, move || {
+        corium_fleet_common::tls::server_config(&cert, &key, Some(&ca))
+    })?;
+    let material: Vec<Arc<dyn Reload>> = vec![Arc::clone(&reloading) as Arc<dyn Reload>];
+    let _ = host.tls_material.set(material.clone());
+    tokio::spawn(corium_fleet_common::cert_reload::watch(material, stop));
+    Ok(Some(reloading))
 }
 
 /// Until `ready` resolves (storage opened, the node registered — which waits
@@ -255,10 +253,12 @@ pub async fn start(
         config.auth.static_token(),
     )?;
     // Authorization is permit-all, as a stock transactor's without a policy
-    // database; authentication follows the flags.
+    // database, or follows `--authz-db`; authentication follows the flags.
+    let client_tls = config.tls.as_ref().map(peer::Peers::client_tls).transpose()?;
+    let (authorizer, policy) = authz::authorizer(&config.authz, &config.auth, client_tls);
     let guard = config
         .auth
-        .guard(Arc::new(corium_protocol::authz::AllowAll))
+        .guard(authorizer)
         .map_err(|error| Error::Config(error.to_string()))?;
     let host = host::Host::new(
         config,
@@ -269,6 +269,9 @@ pub async fn start(
         after_commit,
         guard,
     );
+    if let Some(policy) = policy {
+        policy.follow(host.members.clone());
+    }
     tracing::info!(
         node = %host.config.node_id,
         zone = %host.config.zone,
@@ -377,6 +380,7 @@ pub async fn run_with(
     } = started?;
     tracing::info!(grpc = ?grpc.local_addr().ok(), "serving gRPC");
 
+    let reload_stop = stop_tx.subscribe();
     let releasing = Arc::clone(&host);
     let graceful = async move {
         shutdown.await;
@@ -384,16 +388,15 @@ pub async fn run_with(
         releasing.release_all().await;
         let _ = stop_tx.send(true);
     };
+    let tls = server_tls(&host, reload_stop)?;
     let mut server = tonic::transport::Server::builder().timeout(DEFAULT_DEADLINE);
-    if let Some(tls) = &host.config.tls {
-        server = server.tls_config(server_tls(tls)?)?;
-    }
     let guard = principal::Identify::new(
         host.guard.clone(),
         host.config.ingress_identities.clone(),
         Arc::clone(&host.metrics),
+        host.members.clone(),
     );
-    server
+    let router = server
         .add_service(tonic::service::interceptor::InterceptedService::new(
             TransactorServer::new(service::transactor::FleetTransactor(Arc::clone(&host)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -413,9 +416,19 @@ pub async fn run_with(
         .add_service(RequestsServer::with_interceptor(
             service::requests::FleetRequests(Arc::clone(&host)),
             guard,
-        ))
-        .serve_with_incoming_shutdown(incoming(grpc), graceful)
-        .await?;
+        ));
+    match tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(incoming::tls(grpc, tls), graceful)
+                .await?;
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(incoming::plain(grpc), graceful)
+                .await?;
+        }
+    }
     // Leave the registry before exiting, so the others drop this node now
     // (and a restart under the same id is not refused as a duplicate).
     let _ = tokio::time::timeout(Duration::from_secs(5), registration).await;

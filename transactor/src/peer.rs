@@ -14,19 +14,22 @@ use crate::config::Tls;
 /// How this node reaches its peers.
 #[derive(Clone)]
 pub struct Peers {
-    /// `None`: peers speak h2c (`http://` endpoints).
-    tls: Option<ClientTlsConfig>,
+    /// `None`: peers speak h2c (`http://` endpoints). The files are read
+    /// at each call (calls are rare: handoff and drain), so a rotated
+    /// certificate is used at once.
+    tls: Option<Tls>,
     /// Bound on connecting and on each call.
     timeout: Duration,
-    /// The static token presented on a cleartext internal network, where no
-    /// certificate says who this node is (`None` over mTLS, or with
-    /// `--serve-open`).
+    /// The static token this node presents to its peers (`None` with
+    /// `--serve-open`). Over mTLS its certificate also says who it is, but
+    /// only if it names the node id (the chart may give every node one
+    /// certificate), so the token goes along there too, encrypted.
     token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl Peers {
-    /// Peers reached with this node's own certificate when it serves mTLS;
-    /// otherwise with `token` (the static token of `--serve-token`, or the
+    /// Peers reached with this node's own certificate when it serves mTLS,
+    /// and with `token` (the static token of `--serve-token`, or the
     /// development token) as a bearer credential.
     ///
     /// # Errors
@@ -36,22 +39,28 @@ impl Peers {
         timeout: Duration,
         token: Option<String>,
     ) -> Result<Self, corium_fleet_common::tls::TlsError> {
-        let token = match tls {
-            Some(_) => None,
-            None => token.and_then(|token| format!("Bearer {token}").parse().ok()),
-        };
-        let tls = match tls {
-            Some(tls) => {
-                let read = corium_fleet_common::tls::read;
-                Some(
-                    ClientTlsConfig::new()
-                        .ca_certificate(Certificate::from_pem(read(&tls.client_ca)?))
-                        .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?)),
-                )
-            }
-            None => None,
-        };
-        Ok(Self { tls, timeout, token })
+        let token = token.and_then(|token| format!("Bearer {token}").parse().ok());
+        // Readable now, so a bad path is a start-up error.
+        if let Some(tls) = tls {
+            Self::client_tls(tls)?;
+        }
+        Ok(Self {
+            tls: tls.cloned(),
+            timeout,
+            token,
+        })
+    }
+
+    /// This node's client TLS configuration (its certificate, the fleet CA),
+    /// read from the files now.
+    ///
+    /// # Errors
+    /// Unreadable material.
+    pub fn client_tls(tls: &Tls) -> Result<ClientTlsConfig, corium_fleet_common::tls::TlsError> {
+        let read = corium_fleet_common::tls::read;
+        Ok(ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read(&tls.client_ca)?))
+            .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?)))
     }
 
     async fn admin(&self, endpoint: &str) -> Result<FleetAdminClient<tonic::transport::Channel>, Status> {
@@ -68,8 +77,10 @@ impl Peers {
                     "peer endpoint {endpoint} is not https:// but this node's internal routes are mutual TLS"
                 )));
             }
+            let config = Self::client_tls(tls)
+                .map_err(|error| Status::unavailable(format!("peer TLS material: {error}")))?;
             target = target
-                .tls_config(tls.clone())
+                .tls_config(config)
                 .map_err(|error| Status::internal(format!("peer TLS: {error}")))?;
         }
         let channel = target

@@ -8,8 +8,10 @@
 //!   the ingress authenticated;
 //! - from anyone else carrying `corium-principal`: refused
 //!   `PERMISSION_DENIED`, nothing runs;
-//! - from another node of the fleet (a fleet certificate, no bearer token):
-//!   that node, with the [`FLEET_NODE_ROLE`];
+//! - from another node of the fleet (a certificate naming the node id of a
+//!   current member, no bearer token): that node, with the
+//!   [`FLEET_NODE_ROLE`]; any other fleet certificate is no one in
+//!   particular, and authenticates like any caller;
 //! - otherwise: the caller's bearer token, checked with the same flags and
 //!   Corium providers a stock transactor uses.
 //!
@@ -37,17 +39,26 @@ pub struct Identify {
     ingress_identities: Arc<Vec<String>>,
     /// Counts refusals.
     metrics: Arc<crate::metrics::Metrics>,
+    /// The fleet's members: a certificate is a node's only if it names one
+    /// of their node ids.
+    members: corium_fleet_store::registry::Members,
 }
 
 impl Identify {
     /// Authenticates with `guard`; trusts `corium-principal` only from peers
     /// whose certificate names one of `ingress_identities`.
     #[must_use]
-    pub fn new(guard: Guard, ingress_identities: Vec<String>, metrics: Arc<crate::metrics::Metrics>) -> Self {
+    pub fn new(
+        guard: Guard,
+        ingress_identities: Vec<String>,
+        metrics: Arc<crate::metrics::Metrics>,
+        members: corium_fleet_store::registry::Members,
+    ) -> Self {
         Self {
             guard,
             ingress_identities: Arc::new(ingress_identities),
             metrics,
+            members,
         }
     }
 
@@ -76,13 +87,16 @@ impl Identify {
             return auth::decode(text).map_err(|error| Status::unauthenticated(error.to_string()));
         }
         let credentials = Credentials::from_metadata(request.metadata());
-        if credentials.is_empty()
-            && !from_ingress
-            && let Some(name) = names.first()
-        {
+        if credentials.is_empty() && !from_ingress {
             // Every certificate the node's listener accepts chains to the
-            // fleet CA, which signs only nodes and ingresses.
-            return Ok(Principal::new(FLEET_MTLS_PROVIDER, name.clone()).with_role(FLEET_NODE_ROLE));
+            // fleet CA; it speaks for a node only if it names a member's id.
+            let members = self.members.get();
+            if let Some(node) = names
+                .iter()
+                .find(|name| members.iter().any(|member| &member.node_id == *name))
+            {
+                return Ok(Principal::new(FLEET_MTLS_PROVIDER, node.clone()).with_role(FLEET_NODE_ROLE));
+            }
         }
         self.guard
             .authenticate(&credentials)

@@ -1,6 +1,7 @@
 //! The benchmark scenarios, each against its baseline in the same run.
 
 pub(crate) mod activation;
+pub(crate) mod auth;
 pub(crate) mod failover;
 pub(crate) mod owner_cache;
 pub(crate) mod real_path;

@@ -210,6 +210,82 @@ instead of making restarted pods exit.
 {{- end }}
 {{- end }}
 
+{{/* Authentication ---------------------------------------------------------- */}}
+
+{{/*
+Stock Corium's authentication flags, rendered once for both pools: the ingress authenticates
+clients, a node authenticates whoever calls it directly, so the two must never disagree
+(docs/security.md). The token comes from the Secret through CORIUM_SERVE_TOKEN (the binaries'
+`--serve-token` env), never as an argument.
+*/}}
+{{- define "corium-fleet.auth.env" -}}
+{{- with .Values.auth.existingSecret -}}
+- name: CORIUM_SERVE_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | quote }}
+      key: {{ $.Values.auth.existingSecretKey | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Where both pools read the OIDC issuer's JWKS: a directory mount of auth.oidc.jwksConfigMap. */}}
+{{- define "corium-fleet.auth.jwksDir" -}}
+/etc/corium-fleet/oidc
+{{- end }}
+
+{{- define "corium-fleet.auth.args" -}}
+{{- $auth := .Values.auth -}}
+- --operator-role
+- {{ $auth.operatorRole | quote }}
+{{- if $auth.requireAuth }}
+- --require-auth
+{{- end }}
+{{- with $auth.oidc.issuer }}
+- --oidc-issuer
+- {{ . | quote }}
+- --oidc-jwks-file
+- {{ printf "%s/%s" (include "corium-fleet.auth.jwksDir" $) $auth.oidc.jwksConfigMapKey | quote }}
+{{- range $auth.oidc.audiences }}
+- --oidc-audience
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.auth.volumeMounts" -}}
+{{- if .Values.auth.oidc.issuer -}}
+- name: oidc-jwks
+  mountPath: {{ include "corium-fleet.auth.jwksDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The JWKS key only (a missing key keeps the pod from starting rather than starting strict with no keys). */}}
+{{- define "corium-fleet.auth.volumes" -}}
+{{- if .Values.auth.oidc.issuer -}}
+- name: oidc-jwks
+  configMap:
+    name: {{ .Values.auth.oidc.jwksConfigMap | quote }}
+    items:
+      - key: {{ .Values.auth.oidc.jwksConfigMapKey | quote }}
+        path: {{ .Values.auth.oidc.jwksConfigMapKey | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The checks of auth.oidc the schema cannot express (one value needs another). */}}
+{{- define "corium-fleet.auth.validate" -}}
+{{- $oidc := .Values.auth.oidc }}
+{{- if and $oidc.issuer (not $oidc.jwksConfigMap) }}
+{{- fail "auth.oidc.issuer needs auth.oidc.jwksConfigMap: the binaries read the issuer's JWKS from a file (--oidc-jwks-file) and do not fetch it" }}
+{{- end }}
+{{- if and $oidc.jwksConfigMap (not $oidc.issuer) }}
+{{- fail "auth.oidc.jwksConfigMap is set without auth.oidc.issuer: name the issuer whose keys it holds, or leave both empty" }}
+{{- end }}
+{{- if and $oidc.audiences (not $oidc.issuer) }}
+{{- fail "auth.oidc.audiences are set without auth.oidc.issuer: audiences apply only to the issuer's JWTs" }}
+{{- end }}
+{{- end }}
+
 {{/* Images ------------------------------------------------------------------ */}}
 
 {{- define "corium-fleet.transactor.image" -}}
@@ -362,6 +438,7 @@ topologySpreadConstraints:
 {{- fail (printf "fleet.registryRenewMs (%d) must be below fleet.registryTtlMs (%d): a transactor renews its registry record before it expires" (int64 $f.registryRenewMs) (int64 $f.registryTtlMs)) }}
 {{- end }}
 {{- include "corium-fleet.placementMap.validate" . }}
+{{- include "corium-fleet.auth.validate" . }}
 {{- if and .Values.ingress.autoscaling.enabled (gt (int .Values.ingress.autoscaling.minReplicas) (int .Values.ingress.autoscaling.maxReplicas)) }}
 {{- fail "ingress.autoscaling.minReplicas cannot exceed ingress.autoscaling.maxReplicas" }}
 {{- end }}

@@ -66,9 +66,6 @@ impl Proxy {
     /// their candidates, the placement `map` first), finding owners through
     /// `cache` and counting into `metrics`.
     ///
-    /// # Errors
-    /// Unreadable or invalid upstream TLS material.
-    ///
     /// # Panics
     /// Never: an encoded principal is base64, a valid header value.
     pub fn new(
@@ -78,17 +75,10 @@ impl Proxy {
         cache: owner_cache::Cache,
         guard: corium_protocol::authz::Guard,
         metrics: Arc<Metrics>,
-    ) -> Result<Self, corium_fleet_common::tls::TlsError> {
+        tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ClientConfig>>>,
+    ) -> Self {
         // The hop speaks mTLS to `https://` members (fleet CA, this
-        // ingress's client certificate) and h2c to `http://` ones.
-        let tls = match &config.upstream {
-            Some((ca, identity)) => Some(Arc::new(corium_fleet_common::tls::client_config(
-                ca,
-                &identity.cert,
-                &identity.key,
-            )?)),
-            None => None,
-        };
+        // ingress's client certificate, `tls`) and h2c to `http://` ones.
         let upstream = Upstream::new(upstream::Settings {
             connect_timeout: config.connect_timeout,
             tls,
@@ -105,7 +95,7 @@ impl Proxy {
             &corium_protocol::authz::Principal::anonymous(),
         ))
         .expect("base64 is a valid header value");
-        Ok(Self {
+        Self {
             guard,
             envelope,
             anonymous,
@@ -118,7 +108,7 @@ impl Proxy {
             map,
             next_any: AtomicUsize::new(0),
             suspects: crate::suspects::Suspects::default(),
-        })
+        }
     }
 
     /// Serves one request from `client`; every failure is a gRPC status.

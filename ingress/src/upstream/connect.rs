@@ -15,8 +15,9 @@ pub struct Settings {
     /// Bound on TCP connect + TLS + HTTP/2 handshake.
     pub connect_timeout: Duration,
     /// The fleet CA and this ingress's client identity, for `https://`
-    /// endpoints; `None`: an `https://` endpoint is a connect failure.
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// endpoints, as currently on disk (each new connection takes the
+    /// current one); `None`: an `https://` endpoint is a connect failure.
+    pub tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ClientConfig>>>,
     /// A PING this often…
     pub keepalive_interval: Duration,
     /// …unanswered this long closes the connection and fails its calls.
@@ -64,7 +65,7 @@ pub(super) async fn open(
         };
         let name = rustls::pki_types::ServerName::try_from(host.clone())
             .map_err(|error| format!("server name {host:?}: {error}"))?;
-        let stream = tokio_rustls::TlsConnector::from(Arc::clone(tls))
+        let stream = tokio_rustls::TlsConnector::from(tls.current())
             .connect(name, tcp)
             .await
             .map_err(|error| format!("tls handshake: {error}"))?;

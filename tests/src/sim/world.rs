@@ -121,9 +121,11 @@ impl World {
             drain_timeout: Duration::from_secs(2),
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
+            gc_min_retention: Duration::from_hours(1),
             tls: None,
             ingress_identities: Vec::new(),
             auth: corium_fleet_common::auth::AuthFlags::default(),
+            authz: corium_fleet_transactor::authz::AuthzFlags::default(),
         }
     }
 

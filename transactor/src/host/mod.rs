@@ -78,6 +78,8 @@ pub struct Host {
     /// Authenticates direct callers and authorizes every call: the same
     /// guard the Corium services in the cells are built with.
     pub guard: corium_protocol::authz::Guard,
+    /// The node's reloadable TLS material, once serving (for `/metrics`).
+    pub tls_material: std::sync::OnceLock<Vec<Arc<dyn corium_fleet_common::cert_reload::Reload>>>,
 }
 
 impl Host {
@@ -112,6 +114,7 @@ impl Host {
             stopping: std::sync::atomic::AtomicBool::new(false),
             after_commit,
             guard,
+            tls_material: std::sync::OnceLock::new(),
         })
     }
 

@@ -208,6 +208,18 @@ impl Catalog for FleetCatalog {
         // Corium's own `GarbageCollect` check), decided before a node opens.
         authorize::operator(host, &request, "GcDeletedDatabases")?;
         authorize::access(host, &request, Access::catalog(Action::GarbageCollect)).await?;
+        // Corium sweeps every unreachable blob older than the retention; a
+        // live database's index is written before its root names it, so a
+        // short retention could sweep blobs about to become reachable.
+        let floor = u64::try_from(host.config.gc_min_retention.as_millis()).unwrap_or(u64::MAX);
+        if let Some(asked) = request.get_ref().retention_millis
+            && asked < floor
+        {
+            return Err(Status::invalid_argument(format!(
+                "retention_millis {asked} is below this fleet's floor of {floor} (--gc-min-retention-ms): \
+                 a younger unreachable blob may belong to an index a live database is publishing"
+            )));
+        }
         let mut config = NodeConfig::new(host.template.data_dir.clone());
         config.store = StoreSpec::new(
             host.template.view_kind,
