@@ -479,10 +479,18 @@ def test_tls_secrets_are_mounted_and_provided(values_file):
                     assert name in existing, name
                 else:
                     assert name in provided, name
-    if mode != "certManager":
+    if mode not in ("certManager", "certManagerCsi"):
         assert not kind(docs, "Certificate") and not kind(docs, "Issuer")
     if mode != "selfSigned":
         assert not [s for s in kind(docs, "Secret") if s["type"] == "kubernetes.io/tls"]
+    tls = _tls_volume(one(docs, "StatefulSet"))
+    if mode == "certManagerCsi":
+        # no shared transactor certificate at all: each pod gets its own from the CSI driver
+        assert "csi" in tls and "secret" not in tls
+        assert f"{FULL}-transactor-tls" not in {c["spec"]["secretName"]
+                                                for c in kind(docs, "Certificate")}
+    else:
+        assert "secret" in tls and "csi" not in tls
 
 
 def test_cert_manager_certificates():
@@ -511,6 +519,141 @@ def test_cert_manager_certificates():
     for cert in kind(docs, "Certificate"):
         assert cert["spec"]["issuerRef"] == {"name": "internal-ca", "kind": "ClusterIssuer",
                                              "group": "cert-manager.io"}
+
+
+# --- node identity: per-pod certificates (certManagerCsi) or the check turned off ---------------
+
+NODE_IDENTITY = "--verify-node-identity"
+TLS_DIR = "/etc/corium-fleet/tls"
+SHARED_CERT_MODES = {
+    "selfSigned": (),
+    "certManager": (),
+    "existingSecret": ("--set", "tls.existingSecret.transactor=fleet-transactor-tls",
+                       "--set", "tls.existingSecret.ingress=fleet-ingress-tls"),
+}
+CSI = ("--set", "tls.mode=certManagerCsi")
+
+
+def _tls_volume(workload: dict) -> dict:
+    return next(v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_node_identity_check_follows_the_tls_mode(values_file):
+    docs = render(values_file)
+    per_pod = values_of(values_file)["tls"]["mode"] == "certManagerCsi"
+    for component, c in pool_containers(docs).items():
+        if per_pod:
+            # the binaries' default (on) applies
+            assert NODE_IDENTITY not in c["args"], component
+        else:
+            assert c["args"].count(NODE_IDENTITY) == 1, component
+            assert arg_value(c, NODE_IDENTITY) == "false", component
+
+
+@pytest.mark.parametrize("mode", sorted(SHARED_CERT_MODES))
+def test_shared_certificate_modes_turn_the_node_identity_check_off_on_both_pools(mode):
+    """One certificate for *.<headless>.<namespace>.svc names no node id: both pools would refuse
+    every transactor with the check on."""
+    docs = template(*POSTGRES, "--set", f"tls.mode={mode}", *SHARED_CERT_MODES[mode])
+    for component, c in pool_containers(docs).items():
+        args = c["args"]
+        assert args.count(NODE_IDENTITY) == 1, component
+        # two arguments, the value a string (clap's BOOL)
+        assert args[args.index(NODE_IDENTITY) + 1] == "false", component
+        assert "csi" not in _tls_volume(pool(docs, component)), component
+
+
+CSI_VALUES = CHART / "ci" / "postgres-certmanagercsi-values.yaml"
+
+
+def test_cert_manager_csi_gives_each_transactor_a_certificate_named_by_its_pod():
+    docs = render(CSI_VALUES)
+    values = values_of(CSI_VALUES)
+    assert values["tls"]["mode"] == "certManagerCsi"
+    sts = one(docs, "StatefulSet")
+    suffix = f"{sts['spec']['serviceName']}.{NS}.svc"
+    volume = _tls_volume(sts)
+    assert set(volume) == {"name", "csi"}
+    assert volume["csi"]["driver"] == "csi.cert-manager.io"
+    assert volume["csi"]["readOnly"] is True
+    # no issuerRef in values: the chart's CA Issuer, the one that signs the ingress's Certificates
+    assert volume["csi"]["volumeAttributes"] == {
+        "csi.cert-manager.io/issuer-name": f"{FULL}-ca",
+        "csi.cert-manager.io/issuer-kind": "Issuer",
+        "csi.cert-manager.io/issuer-group": "cert-manager.io",
+        # the driver expands ${POD_NAME}: the pod name is the node id
+        "csi.cert-manager.io/common-name": "${POD_NAME}",
+        "csi.cert-manager.io/dns-names":
+            f"${{POD_NAME}},${{POD_NAME}}.{suffix},${{POD_NAME}}.{suffix}.cluster.local",
+        "csi.cert-manager.io/key-usages":
+            "server auth,client auth,digital signature,key encipherment",
+        "csi.cert-manager.io/key-encoding": "PKCS8",
+        "csi.cert-manager.io/duration": values["tls"]["certManager"]["duration"],
+        "csi.cert-manager.io/renew-before": values["tls"]["certManager"]["renewBefore"],
+        "csi.cert-manager.io/certificate-file": "tls.crt",
+        "csi.cert-manager.io/privatekey-file": "tls.key",
+        "csi.cert-manager.io/ca-file": "ca.crt",
+        # files are 0440 root-owned without it: the non-root container's group must own them
+        "csi.cert-manager.io/fs-group": "65532",
+    }
+    # mounted where the unchanged arguments read it
+    transactor = container(sts, "transactor")
+    assert [m for m in transactor["volumeMounts"] if m["name"] == "tls"] == [
+        {"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
+    for flag, path in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key"),
+                       ("--tls-client-ca", "ca.crt")):
+        assert arg_value(transactor, flag) == f"{TLS_DIR}/{path}"
+    # the certificates name node ids: the check stays on (the default) in both pools
+    for component, c in pool_containers(docs).items():
+        assert NODE_IDENTITY not in c["args"], component
+    # the ingress keeps its cert-manager Certificates (client identity, client-facing port)
+    certs = {c["spec"]["secretName"]: c["spec"] for c in kind(docs, "Certificate")}
+    assert set(certs) == {f"{FULL}-ca", f"{FULL}-ingress-tls", f"{FULL}-public-tls"}
+    assert "client auth" in certs[f"{FULL}-ingress-tls"]["usages"]
+    assert certs[f"{FULL}-ingress-tls"]["commonName"] == arg_value(transactor, "--ingress-identity")
+    for name in (f"{FULL}-ingress-tls", f"{FULL}-public-tls"):
+        assert certs[name]["issuerRef"] == {"name": f"{FULL}-ca", "kind": "Issuer",
+                                            "group": "cert-manager.io"}
+    ingress = pool(docs, "ingress")
+    volumes = {v["name"]: v for v in ingress["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == f"{FULL}-ingress-tls"
+    assert volumes["public-tls"]["secret"]["secretName"] == f"{FULL}-public-tls"
+    issuers = {i["metadata"]["name"]: i["spec"] for i in kind(docs, "Issuer")}
+    assert issuers[f"{FULL}-ca"] == {"ca": {"secretName": f"{FULL}-ca"}}
+    assert not [s for s in kind(docs, "Secret") if s["type"] == "kubernetes.io/tls"]
+
+
+def test_cert_manager_csi_follows_the_issuer_lifetimes_and_domain():
+    docs = template(*POSTGRES, *CSI, "--set", "tls.certManager.issuerRef.name=internal-ca",
+                    "--set", "tls.certManager.issuerRef.kind=ClusterIssuer",
+                    "--set", "tls.certManager.duration=48h",
+                    "--set", "tls.certManager.renewBefore=12h", "--set", "clusterDomain=corp.local",
+                    "--set", "securityContext.runAsGroup=2000")
+    attrs = _tls_volume(one(docs, "StatefulSet"))["csi"]["volumeAttributes"]
+    assert (attrs["csi.cert-manager.io/issuer-name"], attrs["csi.cert-manager.io/issuer-kind"],
+            attrs["csi.cert-manager.io/issuer-group"]) == ("internal-ca", "ClusterIssuer",
+                                                           "cert-manager.io")
+    assert attrs["csi.cert-manager.io/duration"] == "48h"
+    assert attrs["csi.cert-manager.io/renew-before"] == "12h"
+    assert attrs["csi.cert-manager.io/dns-names"].split(",")[-1] == (
+        f"${{POD_NAME}}.{T}.{NS}.svc.corp.local")
+    assert attrs["csi.cert-manager.io/fs-group"] == "2000"
+    # a named issuer: no chain, and only the ingress's Certificate
+    assert not kind(docs, "Issuer")
+    assert [c["spec"]["secretName"] for c in kind(docs, "Certificate")] == [f"{FULL}-ingress-tls"]
+    assert one(docs, "Certificate")["spec"]["issuerRef"] == {
+        "name": "internal-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def test_cert_manager_csi_pod_templates_are_stable():
+    """Nothing generated at render time (no checksum of certificates on the pod templates), so an
+    upgrade that changes nothing restarts no pod."""
+    first, second = template(*POSTGRES, *CSI), template(*POSTGRES, *CSI)
+    for kind_name in ("StatefulSet", "Deployment"):
+        assert one(first, kind_name) == one(second, kind_name), kind_name
+        assert "checksum/tls" not in one(first, kind_name)["spec"]["template"]["metadata"][
+            "annotations"]
 
 
 # --- selfSigned: generated certificates and keeping them across upgrades -------------------------
@@ -868,6 +1011,68 @@ def test_a_ci_values_set_exercises_auth():
                for a in sets)
 
 
+# --- policy authorization: stock Corium's --authz-db, transactors only ----------------------------
+
+BREAK_GLASS = "--authz-break-glass-role"
+
+
+def _flag_values(c: dict, flag: str) -> list[str]:
+    args = c.get("args", [])
+    return [args[i + 1] for i, arg in enumerate(args) if arg == flag]
+
+
+def test_no_policy_authorization_by_default():
+    for component, c in pool_containers(template(*POSTGRES)).items():
+        assert "CORIUM_AUTHZ_DB" not in env_of(c), component
+        assert not [a for a in c["args"] if a.startswith("--authz")], component
+
+
+def test_authz_db_is_set_on_the_transactors_only():
+    containers = pool_containers(template(*POSTGRES, "--set", "auth.authzDb=fleet-policy"))
+    assert env_of(containers["transactor"])["CORIUM_AUTHZ_DB"] == {
+        "name": "CORIUM_AUTHZ_DB", "value": "fleet-policy"}
+    # the ingress forwards and authorizes nothing (and has no such flag)
+    assert "CORIUM_AUTHZ_DB" not in env_of(containers["ingress"])
+    for component, c in containers.items():
+        # through the flag's environment variable only, and no break-glass role unless given
+        assert not [a for a in c["args"] if a.startswith("--authz")], component
+
+
+def test_break_glass_roles_render_one_flag_each_on_the_transactors():
+    containers = pool_containers(template(*POSTGRES, "--set", "auth.authzDb=fleet-policy",
+                                          "--set", "auth.authzBreakGlassRoles={sre,on-call}"))
+    assert _flag_values(containers["transactor"], BREAK_GLASS) == ["sre", "on-call"]
+    assert not [a for a in containers["ingress"]["args"] if a.startswith("--authz")]
+
+
+def test_break_glass_roles_without_authz_db_fail_rendering():
+    assert "auth.authzBreakGlassRoles needs auth.authzDb" in _render_error(
+        "--set", "auth.authzBreakGlassRoles={sre}")
+
+
+@pytest.mark.parametrize("name", ["has space", "a/b", "x" * 129])
+def test_authz_db_must_be_a_database_name(name):
+    assert "auth.authzDb: Does not match pattern" in _render_error("--set", f"auth.authzDb={name}")
+
+
+@pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
+def test_authz_follows_the_values(values_file):
+    containers = pool_containers(render(values_file))
+    auth = values_of(values_file)["auth"]
+    transactor = containers["transactor"]
+    assert env_of(transactor).get("CORIUM_AUTHZ_DB", {}).get("value") == (auth["authzDb"] or None)
+    assert _flag_values(transactor, BREAK_GLASS) == auth["authzBreakGlassRoles"]
+    assert "CORIUM_AUTHZ_DB" not in env_of(containers["ingress"])
+    assert not [a for a in containers["ingress"]["args"] if a.startswith("--authz")]
+
+
+def test_a_ci_values_set_exercises_authz_and_per_pod_certificates():
+    """Keeps the CI matrix (Kubernetes schemas, lint) covering these renderings."""
+    sets = [values_of(f) for f in CI_FILES]
+    assert any(v["auth"]["authzDb"] and v["auth"]["authzBreakGlassRoles"] for v in sets)
+    assert any(v["tls"]["mode"] == "certManagerCsi" for v in sets)
+
+
 # --- bad values ----------------------------------------------------------------------------------
 
 def _expected(path: Path) -> list[str]:
@@ -932,6 +1137,10 @@ def test_notes_give_the_client_address_and_the_status_command(tmp_path):
     assert ("corium-fleet status --endpoint https://127.0.0.1:7001 --ca ca.crt --cert tls.crt "
             "--key tls.key --tls-name localhost") in notes
     assert f"kubectl port-forward --namespace {NS} pod/{FULL}-transactor-0 7001:7001" in notes
+    # a per-pod certificate names the pod, not localhost
+    per_pod = _notes(tmp_path, *CSI)
+    assert f"--key tls.key --tls-name {FULL}-transactor-0" in per_pod
+    assert "--tls-name localhost" not in per_pod
 
 
 # Objects documented as one row (their fields are Kubernetes' own or listed in the description).

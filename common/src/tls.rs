@@ -125,14 +125,35 @@ pub fn server_config(
     key: &Path,
     client_ca: Option<&Path>,
 ) -> Result<rustls::ServerConfig, TlsError> {
+    server_config_for(cert, key, client_ca.map(|ca| (ca, true)))
+}
+
+/// A server configuration for `cert`/`key`, speaking HTTP/2, verifying
+/// client certificates against `clients`' CA: every client must present
+/// one when its flag is true; otherwise a client may present one (and a
+/// certificate it presents must verify) or none.
+///
+/// # Errors
+/// Unreadable or invalid material.
+pub fn server_config_for(
+    cert: &Path,
+    key: &Path,
+    clients: Option<(&Path, bool)>,
+) -> Result<rustls::ServerConfig, TlsError> {
     let builder =
         rustls::ServerConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
-    let builder = match client_ca {
-        Some(ca) => {
+    let builder = match clients {
+        Some((ca, required)) => {
             let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider())
-                    .build()
-                    .map_err(|error| TlsError::Verifier(error.to_string()))?;
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider());
+            let verifier = if required {
+                verifier
+            } else {
+                verifier.allow_unauthenticated()
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|error| TlsError::Verifier(error.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),

@@ -89,6 +89,15 @@ pub struct Args {
     /// PEM private key of --tls-cert.
     #[arg(long)]
     pub tls_key: Option<PathBuf>,
+    /// PEM CA whose client certificates --tls-listen accepts. A client that
+    /// presents one (verified) and no bearer token is the principal
+    /// `client-cert/<certificate name>`.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: refuse TLS clients without a certificate at the
+    /// handshake [default: false, a certificate is optional].
+    #[arg(long, value_name = "BOOL")]
+    pub tls_require_client_cert: Option<bool>,
     /// PEM fleet CA that transactor certificates must chain to (mTLS hop).
     #[arg(long)]
     pub upstream_ca: Option<PathBuf>,
@@ -102,6 +111,12 @@ pub struct Args {
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+    /// With the mTLS hop: a node's certificate must name its node id (as a
+    /// DNS name), so a registry record pointing one node's id at another
+    /// endpoint is refused. Turn off only for certificates shared by all
+    /// nodes (the chart's shared-certificate modes) [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub verify_node_identity: Option<bool>,
     /// Client authentication: stock Corium's flags (flags and environment
     /// only; secrets stay out of the configuration file).
     #[command(flatten)]
@@ -158,10 +173,15 @@ pub struct Config {
     pub rate_limit_per_client: u32,
     /// Client-facing TLS listener and its identity.
     pub tls_listen: Option<(SocketAddr, Identity)>,
+    /// The CA of client certificates on the TLS listener, and whether one
+    /// is required.
+    pub tls_clients: Option<(PathBuf, bool)>,
     /// The mTLS hop: fleet CA and this ingress's client identity.
     pub upstream: Option<(PathBuf, Identity)>,
     /// How clients authenticate (stock Corium's flags, validated).
     pub auth: corium_fleet_common::auth::AuthFlags,
+    /// Whether a node's certificate must name its node id (mTLS hop).
+    pub verify_node_identity: bool,
 }
 
 impl Args {
@@ -197,9 +217,12 @@ impl Args {
             rate_limit_per_client: self.rate_limit_per_client.or(file.rate_limit_per_client),
             tls_cert: self.tls_cert.or(file.tls_cert),
             tls_key: self.tls_key.or(file.tls_key),
+            tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
+            tls_require_client_cert: self.tls_require_client_cert.or(file.tls_require_client_cert),
             upstream_ca: self.upstream_ca.or(file.upstream_ca),
             upstream_cert: self.upstream_cert.or(file.upstream_cert),
             upstream_key: self.upstream_key.or(file.upstream_key),
+            verify_node_identity: self.verify_node_identity.or(file.verify_node_identity),
             auth: self.auth,
         })
     }
@@ -256,6 +279,18 @@ impl Args {
                 ));
             }
         };
+        let tls_clients = match (self.tls_client_ca, self.tls_require_client_cert) {
+            (Some(_), _) if tls_listen.is_none() => {
+                return Err(ConfigError::from("--tls-client-ca needs --tls-listen"));
+            }
+            (Some(ca), required) => Some((ca, required.unwrap_or(false))),
+            (None, Some(_)) => {
+                return Err(ConfigError::from(
+                    "--tls-require-client-cert needs --tls-client-ca",
+                ));
+            }
+            (None, None) => None,
+        };
         let upstream =
             match (self.upstream_ca, self.upstream_cert, self.upstream_key) {
                 (None, None, None) => None,
@@ -288,12 +323,14 @@ impl Args {
             storage_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             tls_listen,
+            tls_clients,
             upstream,
             max_concurrent_requests: match self.max_concurrent_requests.unwrap_or(4096) {
                 0 => return Err(ConfigError::from("--max-concurrent-requests must be at least 1")),
                 n => n,
             },
             rate_limit_per_client: self.rate_limit_per_client.unwrap_or(0),
+            verify_node_identity: self.verify_node_identity.unwrap_or(true),
             auth: self.auth,
         })
     }

@@ -138,7 +138,7 @@ pub async fn run(
         .map_err(Error::Auth)?;
     // TLS material follows its files (polled, and on SIGHUP).
     let upstream_tls = upstream_tls(config.upstream.as_ref())?;
-    let tls = client_tls(tls_listen, listeners.tls)?;
+    let tls = client_tls(tls_listen, config.tls_clients.clone(), listeners.tls)?;
     let material: Vec<Arc<dyn Reload>> = upstream_tls
         .iter()
         .map(|reloading| Arc::clone(reloading) as Arc<dyn Reload>)
@@ -277,14 +277,17 @@ type ServerTls = Arc<Reloading<rustls::ServerConfig>>;
 
 fn client_tls(
     tls_listen: Option<(std::net::SocketAddr, config::Identity)>,
+    clients: Option<(std::path::PathBuf, bool)>,
     listener: Option<TcpListener>,
 ) -> Result<Option<(TcpListener, ServerTls)>, Error> {
     match (tls_listen, listener) {
         (Some((_, identity)), Some(listener)) => {
-            let files = vec![identity.cert.clone(), identity.key.clone()];
+            let mut files = vec![identity.cert.clone(), identity.key.clone()];
+            files.extend(clients.iter().map(|(ca, _)| ca.clone()));
             let (cert, key) = (identity.cert.clone(), identity.key);
             let reloading = Reloading::new("client", &identity.cert, files, move || {
-                corium_fleet_common::tls::server_config(&cert, &key, None)
+                let clients = clients.as_ref().map(|(ca, required)| (ca.as_path(), *required));
+                corium_fleet_common::tls::server_config_for(&cert, &key, clients)
             })
             .map_err(|source| Error::Tls {
                 side: "client",

@@ -9,7 +9,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
-use crate::proxy::Proxy;
+use crate::proxy::{Caller, Proxy};
 
 /// How long shutdown waits for in-flight calls and streams.
 const DRAIN: Duration = Duration::from_secs(20);
@@ -19,13 +19,14 @@ const HANDSHAKE: Duration = Duration::from_secs(10);
 fn serve_connection<IO>(
     graceful: &hyper_util::server::graceful::GracefulShutdown,
     proxy: &Arc<Proxy>,
-    client: Option<std::net::IpAddr>,
+    client: Caller,
     stream: IO,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let proxy = Arc::clone(proxy);
-    let service = hyper::service::service_fn(move |request| Arc::clone(&proxy).handle(client, request));
+    let service =
+        hyper::service::service_fn(move |request| Arc::clone(&proxy).handle(client.clone(), request));
     let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(20))
@@ -52,7 +53,18 @@ pub async fn serve(
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             Some(stream) = tls_rx.recv() => {
-                let client = stream.get_ref().0.peer_addr().ok().map(|addr| addr.ip());
+                let (tcp, session) = stream.get_ref();
+                // A verified client certificate (--tls-client-ca) names the
+                // caller; rustls has checked it against the CA.
+                let certificate = session
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .and_then(|leaf| corium_fleet_common::tls::names(leaf).into_iter().next())
+                    .map(Arc::<str>::from);
+                let client = Caller {
+                    ip: tcp.peer_addr().ok().map(|addr| addr.ip()),
+                    certificate,
+                };
                 serve_connection(&graceful, &proxy, client, stream);
                 continue;
             }
@@ -69,7 +81,10 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         match &tls {
             None => {
-                let client = stream.peer_addr().ok().map(|addr| addr.ip());
+                let client = Caller {
+                    ip: stream.peer_addr().ok().map(|addr| addr.ip()),
+                    certificate: None,
+                };
                 serve_connection(&graceful, &proxy, client, stream);
             }
             Some(config) => {

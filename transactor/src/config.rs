@@ -115,6 +115,12 @@ pub struct Args {
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+    /// With mTLS: a peer node's certificate must name its node id (as a DNS
+    /// name) when this node dials it (handoff, drain). Turn off only for
+    /// certificates shared by all nodes (the chart's shared-certificate
+    /// modes) [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub verify_node_identity: Option<bool>,
     /// Client authentication: stock Corium's flags, the same as the
     /// ingress's (flags and environment only; secrets stay out of the
     /// configuration file).
@@ -190,6 +196,8 @@ pub struct Config {
     pub auth: corium_fleet_common::auth::AuthFlags,
     /// The policy database, if authorization follows one.
     pub authz: crate::authz::AuthzFlags,
+    /// Whether a peer's certificate must name its node id (mTLS).
+    pub verify_node_identity: bool,
 }
 
 fn valid_node_id(id: &str) -> bool {
@@ -222,6 +230,7 @@ impl Args {
             tls_key: self.tls_key.or(file.tls_key),
             tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
             ingress_identities: self.ingress_identities.or(file.ingress_identities),
+            verify_node_identity: self.verify_node_identity.or(file.verify_node_identity),
             auth: self.auth,
             authz: self.authz,
             weight: self.weight.or(file.weight),
@@ -392,6 +401,7 @@ impl Args {
             ingress_identities: self
                 .ingress_identities
                 .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),
+            verify_node_identity: self.verify_node_identity.unwrap_or(true),
             auth: self.auth,
             authz: self.authz,
         })

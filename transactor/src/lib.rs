@@ -251,6 +251,7 @@ pub async fn start(
         config.tls.as_ref(),
         config.storage_timeout * 2,
         config.auth.static_token(),
+        config.verify_node_identity,
     )?;
     // Authorization is permit-all, as a stock transactor's without a policy
     // database, or follows `--authz-db`; authentication follows the flags.

@@ -25,6 +25,8 @@ pub struct Peers {
     /// only if it names the node id (the chart may give every node one
     /// certificate), so the token goes along there too, encrypted.
     token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// Over mTLS: a peer's certificate must name its node id.
+    verify_node_identity: bool,
 }
 
 impl Peers {
@@ -38,6 +40,7 @@ impl Peers {
         tls: Option<&Tls>,
         timeout: Duration,
         token: Option<String>,
+        verify_node_identity: bool,
     ) -> Result<Self, corium_fleet_common::tls::TlsError> {
         let token = token.and_then(|token| format!("Bearer {token}").parse().ok());
         // Readable now, so a bad path is a start-up error.
@@ -48,6 +51,7 @@ impl Peers {
             tls: tls.cloned(),
             timeout,
             token,
+            verify_node_identity,
         })
     }
 
@@ -63,7 +67,11 @@ impl Peers {
             .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?)))
     }
 
-    async fn admin(&self, endpoint: &str) -> Result<FleetAdminClient<tonic::transport::Channel>, Status> {
+    async fn admin(
+        &self,
+        endpoint: &str,
+        node_id: &str,
+    ) -> Result<FleetAdminClient<tonic::transport::Channel>, Status> {
         let mut target = Endpoint::from_shared(endpoint.to_owned())
             .map_err(|error| Status::invalid_argument(format!("bad peer endpoint {endpoint:?}: {error}")))?
             .connect_timeout(self.timeout)
@@ -77,8 +85,13 @@ impl Peers {
                     "peer endpoint {endpoint} is not https:// but this node's internal routes are mutual TLS"
                 )));
             }
-            let config = Self::client_tls(tls)
+            let mut config = Self::client_tls(tls)
                 .map_err(|error| Status::unavailable(format!("peer TLS material: {error}")))?;
+            if self.verify_node_identity {
+                // The certificate must name the node we mean to reach, not
+                // merely the address the registry gave for it.
+                config = config.domain_name(node_id);
+            }
             target = target
                 .tls_config(config)
                 .map_err(|error| Status::internal(format!("peer TLS: {error}")))?;
@@ -90,12 +103,28 @@ impl Peers {
         Ok(FleetAdminClient::new(channel))
     }
 
-    /// Asks the node at `endpoint` to activate `database` now.
+    /// Connects to node `node_id` at `endpoint` (with mTLS: verifying its
+    /// certificate) without asking anything: a handoff checks its target
+    /// this way before it lets go of the lease.
+    ///
+    /// # Errors
+    /// `UNAVAILABLE` (or `FAILED_PRECONDITION` for a cleartext endpoint on
+    /// an mTLS node) when the node cannot be reached as `node_id`.
+    pub async fn reach(&self, endpoint: &str, node_id: &str) -> Result<(), Status> {
+        self.admin(endpoint, node_id).await.map(|_| ())
+    }
+
+    /// Asks node `node_id` at `endpoint` to activate `database` now.
     ///
     /// # Errors
     /// The peer's status, or `UNAVAILABLE` when it cannot be reached.
-    pub async fn activate(&self, endpoint: &str, database: &str) -> Result<ActivateResponse, Status> {
-        let mut client = self.admin(endpoint).await?;
+    pub async fn activate(
+        &self,
+        endpoint: &str,
+        node_id: &str,
+        database: &str,
+    ) -> Result<ActivateResponse, Status> {
+        let mut client = self.admin(endpoint, node_id).await?;
         let mut request = Request::new(ActivateRequest {
             database: database.to_owned(),
         });

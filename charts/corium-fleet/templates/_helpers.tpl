@@ -284,6 +284,30 @@ clients, a node authenticates whoever calls it directly, so the two must never d
 {{- if and $oidc.audiences (not $oidc.issuer) }}
 {{- fail "auth.oidc.audiences are set without auth.oidc.issuer: audiences apply only to the issuer's JWTs" }}
 {{- end }}
+{{- if and .Values.auth.authzBreakGlassRoles (not .Values.auth.authzDb) }}
+{{- fail "auth.authzBreakGlassRoles needs auth.authzDb: break-glass roles are admitted only while the policy database cannot be read (--authz-break-glass-role requires --authz-db)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Policy authorization (stock Corium's --authz-db), transactors only: every node authorizes the
+calls it serves against the policy; the ingress forwards and decides nothing. The database name
+goes through CORIUM_AUTHZ_DB (the flag's env), each break-glass role as one flag.
+*/}}
+{{- define "corium-fleet.authz.env" -}}
+{{- with .Values.auth.authzDb -}}
+- name: CORIUM_AUTHZ_DB
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.authz.args" -}}
+{{- if .Values.auth.authzDb }}
+{{- range .Values.auth.authzBreakGlassRoles }}
+- --authz-break-glass-role
+- {{ . | quote }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Images ------------------------------------------------------------------ */}}
@@ -349,6 +373,82 @@ clients, a node authenticates whoever calls it directly, so the two must never d
 {{- $svc := printf "%s.%s.svc" $name .Release.Namespace }}
 {{- $names := list $name (printf "%s.%s" $name .Release.Namespace) $svc (printf "%s.%s" $svc .Values.clusterDomain) }}
 {{- toJson (concat $names .Values.ingress.publicTls.extraDnsNames) }}
+{{- end }}
+
+{{/* "true" when cert-manager issues the certificates (certManager, certManagerCsi), else empty. */}}
+{{- define "corium-fleet.tls.certManager" -}}
+{{- if has .Values.tls.mode (list "certManager" "certManagerCsi") }}true{{ end }}
+{{- end }}
+
+{{/* "true" when each transactor pod gets its own certificate from cert-manager's CSI driver. */}}
+{{- define "corium-fleet.tls.perPod" -}}
+{{- if eq .Values.tls.mode "certManagerCsi" }}true{{ end }}
+{{- end }}
+
+{{/*
+The issuer that signs cert-manager certificates, as JSON (name, kind, group): tls.certManager.issuerRef,
+or the CA Issuer of the chain tls-certmanager.yaml creates when no issuer is named.
+*/}}
+{{- define "corium-fleet.tls.issuer" -}}
+{{- $ref := .Values.tls.certManager.issuerRef }}
+{{- if $ref.name }}
+{{- toJson (dict "name" $ref.name "kind" $ref.kind "group" $ref.group) }}
+{{- else }}
+{{- toJson (dict "name" (printf "%s-ca" (include "corium-fleet.fullname" .)) "kind" "Issuer" "group" "cert-manager.io") }}
+{{- end }}
+{{- end }}
+
+{{/*
+--verify-node-identity, for both pools: a fleet member's certificate must name its node id (the
+pod name) when it is dialled. Only the per-pod certificates of certManagerCsi do; every other mode
+gives all transactors one certificate for *.<headless>.<namespace>.svc, so the check is turned off
+there (the binaries' default is on).
+*/}}
+{{- define "corium-fleet.tls.nodeIdentityArgs" -}}
+{{- if not (include "corium-fleet.tls.perPod" .) -}}
+- --verify-node-identity
+- "false"
+{{- end }}
+{{- end }}
+
+{{/*
+The transactor's TLS volume. certManagerCsi: an inline CSI volume; cert-manager's csi-driver
+generates the key on the node, requests a certificate named by the pod (it expands ${POD_NAME}),
+renews it before expiry and writes tls.crt, tls.key and ca.crt readable by the container's group.
+Otherwise: the shared Secret.
+*/}}
+{{- define "corium-fleet.tls.transactorVolume" -}}
+{{- if include "corium-fleet.tls.perPod" . -}}
+{{- $cm := .Values.tls.certManager }}
+{{- $issuer := include "corium-fleet.tls.issuer" . | fromJson }}
+{{- $pod := printf "${POD_NAME}.%s" (include "corium-fleet.transactor.dnsSuffix" .) }}
+{{- $group := .Values.securityContext.runAsGroup | default .Values.podSecurityContext.runAsGroup | default .Values.podSecurityContext.fsGroup -}}
+- name: tls
+  csi:
+    driver: csi.cert-manager.io
+    readOnly: true
+    volumeAttributes:
+      csi.cert-manager.io/issuer-name: {{ $issuer.name | quote }}
+      csi.cert-manager.io/issuer-kind: {{ $issuer.kind | quote }}
+      csi.cert-manager.io/issuer-group: {{ $issuer.group | quote }}
+      csi.cert-manager.io/common-name: "${POD_NAME}"
+      csi.cert-manager.io/dns-names: {{ printf "${POD_NAME},%s,%s.%s" $pod $pod .Values.clusterDomain | quote }}
+      csi.cert-manager.io/key-usages: "server auth,client auth,digital signature,key encipherment"
+      csi.cert-manager.io/key-encoding: PKCS8
+      csi.cert-manager.io/duration: {{ $cm.duration | quote }}
+      csi.cert-manager.io/renew-before: {{ $cm.renewBefore | quote }}
+      csi.cert-manager.io/certificate-file: tls.crt
+      csi.cert-manager.io/privatekey-file: tls.key
+      csi.cert-manager.io/ca-file: ca.crt
+      {{- with $group }}
+      csi.cert-manager.io/fs-group: {{ . | int64 | toString | quote }}
+      {{- end }}
+{{- else -}}
+- name: tls
+  secret:
+    secretName: {{ include "corium-fleet.tls.transactorSecret" . }}
+    defaultMode: 0440
+{{- end }}
 {{- end }}
 
 {{/* Pod pieces -------------------------------------------------------------- */}}

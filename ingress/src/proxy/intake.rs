@@ -16,6 +16,10 @@ use super::Proxy;
 use crate::body::Body;
 use crate::route::{self, Target};
 
+/// The provider name of a principal vouched for by a client certificate
+/// the TLS listener verified (`--tls-client-ca`).
+pub(super) const CLIENT_CERT_PROVIDER: &str = "client-cert";
+
 /// The path of `corium.v1.Transactor/Transact`.
 pub(super) const TRANSACT: &str = "/corium.v1.Transactor/Transact";
 
@@ -112,7 +116,11 @@ fn correlation_id() -> String {
 
 impl Proxy {
     /// Takes `request` in, or refuses it with the status the client gets.
-    pub(super) async fn intake(&self, request: Request<Incoming>) -> Result<Call, Status> {
+    pub(super) async fn intake(
+        &self,
+        request: Request<Incoming>,
+        certificate: Option<&str>,
+    ) -> Result<Call, Status> {
         let started = Instant::now();
         let path = request.uri().path();
         let Some((target, names_db)) = route::classify(path) else {
@@ -131,7 +139,7 @@ impl Proxy {
             }
         }
         let (mut parts, body) = request.into_parts();
-        self.authenticate(&mut parts.headers)?;
+        self.authenticate(&mut parts.headers, certificate)?;
         // One correlation id across client, ingress, owner and every
         // attempt of the call: the client's, or one made here.
         if !parts.headers.contains_key(metadata::X_REQUEST_ID) {
@@ -161,13 +169,24 @@ impl Proxy {
     /// Who the caller is, by stock Corium's rules; refuses `UNAUTHENTICATED`
     /// where a credential is required and missing or wrong. Over an mTLS hop
     /// the bearer token stops here and the principal travels instead.
-    fn authenticate(&self, headers: &mut hyper::http::HeaderMap) -> Result<(), Status> {
+    fn authenticate(
+        &self,
+        headers: &mut hyper::http::HeaderMap,
+        certificate: Option<&str>,
+    ) -> Result<(), Status> {
         let authorization = headers.get(hyper::http::header::AUTHORIZATION);
         let credentials = corium_fleet_common::auth::bearer(authorization.map(HeaderValue::as_bytes));
-        let principal = self
-            .guard
-            .authenticate(&credentials)
-            .map_err(|error| Self::reject(&self.metrics.rejected_unauthenticated, error.to_status()))?;
+        let principal = match certificate {
+            // A verified client certificate is a credential of its own when
+            // no token is presented (a token, when sent, decides).
+            Some(name) if credentials.bearer.is_none() && !self.guard.is_disabled() => {
+                corium_protocol::authz::Principal::new(CLIENT_CERT_PROVIDER, name)
+            }
+            _ => self
+                .guard
+                .authenticate(&credentials)
+                .map_err(|error| Self::reject(&self.metrics.rejected_unauthenticated, error.to_status()))?,
+        };
         if self.envelope {
             headers.remove(hyper::http::header::AUTHORIZATION);
             let value = if principal.is_anonymous() {

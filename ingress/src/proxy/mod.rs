@@ -35,6 +35,16 @@ use crate::owner_cache;
 use crate::route::Target;
 use crate::upstream::{self, Upstream};
 
+/// Who is on the other end of a client connection.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    /// The peer's address (rate limits are per address).
+    pub ip: Option<std::net::IpAddr>,
+    /// The first name of the client certificate the TLS listener verified
+    /// (`--tls-client-ca`), if one was presented.
+    pub certificate: Option<Arc<str>>,
+}
+
 /// The ingress's request handler.
 pub struct Proxy {
     config: Config,
@@ -88,6 +98,17 @@ impl Proxy {
             // every call wait out its deadline.
             keepalive_interval: upstream::KEEPALIVE_INTERVAL,
             keepalive_timeout: upstream::KEEPALIVE_TIMEOUT,
+            node_identity: config.verify_node_identity.then(|| {
+                let members = members.clone();
+                let node_of: upstream::NodeOf = Arc::new(move |endpoint: &str| {
+                    members
+                        .get()
+                        .iter()
+                        .find(|member| member.endpoint == endpoint)
+                        .map(|member| member.node_id.clone())
+                });
+                node_of
+            }),
         });
         let limits = crate::limits::Limits::new(config.max_concurrent_requests, config.rate_limit_per_client);
         let envelope = config.upstream.is_some();
@@ -118,10 +139,10 @@ impl Proxy {
     /// as a hyper service needs a `Result`.
     pub async fn handle(
         self: Arc<Self>,
-        client: Option<std::net::IpAddr>,
+        client: Caller,
         request: Request<Incoming>,
     ) -> Result<Response<Body>, std::convert::Infallible> {
-        let admitted = match self.limits.admit(client) {
+        let admitted = match self.limits.admit(client.ip) {
             Ok(admission) => admission,
             Err(status) => {
                 self.metrics.rejected_limit.fetch_add(1, Ordering::Relaxed);
@@ -129,7 +150,7 @@ impl Proxy {
             }
         };
         let started = std::time::Instant::now();
-        let response = match self.intake(request).await {
+        let response = match self.intake(request, client.certificate.as_deref()).await {
             Ok(call) => {
                 let response = match (call.target, call.db.clone()) {
                     (Target::Owner, Some(db)) => self.to_owner(&call, &db).await,

@@ -22,7 +22,15 @@ pub struct Settings {
     pub keepalive_interval: Duration,
     /// …unanswered this long closes the connection and fails its calls.
     pub keepalive_timeout: Duration,
+    /// With mTLS: the node id a node's certificate must name for an
+    /// endpoint (`--verify-node-identity`), so a registry record pointing
+    /// a node's id at someone else's endpoint is refused at the handshake.
+    /// `None`: the certificate is checked against the endpoint's host name.
+    pub node_identity: Option<NodeOf>,
 }
+
+/// The node id of the member at an endpoint, if it is one.
+pub type NodeOf = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// Connects to `endpoint`; `ended` runs once the connection is gone.
 pub(super) async fn open(
@@ -63,8 +71,16 @@ pub(super) async fn open(
                 "{endpoint} needs TLS, and no --upstream-ca is configured"
             ));
         };
-        let name = rustls::pki_types::ServerName::try_from(host.clone())
-            .map_err(|error| format!("server name {host:?}: {error}"))?;
+        // The name the node's certificate must carry: its node id when
+        // identities are verified, else the endpoint's host.
+        let expected = match &settings.node_identity {
+            Some(node_of) => node_of(endpoint).ok_or_else(|| {
+                format!("{endpoint} is no member's endpoint; its node id cannot be verified")
+            })?,
+            None => host.clone(),
+        };
+        let name = rustls::pki_types::ServerName::try_from(expected.clone())
+            .map_err(|error| format!("server name {expected:?}: {error}"))?;
         let stream = tokio_rustls::TlsConnector::from(tls.current())
             .connect(name, tcp)
             .await

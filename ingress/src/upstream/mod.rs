@@ -31,7 +31,7 @@ use futures::future::{BoxFuture, Shared};
 use hyper::http::{Request, Response};
 
 pub use body::ResponseBody;
-pub use connect::Settings;
+pub use connect::{NodeOf, Settings};
 
 /// How a hop failed.
 #[derive(Debug)]

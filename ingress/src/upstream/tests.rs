@@ -17,6 +17,7 @@ fn upstream(keepalive: Duration) -> Upstream {
     Upstream::new(Settings {
         connect_timeout: Duration::from_secs(2),
         tls: None,
+        node_identity: None,
         keepalive_interval: keepalive,
         keepalive_timeout: keepalive,
     })

@@ -126,6 +126,7 @@ impl World {
             ingress_identities: Vec::new(),
             auth: corium_fleet_common::auth::AuthFlags::default(),
             authz: corium_fleet_transactor::authz::AuthzFlags::default(),
+            verify_node_identity: true,
         }
     }
 

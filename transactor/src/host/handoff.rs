@@ -84,6 +84,9 @@ impl Host {
         // tail, which is most of a handoff's unavailability on storage
         // where the log is one root per record.
         self.publish_indexes(&cell).await;
+        // A target that cannot be reached, or whose certificate does not
+        // name it, is found out before the lease is let go: nothing changes.
+        self.peers.reach(&target.endpoint, &target.node_id).await?;
         let started = Instant::now();
         self.handing_off
             .lock()
@@ -96,7 +99,7 @@ impl Host {
             .await;
         drop(closing);
         self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
-        let mut activated = self.peers.activate(&target.endpoint, db).await;
+        let mut activated = self.peers.activate(&target.endpoint, &target.node_id, db).await;
         for _ in 0..RELEASE_RACE_RETRIES {
             // The target still saw this node's lease: a renewal in flight
             // re-extended it after the release (the race `cell::rerelease`
@@ -112,7 +115,7 @@ impl Host {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(150)).await;
-            activated = self.peers.activate(&target.endpoint, db).await;
+            activated = self.peers.activate(&target.endpoint, &target.node_id, db).await;
         }
         self.handing_off
             .lock()
@@ -172,7 +175,7 @@ impl Host {
             _ => return,
         }
         for target in targets {
-            match self.peers.activate(&target.endpoint, db).await {
+            match self.peers.activate(&target.endpoint, &target.node_id, db).await {
                 Ok(answer) => {
                     self.metrics.handoffs.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(db, to = %target.node_id, lease_version = answer.lease_version, reason, "database handed off to a later candidate");

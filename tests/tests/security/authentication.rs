@@ -1,0 +1,421 @@
+//! Tokens checked at the ingress for every method class, stock clients with
+//! tokens across a failover, principals forged in headers and trailers, and
+//! client certificates on the TLS listener.
+
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_proto::fleet::{HandoffRequest, NodeStatusRequest, RequestStatusRequest};
+use corium_fleet_tests::corium::{self};
+use corium_fleet_tests::{Backend, Fleet, http_get, metric};
+use corium_protocol::auth::DEFAULT_DEV_TOKEN;
+use corium_protocol::pb;
+use corium_protocol::pb::catalog_client::CatalogClient;
+use corium_protocol::pb::transactor_client::TransactorClient;
+use tonic::Code;
+
+use crate::{Bearer, Clients, TOKEN, TTL, clients, code};
+
+/// One call of every method class the fleet serves, each answered with its
+/// status code: `(class, code)`.
+#[allow(clippy::too_many_lines)] // One call per class, each spelled out.
+async fn every_class(clients: &mut Clients, db: &str) -> Vec<(&'static str, Code)> {
+    let mut codes = Vec::new();
+    codes.push((
+        "create",
+        code(
+            clients
+                .catalog
+                .create_database(pb::CreateDatabaseRequest {
+                    db: "intruder".to_owned(),
+                    schema: corium::schema(),
+                    storage_key: String::new(),
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "transact",
+        code(
+            clients
+                .transactor
+                .transact(corium::transact_request(db, "intruder"))
+                .await,
+        ),
+    ));
+    codes.push((
+        "subscribe",
+        code(
+            clients
+                .transactor
+                .subscribe(pb::SubscribeRequest {
+                    db: db.to_owned(),
+                    from_basis_t: 0,
+                    protocol_version: corium_protocol::PROTOCOL_VERSION,
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "sync",
+        code(
+            clients
+                .transactor
+                .sync(pb::SyncRequest {
+                    db: db.to_owned(),
+                    t: 0,
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "list",
+        code(clients.catalog.list_databases(pb::ListDatabasesRequest {}).await),
+    ));
+    codes.push((
+        "fork",
+        code(
+            clients
+                .catalog
+                .fork_database(pb::ForkDatabaseRequest {
+                    db: db.to_owned(),
+                    target: "intruder-fork".to_owned(),
+                    ..Default::default()
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "gc",
+        code(
+            clients
+                .catalog
+                .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                    retention_millis: Some(0),
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "node-status",
+        code(clients.admin.node_status(NodeStatusRequest {}).await),
+    ));
+    codes.push((
+        "handoff",
+        code(
+            clients
+                .admin
+                .handoff(HandoffRequest {
+                    database: db.to_owned(),
+                    target_node_id: "node-2".to_owned(),
+                })
+                .await,
+        ),
+    ));
+    codes.push((
+        "request-status",
+        code(
+            clients
+                .requests
+                .status(RequestStatusRequest {
+                    database: db.to_owned(),
+                    request_id: uuid::Uuid::new_v4().to_string(),
+                })
+                .await,
+        ),
+    ));
+    // Last: the one that would destroy the database.
+    codes.push((
+        "delete",
+        code(
+            clients
+                .catalog
+                .delete_database(pb::DeleteDatabaseRequest { db: db.to_owned() })
+                .await,
+        ),
+    ));
+    codes
+}
+
+async fn ingress_metric(fleet: &Fleet, series: &str) -> f64 {
+    let (_, text) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
+    metric(&text, series).unwrap_or_else(|| panic!("{series} not exported:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_class_and_changes_nothing() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .node_flags(&["--serve-token", TOKEN])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let db = "guarded";
+    let mut operator = clients(&address, Some(TOKEN)).await;
+    operator
+        .catalog
+        .create_database(pb::CreateDatabaseRequest {
+            db: db.to_owned(),
+            schema: corium::schema(),
+            storage_key: String::new(),
+        })
+        .await
+        .unwrap();
+    let written = operator
+        .transactor
+        .transact(corium::transact_request(db, "first"))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // No token, a wrong one, and stock Corium's development token (which a
+    // --serve-token fleet no longer accepts): every class refused
+    // UNAUTHENTICATED, at the ingress.
+    for token in [None, Some("wrong"), Some(DEFAULT_DEV_TOKEN)] {
+        let mut stranger = clients(&address, token).await;
+        for (class, code) in every_class(&mut stranger, db).await {
+            assert_eq!(code, Code::Unauthenticated, "{class} with {token:?}");
+        }
+    }
+    assert!(ingress_metric(&fleet, "corium_fleet_ingress_rejected_unauthenticated_total").await >= 33.0);
+
+    // Nothing changed: the catalog holds only the database the operator
+    // made, and its log only the operator's write.
+    let listed = operator
+        .catalog
+        .list_databases(pb::ListDatabasesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .dbs;
+    assert_eq!(listed, vec![db.to_owned()]);
+    let log = corium::read_log(
+        &mut operator
+            .transactor
+            .subscribe(pb::SubscribeRequest {
+                db: db.to_owned(),
+                from_basis_t: 0,
+                protocol_version: corium_protocol::PROTOCOL_VERSION,
+            })
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();
+    assert_eq!(names, vec!["first"], "{log:?}");
+    assert_eq!(log.last().map(|(t, _)| *t), Some(written.basis_t));
+
+    // The negative control: the same classes with the token all pass the
+    // checks (some then fail for their own reasons, never for credentials).
+    for (class, code) in every_class(&mut operator, db).await {
+        assert!(
+            !matches!(code, Code::Unauthenticated | Code::PermissionDenied),
+            "{class} with the token: {code:?}\n{}",
+            fleet.logs()
+        );
+    }
+
+    // Directly at a node: a TLS client without a certificate does not get
+    // past the handshake; a node certificate with a wrong token is refused.
+    let owner = fleet.candidates("other")[0];
+    let port = fleet.nodes[owner].grpc;
+    let certs = fleet.certs().unwrap();
+    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    let no_cert = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+        .domain_name("localhost");
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10));
+    let anonymous_tls = async {
+        let channel = endpoint.clone().tls_config(no_cert).ok()?.connect().await.ok()?;
+        CatalogClient::new(channel)
+            .list_databases(pb::ListDatabasesRequest {})
+            .await
+            .ok()
+    };
+    assert!(
+        anonymous_tls.await.is_none(),
+        "a client without a certificate was served"
+    );
+    let node_cert = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+        .identity(tonic::transport::Identity::from_pem(
+            read("node-2.pem"),
+            read("node-2.key"),
+        ))
+        .domain_name("localhost");
+    let channel = endpoint.tls_config(node_cert).unwrap().connect().await.unwrap();
+    let wrong = CatalogClient::with_interceptor(channel, Bearer(Some("wrong".to_owned())))
+        .list_databases(pb::ListDatabasesRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code(), Code::Unauthenticated, "{wrong:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_connection_with_a_token_works_through_the_ingress_across_a_failover() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .node_flags(&["--serve-token", TOKEN])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let db = "tokened";
+    // Stock corium-peer, configured as for a stock transactor with a token.
+    let mut admin = corium_peer::Admin::connect(&address, Some(TOKEN.to_owned()), None)
+        .await
+        .unwrap();
+    assert!(admin.create_database(db, &corium::schema_forms()).await.unwrap());
+    let mut config = corium_peer::ConnectConfig::new(&address, db);
+    config.token = Some(TOKEN.to_owned());
+    config.failover_timeout = Duration::from_secs(30);
+    config.reconnect_max = Duration::from_millis(500);
+    let connection = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+        .await
+        .unwrap()
+        .unwrap();
+    let before = connection.transact(corium::item_forms("before")).await.unwrap();
+    let owner = fleet.candidates(db)[0];
+    fleet.nodes[owner].kill();
+    let after = connection
+        .transact(corium::item_forms("after"))
+        .await
+        .unwrap_or_else(|error| panic!("{error}\n{}", fleet.logs()));
+    assert!(after.basis_t > before.basis_t);
+    // The same stock client without the token gets nowhere.
+    let mut anonymous = corium_peer::ConnectConfig::new(&address, db);
+    anonymous.failover_timeout = Duration::from_secs(2);
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        corium_peer::Connection::connect(anonymous),
+    )
+    .await
+    .unwrap();
+    assert!(
+        refused.is_err(),
+        "an anonymous stock client connected to a strict fleet"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // One scenario: the listener started with client certificates, then each kind of caller.
+async fn a_client_certificate_on_the_tls_listener_authenticates_its_holder() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .node_flags(&["--serve-token", TOKEN])
+        .start()
+        .await;
+    let certs = fleet.certs().unwrap();
+    // A client certificate for "alice" from the same CA.
+    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+        .args([
+            "certs",
+            "--renew",
+            "--ingress",
+            "alice",
+            "--node",
+            "unused-node",
+            "--out",
+        ])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let tls_port = corium_fleet_tests::free_port();
+    let path = |name: &str| certs.join(name).display().to_string();
+    let listen = format!("127.0.0.1:{tls_port}");
+    let (cert, key, ca) = (
+        path("corium-fleet-ingress.pem"),
+        path("corium-fleet-ingress.key"),
+        path("ca.pem"),
+    );
+    fleet
+        .start_ingresses(
+            1,
+            &[
+                "--serve-token",
+                TOKEN,
+                "--tls-listen",
+                &listen,
+                "--tls-cert",
+                &cert,
+                "--tls-key",
+                &key,
+                "--tls-client-ca",
+                &ca,
+                "--tls-require-client-cert",
+                "true",
+            ],
+        )
+        .await;
+    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    let connect = async |identity: Option<&str>| {
+        let mut tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+            .domain_name("localhost");
+        if let Some(name) = identity {
+            tls = tls.identity(tonic::transport::Identity::from_pem(
+                read(&format!("{name}.pem")),
+                read(&format!("{name}.key")),
+            ));
+        }
+        tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{tls_port}"))
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(10))
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+    };
+    // Alice, with her certificate and no token, is authenticated by it.
+    let alice = connect(Some("alice")).await.unwrap();
+    CatalogClient::new(alice.clone())
+        .create_database(pb::CreateDatabaseRequest {
+            db: "alices".to_owned(),
+            schema: corium::schema(),
+            storage_key: String::new(),
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
+    TransactorClient::new(alice.clone())
+        .transact(corium::transact_request("alices", "by-alice"))
+        .await
+        .unwrap();
+    // ... as herself, not as an operator.
+    let status = FleetAdminClient::new(alice)
+        .node_status(NodeStatusRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // Without a certificate the TLS listener refuses the handshake, and on
+    // the cleartext port the same call without the token is refused.
+    let anonymous = async {
+        let channel = connect(None).await.ok()?;
+        CatalogClient::new(channel)
+            .list_databases(pb::ListDatabasesRequest {})
+            .await
+            .ok()
+    };
+    assert!(
+        anonymous.await.is_none(),
+        "a TLS client without a certificate was served"
+    );
+    let status = corium::transact(&fleet.ingresses[0].endpoint(), "alices", "no-token", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+}

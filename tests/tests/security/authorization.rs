@@ -1,0 +1,417 @@
+//! Who may do what at the owner: the operator surface by default, stock
+//! Corium's policy authorizer (`--authz-db`), and which certificates speak
+//! for a node.
+
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_proto::fleet::{ActivateRequest, HandoffRequest, NodeStatusRequest};
+use corium_fleet_tests::corium::{self, channel, frame};
+use corium_fleet_tests::{Backend, Fleet, eventually};
+use corium_fleet_wire::metadata;
+use corium_protocol::auth::DEFAULT_DEV_TOKEN;
+use corium_protocol::authz::Principal;
+use corium_protocol::pb;
+use corium_protocol::pb::catalog_client::CatalogClient;
+use corium_protocol::pb::transactor_client::TransactorClient;
+use prost::Message as _;
+use tonic::Code;
+
+use crate::{TTL, clients};
+
+/// `request` framed, with `trailers` after it: what a client that tries to
+/// slip metadata past a header check would send.
+async fn call_with_trailers(
+    endpoint: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    message: &[u8],
+    trailers: &[(&'static str, String)],
+) -> tonic::Status {
+    use http_body_util::BodyExt as _;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http();
+    let mut trailer_map = hyper::HeaderMap::new();
+    for (key, value) in trailers {
+        trailer_map.insert(*key, value.parse().unwrap());
+    }
+    let frames: Vec<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>> = vec![
+        Ok(hyper::body::Frame::data(bytes::Bytes::from(frame(message)))),
+        Ok(hyper::body::Frame::trailers(trailer_map)),
+    ];
+    let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
+    let mut request = hyper::Request::post(format!("{endpoint}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (key, value) in headers {
+        request = request.header(*key, *value);
+    }
+    let response = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.request(request.body(body).unwrap()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+        return status;
+    }
+    let collected = tokio::time::timeout(Duration::from_secs(30), response.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap();
+    let trailers = collected.trailers().cloned().unwrap_or_default();
+    tonic::Status::from_header_map(&trailers).unwrap_or_else(|| tonic::Status::ok(""))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // One scenario per hop kind: each step starts from the state the previous one left.
+async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_not() {
+    for mtls in [false, true] {
+        let mut builder = Fleet::builder(Backend::Filesystem).lease_ttl(TTL);
+        if mtls {
+            builder = builder.mtls();
+        }
+        let mut fleet = builder.start().await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        let db = "open";
+        // Stock defaults: an anonymous client creates and writes.
+        assert!(corium::create(&address, db).await.unwrap(), "mtls={mtls}");
+        corium::transact(&address, db, "anonymous", &[]).await.unwrap();
+
+        // The operator surface: anonymous and unknown-token callers are
+        // refused; the development token (role admin) is an operator.
+        for token in [None, Some("wrong")] {
+            let mut stranger = clients(&address, token).await;
+            let status = stranger
+                .admin
+                .node_status(NodeStatusRequest {})
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                Code::PermissionDenied,
+                "mtls={mtls} {token:?}: {status:?}"
+            );
+            let status = stranger
+                .admin
+                .handoff(HandoffRequest {
+                    database: db.to_owned(),
+                    target_node_id: fleet.nodes[fleet.candidates(db)[1]].id.clone(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                Code::PermissionDenied,
+                "mtls={mtls} {token:?}: {status:?}"
+            );
+            let status = stranger
+                .catalog
+                .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                    retention_millis: Some(0),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(
+                status.code(),
+                Code::PermissionDenied,
+                "mtls={mtls} {token:?}: {status:?}"
+            );
+        }
+        let mut operator = clients(&address, Some(DEFAULT_DEV_TOKEN)).await;
+        let status = operator
+            .admin
+            .node_status(NodeStatusRequest {})
+            .await
+            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
+        assert!(!status.into_inner().node_id.is_empty());
+        // GC has a retention floor: a sweep of young unreachable blobs (which
+        // a live database's index may be about to reference) is refused, the
+        // default retention runs, and the database keeps working.
+        let status = operator
+            .catalog
+            .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                retention_millis: Some(0),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "mtls={mtls}: {status:?}");
+        operator
+            .catalog
+            .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                retention_millis: None,
+            })
+            .await
+            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
+        corium::transact(&address, db, "after-gc", &[]).await.unwrap();
+
+        // A principal forged in the trailers (claiming the operator) is
+        // never read: the anonymous caller stays anonymous.
+        let forged =
+            corium_fleet_common::auth::encode(&Principal::new("static-token", "operator").with_role("admin"));
+        let status = call_with_trailers(
+            &address,
+            "/corium.fleet.v1.FleetAdmin/NodeStatus",
+            &[],
+            &NodeStatusRequest {}.encode_to_vec(),
+            &[(metadata::PRINCIPAL, forged.clone())],
+        )
+        .await;
+        assert_eq!(
+            status.code(),
+            Code::PermissionDenied,
+            "mtls={mtls} via the ingress: {status:?}"
+        );
+        // ... and in the headers it is refused outright by the ingress.
+        let status = corium::raw_call(
+            &address,
+            "/corium.fleet.v1.FleetAdmin/NodeStatus",
+            &[(metadata::PRINCIPAL, forged.as_str())],
+            frame(&NodeStatusRequest {}.encode_to_vec()),
+        )
+        .await;
+        assert_eq!(status.code(), Code::InvalidArgument, "mtls={mtls}: {status:?}");
+
+        if !mtls {
+            // Directly at a node on a cleartext fleet: anonymous callers
+            // may not ask it to activate, forged principals in headers are
+            // refused, and in trailers ignored.
+            let node = &fleet.nodes[fleet.candidates(db)[1]];
+            let status = FleetAdminClient::new(channel(&node.endpoint()).await)
+                .activate(ActivateRequest {
+                    database: db.to_owned(),
+                })
+                .await
+                .unwrap_err();
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            let status = corium::raw_call(
+                &node.endpoint(),
+                "/corium.fleet.v1.FleetAdmin/NodeStatus",
+                &[(metadata::PRINCIPAL, forged.as_str())],
+                frame(&NodeStatusRequest {}.encode_to_vec()),
+            )
+            .await;
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            let status = call_with_trailers(
+                &node.endpoint(),
+                "/corium.fleet.v1.FleetAdmin/NodeStatus",
+                &[],
+                &NodeStatusRequest {}.encode_to_vec(),
+                &[(metadata::PRINCIPAL, forged.clone())],
+            )
+            .await;
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            // The negative control: the operator's token is accepted there.
+            let status = corium::admin(&node.endpoint())
+                .await
+                .node_status(NodeStatusRequest {})
+                .await;
+            assert!(status.is_ok(), "{status:?}");
+        }
+
+        // A handoff by the operator still works: the owner asks the target
+        // to activate over the node-to-node path (certificate or token).
+        let target = fleet.nodes[fleet.candidates(db)[1]].id.clone();
+        let handed = operator
+            .admin
+            .handoff(HandoffRequest {
+                database: db.to_owned(),
+                target_node_id: target.clone(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
+        assert_eq!(handed.into_inner().to_node_id, target);
+        eventually(Duration::from_secs(20), "a write after the handoff", async || {
+            corium::transact(&address, db, "after-handoff", &[]).await
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_certificate_speaks_for_a_node_only_if_it_names_a_member() {
+    let fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
+    let certs = fleet.certs().unwrap();
+    // A certificate from the fleet CA for a name that is no member's.
+    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+        .args([
+            "certs",
+            "--renew",
+            "--ingress",
+            "not-an-ingress",
+            "--node",
+            "intruder",
+            "--out",
+        ])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    let port = fleet.nodes[0].grpc;
+    let as_holder = async |name: &str| {
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+            .identity(tonic::transport::Identity::from_pem(
+                read(&format!("{name}.pem")),
+                read(&format!("{name}.key")),
+            ))
+            .domain_name("localhost");
+        let channel = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+            .unwrap()
+            .timeout(Duration::from_secs(10))
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        FleetAdminClient::new(channel)
+            .node_status(NodeStatusRequest {})
+            .await
+    };
+    // The intruder connects (its certificate chains to the fleet CA) but is
+    // no one in particular: anonymous, not an operator.
+    let status = as_holder("intruder").await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // The negative control: node-2's own certificate speaks for node-2.
+    let answer = as_holder("node-2")
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}"));
+    assert_eq!(answer.into_inner().node_id, fleet.nodes[0].id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // One scenario: policy made, enforced, then granted.
+async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
+    use corium_authz::{bootstrap, schema};
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let policy_db = "policy";
+    let db = "music";
+    // Before enforcement, the operator creates the policy database exactly
+    // as `corium authz init` does (Corium's reserved schema, its default
+    // permissions, the operator owning the catalog and every database),
+    // through the fleet address with stock corium-peer.
+    let operator_token = Some(DEFAULT_DEV_TOKEN.to_owned());
+    let mut admin = corium_peer::Admin::connect(&address, operator_token.clone(), None)
+        .await
+        .unwrap();
+    assert!(
+        admin
+            .create_database(policy_db, &schema::schema_forms())
+            .await
+            .unwrap()
+    );
+    assert!(admin.create_database(db, &corium::schema_forms()).await.unwrap());
+    let mut config = corium_peer::ConnectConfig::new(&address, policy_db);
+    config.token.clone_from(&operator_token);
+    config.failover_timeout = Duration::from_secs(30);
+    let policy = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut forms = schema::default_permission_forms();
+    forms.push(bootstrap::principal_form("operator", Some("static-token"), &[]));
+    forms.push(bootstrap::tuple_form("operator", "owner", "catalog:*"));
+    forms.push(bootstrap::tuple_form("operator", "owner", "database:*"));
+    policy.transact(forms).await.unwrap();
+    drop(policy);
+
+    // Every node restarted with the policy (stock Corium's CORIUM_AUTHZ_DB).
+    for node in &mut fleet.nodes {
+        node.set_env("CORIUM_AUTHZ_DB", Some(policy_db));
+        node.terminate().await;
+        node.restart().await;
+    }
+    // The operator owns everything: its writes go through once the policy
+    // has loaded (until then every decision is a denial: fail closed).
+    let operator = async |name: &str| {
+        let mut request = tonic::Request::new(corium::transact_request(db, name));
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+        );
+        TransactorClient::new(channel(&address).await)
+            .transact(request)
+            .await
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the operator writes under the policy",
+        async || operator("by-the-operator").await,
+    )
+    .await;
+    // An anonymous caller holds no relation on the database: denied, and
+    // nothing is written.
+    let denied = corium::transact(&address, db, "anonymous-before", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+
+    // Grant `user:anonymous writer database:music`, as `corium authz grant`.
+    let mut config = corium_peer::ConnectConfig::new(&address, policy_db);
+    config.token = operator_token;
+    config.failover_timeout = Duration::from_secs(30);
+    let policy = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+        .await
+        .unwrap()
+        .unwrap_or_else(|error| panic!("{error}\n{}", fleet.logs()));
+    policy
+        .transact(vec![bootstrap::tuple_form(
+            "anonymous",
+            "writer",
+            &format!("database:{db}"),
+        )])
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "the anonymous write is allowed once granted",
+        async || corium::transact(&address, db, "anonymous-after", &[]).await,
+    )
+    .await;
+    // Still no more than the relation gives: deleting the database is an
+    // owner's action.
+    let delete = CatalogClient::new(channel(&address).await)
+        .delete_database(pb::DeleteDatabaseRequest { db: db.to_owned() })
+        .await
+        .unwrap_err();
+    assert_eq!(delete.code(), Code::PermissionDenied, "{delete:?}");
+    // Exactly the operator's and the granted write are in the log.
+    let mut request = tonic::Request::new(pb::SubscribeRequest {
+        db: db.to_owned(),
+        from_basis_t: 0,
+        protocol_version: corium_protocol::PROTOCOL_VERSION,
+    });
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+    );
+    let log = corium::read_log(
+        &mut TransactorClient::new(channel(&address).await)
+            .subscribe(request)
+            .await
+            .unwrap()
+            .into_inner(),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();
+    assert_eq!(names, vec!["by-the-operator", "anonymous-after"], "{log:?}");
+}

@@ -1,0 +1,205 @@
+//! Certificates: rotated under load with no failed call, and a node dialled
+//! only if its certificate names its node id.
+
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::HandoffRequest;
+use corium_fleet_tests::corium::{self};
+use corium_fleet_tests::{Backend, Fleet, eventually};
+use tonic::Code;
+
+use crate::{SERVER_EXPIRY, TTL, UPSTREAM_EXPIRY, sample};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_rotate_under_load_with_no_failed_call() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let db = "rotating";
+    assert!(corium::create(&address, db).await.unwrap());
+    let mut issued = Vec::new();
+    for node in &fleet.nodes {
+        issued.push(
+            sample(node.admin, SERVER_EXPIRY)
+                .await
+                .expect("a node on mTLS reports its expiry"),
+        );
+    }
+    let ingress_issued = sample(fleet.ingresses[0].admin, UPSTREAM_EXPIRY).await.unwrap();
+    // Expiry has a resolution of one second: renew in a later one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    // A writer that never stops while the certificates change under it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (address, stop) = (address.clone(), std::sync::Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut written = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && written < 5_000 {
+                corium::transact(&address, db, &format!("w{written}"), &[])
+                    .await
+                    .map_err(|status| format!("write {written} failed: {status:?}"))?;
+                written += 1;
+            }
+            Ok::<u32, String>(written)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let certs = fleet.certs().unwrap();
+    let mut renew = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"));
+    renew.arg("certs").arg("--renew").arg("--out").arg(&certs);
+    renew
+        .arg("--ingress")
+        .arg(corium_fleet_common::launch::INGRESS_IDENTITY);
+    for node in &fleet.nodes {
+        renew.arg("--node").arg(&node.id);
+    }
+    let output = renew.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The ingress and node-1 are told at once; the others notice the files.
+    fleet.ingresses[0].signal(nix::sys::signal::Signal::SIGHUP);
+    fleet.nodes[0].signal(nix::sys::signal::Signal::SIGHUP);
+    for (node, issued) in fleet.nodes.iter().zip(&issued) {
+        eventually(
+            Duration::from_secs(20),
+            format!("{} serves its new certificate", node.id),
+            async || match sample(node.admin, SERVER_EXPIRY).await {
+                Some(expiry) if expiry > *issued => Ok(()),
+                other => Err(format!("expiry {other:?}, issued {issued}")),
+            },
+        )
+        .await;
+    }
+    eventually(
+        Duration::from_secs(20),
+        "the ingress uses its new certificate",
+        async || match sample(fleet.ingresses[0].admin, UPSTREAM_EXPIRY).await {
+            Some(expiry) if expiry > ingress_issued => Ok(()),
+            other => Err(format!("expiry {other:?}, issued {ingress_issued}")),
+        },
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer
+        .await
+        .unwrap()
+        .unwrap_or_else(|error| panic!("{error}\n{}", fleet.logs()));
+    assert!(written > 0);
+    eprintln!("{written} writes across the rotation, none failed");
+
+    // New connections are made with the new certificates: a fresh ingress,
+    // and a handoff (the owner dials the target with its new certificate).
+    fleet.start_ingresses(1, &[]).await;
+    let fresh = fleet.ingresses[1].endpoint();
+    corium::transact(&fresh, db, "through-a-fresh-ingress", &[])
+        .await
+        .unwrap();
+    let target = fleet.nodes[fleet.candidates(db)[1]].id.clone();
+    let handed = corium::admin(&fresh)
+        .await
+        .handoff(HandoffRequest {
+            database: db.to_owned(),
+            target_node_id: target.clone(),
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
+    assert_eq!(handed.into_inner().to_node_id, target);
+    eventually(Duration::from_secs(20), "a write after the handoff", async || {
+        corium::transact(&address, db, "after-rotation", &[]).await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_whose_certificate_names_another_node_is_refused() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .mtls()
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let db = "verified";
+    assert!(corium::create(&address, db).await.unwrap());
+    corium::transact(&address, db, "first", &[]).await.unwrap();
+    let candidates = fleet.candidates(db);
+    let (owner, target) = (candidates[0], candidates[1]);
+    let other = (0..fleet.nodes.len())
+        .find(|n| *n != owner && *n != target)
+        .unwrap();
+    let certs = fleet.certs().unwrap();
+    let reloads = "corium_fleet_tls_reloads_total{certificate=\"server\",result=\"ok\"}";
+    let reload = async |fleet: &Fleet, node: usize, after: f64| {
+        fleet.nodes[node].signal(nix::sys::signal::Signal::SIGHUP);
+        eventually(
+            Duration::from_secs(20),
+            "the target reloads its certificate",
+            async || match sample(fleet.nodes[node].admin, reloads).await {
+                Some(count) if count > after => Ok(count),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await
+    };
+    // The target now presents a certificate of the fleet's CA that names
+    // another node.
+    let (target_id, other_id) = (fleet.nodes[target].id.clone(), fleet.nodes[other].id.clone());
+    for extension in ["key", "pem"] {
+        let staged = certs.join(format!(".{target_id}.{extension}"));
+        std::fs::copy(certs.join(format!("{other_id}.{extension}")), &staged).unwrap();
+        std::fs::rename(&staged, certs.join(format!("{target_id}.{extension}"))).unwrap();
+    }
+    let count = reload(&fleet, target, 0.0).await;
+    let handoff = async || {
+        corium::admin(&address)
+            .await
+            .handoff(HandoffRequest {
+                database: db.to_owned(),
+                target_node_id: target_id.clone(),
+            })
+            .await
+    };
+    let refused = handoff().await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    // Nothing changed: the owner still holds the database and writes.
+    let view = corium::placement(&address, db).await;
+    assert_eq!(
+        view.owner_id.split('/').next(),
+        Some(fleet.nodes[owner].id.as_str()),
+        "{view:?}"
+    );
+    corium::transact(&address, db, "still-here", &[]).await.unwrap();
+
+    // The negative control: the target's own certificate again.
+    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+        .args([
+            "certs",
+            "--renew",
+            "--ingress",
+            "unused-ingress",
+            "--node",
+            &target_id,
+            "--out",
+        ])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    reload(&fleet, target, count).await;
+    let handed = handoff()
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
+    assert_eq!(handed.into_inner().to_node_id, target_id);
+}

@@ -1,0 +1,83 @@
+//! Authentication and authorization over real processes: the ingress checks
+//! credentials with stock Corium's flags and providers, the principal (never
+//! the token) travels to the owner, and the owner authorizes with Corium's
+//! guard. Every refusal has its negative control: the same call with the
+//! right credential succeeds.
+//!
+//! - `authentication` — tokens at the ingress, every method class, stock
+//!   clients with tokens, forged principals, client certificates;
+//! - `authorization` — the operator surface, `--authz-db`, which
+//!   certificates speak for a node;
+//! - `certificates` — rotation under load, dialling a node by its id.
+
+mod authentication;
+mod authorization;
+mod certificates;
+
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_proto::fleet::requests_client::RequestsClient;
+use corium_fleet_tests::corium::channel;
+use corium_fleet_tests::{http_get, metric};
+use corium_protocol::pb::catalog_client::CatalogClient;
+use corium_protocol::pb::transactor_client::TransactorClient;
+use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+pub(crate) const TTL: Duration = Duration::from_millis(1500);
+pub(crate) const TOKEN: &str = "fleet-test-secret";
+
+pub(crate) type Intercepted = InterceptedService<Channel, Bearer>;
+
+/// Presents `authorization: Bearer <token>`, or nothing.
+#[derive(Clone)]
+pub(crate) struct Bearer(Option<String>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+        }
+        Ok(request)
+    }
+}
+
+pub(crate) struct Clients {
+    pub(crate) transactor: TransactorClient<Intercepted>,
+    pub(crate) catalog: CatalogClient<Intercepted>,
+    pub(crate) admin: FleetAdminClient<Intercepted>,
+    pub(crate) requests: RequestsClient<Intercepted>,
+}
+
+pub(crate) async fn clients(endpoint: &str, token: Option<&str>) -> Clients {
+    let channel = channel(endpoint).await;
+    let bearer = Bearer(token.map(str::to_owned));
+    Clients {
+        transactor: TransactorClient::with_interceptor(channel.clone(), bearer.clone()),
+        catalog: CatalogClient::with_interceptor(channel.clone(), bearer.clone()),
+        admin: FleetAdminClient::with_interceptor(channel.clone(), bearer.clone()),
+        requests: RequestsClient::with_interceptor(channel, bearer),
+    }
+}
+
+pub(crate) fn code<T>(result: Result<T, tonic::Status>) -> Code {
+    match result {
+        Ok(_) => Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+/// One sample of a process's `/metrics`.
+pub(crate) async fn sample(admin_port: u16, series: &str) -> Option<f64> {
+    let (_, text) = http_get(admin_port, "/metrics").await?;
+    metric(&text, series)
+}
+
+pub(crate) const SERVER_EXPIRY: &str =
+    "corium_fleet_tls_certificate_expiry_timestamp_seconds{certificate=\"server\"}";
+pub(crate) const UPSTREAM_EXPIRY: &str =
+    "corium_fleet_tls_certificate_expiry_timestamp_seconds{certificate=\"upstream\"}";
