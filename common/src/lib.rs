@@ -11,6 +11,8 @@
 //! - [`launch`] — the command line of a node or an ingress, and the readiness
 //!   probe: how the local launcher and the tests start processes;
 //! - [`logging`] — the binaries' `tracing` setup;
+//! - [`names`] — Corium's database-name rule (and saga branches), checked
+//!   on every request before storage;
 //! - [`owner`] — lease owner ids (`<node-id>/<incarnation>`) and the lease clock;
 //! - [`placement`] — members and the deterministic candidate function;
 //! - [`placement_map`] — the operator's per-database override, reloaded safely;
@@ -24,6 +26,7 @@ pub mod auth;
 pub mod cert_reload;
 pub mod launch;
 pub mod logging;
+pub mod names;
 pub mod owner;
 pub mod placement;
 pub mod placement_map;

@@ -39,8 +39,8 @@ pub struct Metrics {
     pub suspect_marks: AtomicU64,
     /// Requests whose route header disagreed with the body.
     pub rejected_route_mismatch: AtomicU64,
-    /// Requests whose first message names no database (or cannot be read
-    /// for one).
+    /// Requests whose first message names no database, or an invalid name
+    /// (or cannot be read for one).
     pub rejected_unroutable: AtomicU64,
     /// Requests over the body size limit.
     pub rejected_too_large: AtomicU64,
@@ -152,7 +152,7 @@ impl Metrics {
             ),
             (
                 "corium_fleet_ingress_rejected_unroutable_total",
-                "Requests whose body named no database.",
+                "Requests whose body named no database, or an invalid name.",
                 &self.rejected_unroutable,
             ),
             (

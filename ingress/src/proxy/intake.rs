@@ -252,6 +252,14 @@ impl Proxy {
                     Status::invalid_argument(error.to_string()),
                 )
             })?;
+        // Corium's name rule before any lookup: junk never costs a storage
+        // read, and the client learns it is junk (not "try again").
+        corium_fleet_common::names::check(&db).map_err(|error| {
+            Self::reject(
+                &self.metrics.rejected_unroutable,
+                Status::invalid_argument(error.to_string()),
+            )
+        })?;
         if let Some(route) = parts.headers.get(metadata::DATABASE_ROUTE)
             && route.as_bytes() != db.as_bytes()
         {

@@ -107,6 +107,7 @@ impl Host {
         map: &tonic::metadata::MetadataMap,
         db: &str,
     ) -> Result<Arc<Cell>, Refusal> {
+        corium_fleet_common::names::check(db)?;
         let routing = self.check_metadata(map, db)?;
         if let Some(cell) = self.cell(db) {
             return self.check_cell(&cell, &routing).await.map(|()| cell);

@@ -20,6 +20,10 @@ pub enum Refusal {
     /// call ran, so any caller may send it again.
     #[error("not the lease holder of {:?}", .0.database)]
     NotOwner(Box<NotOwner>),
+    /// The name can name no database (Corium's rule): `INVALID_ARGUMENT`,
+    /// decided before any storage read.
+    #[error(transparent)]
+    InvalidName(#[from] corium_fleet_common::names::InvalidName),
     /// The catalog has no such database: `NOT_FOUND`.
     #[error("unknown database {0:?}")]
     UnknownDatabase(String),
@@ -42,7 +46,7 @@ impl Refusal {
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Metadata(_) | Self::UnknownDatabase(_) => ErrorKind::GiveUp,
+            Self::Metadata(_) | Self::InvalidName(_) | Self::UnknownDatabase(_) => ErrorKind::GiveUp,
             Self::NotOwner(detail) => not_owner::kind(detail),
             Self::Unverifiable { .. } => ErrorKind::RetryLater,
         }
@@ -54,6 +58,7 @@ impl From<Refusal> for Status {
         match refusal {
             Refusal::NotOwner(detail) => not_owner::to_status(&detail),
             Refusal::Metadata(error) => Self::invalid_argument(error.to_string()),
+            Refusal::InvalidName(error) => Self::invalid_argument(error.to_string()),
             Refusal::UnknownDatabase(_) => Self::not_found(refusal.to_string()),
             Refusal::Unverifiable { .. } => Self::unavailable(refusal.to_string()),
         }

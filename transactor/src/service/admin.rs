@@ -24,6 +24,7 @@ pub struct FleetAdminSvc(pub Arc<Host>);
 /// # Errors
 /// `UNAVAILABLE` when storage cannot be read.
 pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseView), Status> {
+    corium_fleet_common::names::check(db).map_err(|error| Status::invalid_argument(error.to_string()))?;
     let view = host.read_root(db).await?;
     if !view.exists {
         // Not (or no longer) in the catalog: say where it would be placed.
@@ -125,6 +126,8 @@ impl FleetAdmin for FleetAdminSvc {
                 "handoff needs a database and a target node id",
             ));
         }
+        corium_fleet_common::names::check(&database)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
         self.0
             .handoff(&database, &target_node_id)
             .await
@@ -138,6 +141,8 @@ impl FleetAdmin for FleetAdminSvc {
         let host = &self.0;
         super::authorize::operator(host, &request, "Activate")?;
         let db = request.into_inner().database;
+        corium_fleet_common::names::check(&db)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
         if host.rank(&db).is_none() {
             return Err(Status::failed_precondition(format!(
                 "node {} is not a candidate for {db:?}",

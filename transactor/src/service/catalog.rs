@@ -45,14 +45,10 @@ fn already_exists(db: &str) -> Status {
     Status::already_exists(format!("database {db:?} already exists"))
 }
 
-/// Corium's database-name rule, checked before anything touches storage.
+/// Corium's database-name rule (a database, never a saga branch), checked
+/// before anything touches storage.
 fn check_name(db: &str) -> Result<(), Status> {
-    let valid = !db.is_empty()
-        && db.len() <= 128
-        && db
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
-    if valid {
+    if corium_fleet_common::names::is_database(db) {
         Ok(())
     } else {
         Err(Status::invalid_argument(format!(

@@ -1,0 +1,131 @@
+//! Resource bounds over real processes: what a client chooses cannot make
+//! the fleet do unbounded work. Database names are checked by Corium's rule
+//! on every request type, at the ingress and at the node, before anything
+//! touches storage.
+
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::requests_client::RequestsClient;
+use corium_fleet_proto::fleet::{DatabasePlacementRequest, HandoffRequest, RequestStatusRequest};
+use corium_fleet_tests::corium::{self, channel};
+use corium_fleet_tests::{Backend, Fleet, http_get};
+use corium_protocol::pb;
+use corium_protocol::pb::transactor_client::TransactorClient;
+use tonic::Code;
+
+const TTL: Duration = Duration::from_millis(1500);
+
+/// Every request type that names a database, answered for `db` at
+/// `endpoint`: `(request type, code)`.
+async fn every_type(endpoint: &str, db: &str) -> Vec<(&'static str, Code)> {
+    let code = |result: Result<(), tonic::Status>| result.err().map_or(Code::Ok, |status| status.code());
+    let mut transactor = TransactorClient::new(channel(endpoint).await);
+    let mut admin = corium::admin(endpoint).await;
+    vec![
+        (
+            "transact",
+            code(
+                transactor
+                    .transact(corium::transact_request(db, "x"))
+                    .await
+                    .map(drop),
+            ),
+        ),
+        (
+            "subscribe",
+            code(
+                transactor
+                    .subscribe(pb::SubscribeRequest {
+                        db: db.to_owned(),
+                        from_basis_t: 0,
+                        protocol_version: corium_protocol::PROTOCOL_VERSION,
+                    })
+                    .await
+                    .map(drop),
+            ),
+        ),
+        (
+            "sync",
+            code(
+                transactor
+                    .sync(pb::SyncRequest {
+                        db: db.to_owned(),
+                        t: 0,
+                    })
+                    .await
+                    .map(drop),
+            ),
+        ),
+        (
+            "request-status",
+            code(
+                RequestsClient::new(channel(endpoint).await)
+                    .status(RequestStatusRequest {
+                        database: db.to_owned(),
+                        request_id: uuid::Uuid::new_v4().to_string(),
+                    })
+                    .await
+                    .map(drop),
+            ),
+        ),
+        (
+            "placement",
+            code(
+                admin
+                    .database_placement(DatabasePlacementRequest {
+                        database: db.to_owned(),
+                    })
+                    .await
+                    .map(drop),
+            ),
+        ),
+        (
+            "handoff",
+            code(
+                admin
+                    .handoff(HandoffRequest {
+                        database: db.to_owned(),
+                        target_node_id: "node-2".to_owned(),
+                    })
+                    .await
+                    .map(drop),
+            ),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_database_names_are_refused_before_any_storage_read() {
+    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
+    fleet.start_ingresses(1, &[]).await;
+    let junk = ["bad name", "../etc", "a.b", "x".repeat(129).as_str(), "naïve"].map(str::to_owned);
+    for name in &junk {
+        // Through the ingress, and directly at a node: INVALID_ARGUMENT,
+        // which no client retries.
+        for endpoint in [fleet.ingresses[0].endpoint(), fleet.nodes[0].endpoint()] {
+            for (kind, code) in every_type(&endpoint, name).await {
+                assert_eq!(code, Code::InvalidArgument, "{kind} {name:?} at {endpoint}");
+            }
+        }
+    }
+    // Not one storage operation was made for them.
+    for node in &fleet.nodes {
+        let (_, root_ops) = http_get(node.admin, "/debug/root-ops").await.unwrap();
+        for name in &junk {
+            assert!(
+                !root_ops.contains(name.as_str()),
+                "{} read storage for {name:?}:\n{root_ops}",
+                node.id
+            );
+        }
+    }
+    // The negative control: a valid name of no database is looked up, and
+    // is NOT_FOUND at its candidates.
+    let absent = "valid-but-absent";
+    let codes = every_type(&fleet.ingresses[0].endpoint(), absent).await;
+    let transact = codes.iter().find(|(kind, _)| *kind == "transact").unwrap().1;
+    assert_eq!(transact, Code::NotFound, "{codes:?}");
+    let candidate = &fleet.nodes[fleet.candidates(absent)[0]];
+    let (_, root_ops) = http_get(candidate.admin, "/debug/root-ops").await.unwrap();
+    assert!(root_ops.contains(absent), "{root_ops}");
+}
