@@ -129,3 +129,46 @@ async fn junk_database_names_are_refused_before_any_storage_read() {
     let (_, root_ops) = http_get(candidate.admin, "/debug/root-ops").await.unwrap();
     assert!(root_ops.contains(absent), "{root_ops}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_beyond_the_limits_are_refused_and_places_come_back() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .node_flags(&["--max-subscriptions-per-database", "2"])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let (db, other) = ("watched", "other");
+    assert!(corium::create(&address, db).await.unwrap());
+    assert!(corium::create(&address, other).await.unwrap());
+    let subscribe = async |db: &str| {
+        TransactorClient::new(channel(&address).await)
+            .subscribe(pb::SubscribeRequest {
+                db: db.to_owned(),
+                from_basis_t: 0,
+                protocol_version: corium_protocol::PROTOCOL_VERSION,
+            })
+            .await
+    };
+    let first = subscribe(db).await.unwrap();
+    let second = subscribe(db).await.unwrap();
+    let refused = subscribe(db).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    // Another database is not affected by this one's subscribers.
+    let _elsewhere = subscribe(other).await.unwrap();
+    let owner = &fleet.nodes[fleet.candidates(db)[0]];
+    let (_, metrics) = http_get(owner.admin, "/metrics").await.unwrap();
+    assert_eq!(
+        corium_fleet_tests::metric(&metrics, "corium_fleet_subscriptions_refused_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    // A place comes back when a subscriber leaves.
+    drop(first);
+    corium_fleet_tests::eventually(Duration::from_secs(10), "a place comes back", async || {
+        subscribe(db).await.map(drop)
+    })
+    .await;
+    drop(second);
+}

@@ -23,6 +23,12 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
             let by_rank: Vec<(String, u64)> = by_rank.into_iter().collect();
             let refused = host.map.refused.load(std::sync::atomic::Ordering::Relaxed);
             let mut text = host.metrics.render(cells.len(), &by_rank, refused);
+            corium_fleet_common::prometheus::gauge(
+                &mut text,
+                "corium_fleet_subscriptions",
+                "Subscribe streams open on this node.",
+                host.subscriptions.load(std::sync::atomic::Ordering::Relaxed) as u64,
+            );
             if let Some(material) = host.tls_material.get() {
                 text.push_str(&corium_fleet_common::cert_reload::render(material));
             }

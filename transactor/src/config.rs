@@ -78,6 +78,13 @@ pub struct Args {
     /// database is still publishing, so it is never swept [default: 3600000].
     #[arg(long)]
     pub gc_min_retention_ms: Option<u64>,
+    /// Most `Subscribe` streams this node serves at once; more are refused
+    /// `RESOURCE_EXHAUSTED` [default: 10000].
+    #[arg(long)]
+    pub max_subscriptions: Option<usize>,
+    /// Most `Subscribe` streams one database serves at once [default: 1000].
+    #[arg(long)]
+    pub max_subscriptions_per_database: Option<usize>,
     /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
     /// This node is added from its own flags when not listed.
     #[arg(long = "member")]
@@ -187,6 +194,10 @@ pub struct Config {
     /// The retention floor of `GcDeletedDatabases`: blobs younger than this
     /// are never swept (an index being published references them soon).
     pub gc_min_retention: Duration,
+    /// Most subscriptions served at once by this node, and per database:
+    /// each holds a task, a 64-item buffer and keeps its cell from idle
+    /// eviction.
+    pub max_subscriptions: (usize, usize),
     /// mTLS on the gRPC port (plaintext when `None`).
     pub tls: Option<Tls>,
     /// Certificate names that mark an ingress peer.
@@ -247,6 +258,10 @@ impl Args {
             placement_map: self.placement_map.or(file.placement_map),
             idle_evict_after_ms: self.idle_evict_after_ms.or(file.idle_evict_after_ms),
             gc_min_retention_ms: self.gc_min_retention_ms.or(file.gc_min_retention_ms),
+            max_subscriptions: self.max_subscriptions.or(file.max_subscriptions),
+            max_subscriptions_per_database: self
+                .max_subscriptions_per_database
+                .or(file.max_subscriptions_per_database),
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             log: self.log.or(file.log),
@@ -398,6 +413,10 @@ impl Args {
                 ms => Some(Duration::from_millis(ms)),
             },
             gc_min_retention: Duration::from_millis(self.gc_min_retention_ms.unwrap_or(3_600_000)),
+            max_subscriptions: (
+                self.max_subscriptions.unwrap_or(10_000),
+                self.max_subscriptions_per_database.unwrap_or(1_000),
+            ),
             ingress_identities: self
                 .ingress_identities
                 .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),

@@ -39,6 +39,8 @@ pub struct Metrics {
     /// `Transact` calls with a request id already committed: answered from
     /// the durable record.
     pub request_id_replays: AtomicU64,
+    /// `Subscribe` calls refused at a subscription limit.
+    pub subscriptions_refused: AtomicU64,
     /// Calls refused `PERMISSION_DENIED` by the fleet's own authorization
     /// (the authorizer, or the operator check).
     pub denied: AtomicU64,
@@ -173,6 +175,12 @@ impl Metrics {
             "corium_fleet_request_id_replays_total",
             "Transactions with an already-committed corium-request-id, answered from the durable record.",
             load(&self.request_id_replays),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_subscriptions_refused_total",
+            "Subscribe calls refused at --max-subscriptions or --max-subscriptions-per-database.",
+            load(&self.subscriptions_refused),
         );
         counter(
             &mut out,

@@ -122,6 +122,7 @@ impl World {
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
             gc_min_retention: Duration::from_hours(1),
+            max_subscriptions: (10_000, 1_000),
             tls: None,
             ingress_identities: Vec::new(),
             auth: corium_fleet_common::auth::AuthFlags::default(),

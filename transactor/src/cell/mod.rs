@@ -224,6 +224,12 @@ impl Cell {
         }
     }
 
+    /// Subscriptions open on this cell now.
+    #[must_use]
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.load(Ordering::Acquire)
+    }
+
     /// How long the cell has had no call in flight and no subscription;
     /// `None` while it is in use.
     #[must_use]

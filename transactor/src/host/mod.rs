@@ -78,6 +78,9 @@ pub struct Host {
     /// Authenticates direct callers and authorizes every call: the same
     /// guard the Corium services in the cells are built with.
     pub guard: corium_protocol::authz::Guard,
+    /// `Subscribe` streams open on this node (bounded by
+    /// `--max-subscriptions`).
+    pub subscriptions: Arc<std::sync::atomic::AtomicUsize>,
     /// The node's reloadable TLS material, once serving (for `/metrics`).
     pub tls_material: std::sync::OnceLock<Vec<Arc<dyn corium_fleet_common::cert_reload::Reload>>>,
 }
@@ -115,6 +118,7 @@ impl Host {
             after_commit,
             guard,
             tls_material: std::sync::OnceLock::new(),
+            subscriptions: Arc::default(),
         })
     }
 

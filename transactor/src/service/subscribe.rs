@@ -10,6 +10,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use corium_protocol::{codec, pb};
 use tokio::sync::broadcast::error::RecvError;
@@ -30,12 +31,57 @@ fn moved(db: &str) -> Status {
     ))
 }
 
-/// Starts a subscription on `cell` from `from_basis_t`.
+/// A place among the node's subscriptions, given back when dropped.
+pub struct Admission {
+    node: Arc<AtomicUsize>,
+    /// Keeps the cell from idle eviction, and counts it per database.
+    _cell: crate::cell::Subscribed,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.node.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Admits one more subscription on `cell`, within `limits` (this node's,
+/// this database's).
+///
+/// # Errors
+/// `RESOURCE_EXHAUSTED` when either limit is reached.
+pub fn admit(
+    cell: &Arc<Cell>,
+    node: &Arc<AtomicUsize>,
+    (per_node, per_database): (usize, usize),
+) -> Result<Admission, Status> {
+    let cell_guard = cell.subscribed();
+    if cell.subscribers() > per_database {
+        return Err(Status::resource_exhausted(format!(
+            "{:?} has {per_database} subscriptions on this node, its limit \
+             (--max-subscriptions-per-database); retry later",
+            cell.db
+        )));
+    }
+    if node.fetch_add(1, Ordering::AcqRel) >= per_node {
+        node.fetch_sub(1, Ordering::AcqRel);
+        return Err(Status::resource_exhausted(format!(
+            "this node serves {per_node} subscriptions, its limit (--max-subscriptions); retry later"
+        )));
+    }
+    Ok(Admission {
+        node: Arc::clone(node),
+        _cell: cell_guard,
+    })
+}
+
+/// Starts a subscription on `cell` from `from_basis_t`, holding `admission`
+/// for as long as it lives.
 ///
 /// # Errors
 /// When the cell no longer hosts the database.
 pub async fn stream(
     cell: &Arc<Cell>,
+    admission: Admission,
     from_basis_t: u64,
     heartbeat_interval_ms: u64,
 ) -> Result<ItemStream, Status> {
@@ -53,11 +99,10 @@ pub async fn stream(
     let index_basis = state.index_basis();
     let mut closed = cell.closed();
     let db = cell.db.clone();
-    // The cell is not idle while this stream lives.
-    let subscribed = cell.subscribed();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::SubscribeItem, Status>>(64);
     tokio::spawn(async move {
-        let _subscribed = subscribed;
+        // The cell is not idle, and the place is taken, while this lives.
+        let _admission = admission;
         let item = |item| Ok(pb::SubscribeItem { item: Some(item) });
         if tx
             .send(item(pb::subscribe_item::Item::Handshake(pb::Handshake {
@@ -72,6 +117,11 @@ pub async fn stream(
             return;
         }
         let mut last_sent = from_basis_t;
+        // One read of the range. Corium 0.1.90's native log answers any
+        // `tx_range` by reading and decoding the whole log, then filtering
+        // (`corium-log` `read_native_merged`), so reading in steps would
+        // repeat that work once per step; the encoded items in flight are
+        // bounded by the channel, the subscriptions by `admit`.
         if from_basis_t < basis {
             let records = match state.tx_range(from_basis_t + 1, Some(basis + 1)).await {
                 Ok(records) => records,

@@ -143,8 +143,16 @@ impl Transactor for FleetTransactor {
                 supported.end()
             )));
         }
+        let admission =
+            super::subscribe::admit(&cell, &self.0.subscriptions, self.0.config.max_subscriptions)
+                .inspect_err(|_| {
+                    self.0
+                        .metrics
+                        .subscriptions_refused
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                })?;
         let heartbeat_ms = u64::try_from(cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
-        super::subscribe::stream(&cell, request.from_basis_t, heartbeat_ms)
+        super::subscribe::stream(&cell, admission, request.from_basis_t, heartbeat_ms)
             .await
             .map(Response::new)
     }
