@@ -6,8 +6,9 @@
 //! observable from outside: `/debug/root-ops` on the admin port lists, per
 //! database, the root reads and writes this process has made. Only
 //! per-database root names are counted (`meta:`, `db:`, `keys:`, `lease:`,
-//! `log:`); the map is bounded by the databases this node touches, which is
-//! exactly what the invariant bounds.
+//! `log:`). The map is bounded: after [`MAX_TRACKED`] databases, further
+//! ones are counted together under [`OTHERS`] (a client can name any number
+//! of valid, absent databases, each read once at its candidates).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,13 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use corium_store::{FullStore, RootStore, StoreError};
 use serde::Serialize;
+
+/// Databases counted one by one; more share [`OTHERS`].
+pub const MAX_TRACKED: usize = 10_000;
+
+/// The entry that counts every database past [`MAX_TRACKED`] (a name no
+/// database can have).
+pub const OTHERS: &str = "(others)";
 
 /// Root operations on one database.
 #[derive(Clone, Copy, Debug, Default, Eq, PartialEq, Serialize)]
@@ -61,7 +69,12 @@ impl CountingStore {
             .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ops = counts.entry(db.to_owned()).or_default();
+        let key = if counts.len() >= MAX_TRACKED && !counts.contains_key(db) {
+            OTHERS
+        } else {
+            db
+        };
+        let ops = counts.entry(key.to_owned()).or_default();
         if write {
             ops.writes += 1;
         } else {
@@ -133,5 +146,19 @@ mod tests {
         assert_eq!(counts["a"], RootOps { reads: 2, writes: 1 });
         assert_eq!(counts["b"], RootOps { reads: 1, writes: 0 });
         assert_eq!(counts.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_map_is_bounded_and_the_rest_is_counted_together() {
+        let store = CountingStore::new(Arc::new(corium_store::MemoryStore::default()));
+        for i in 0..MAX_TRACKED + 500 {
+            store.get_root(&format!("meta:db{i}")).await.unwrap();
+        }
+        store.get_root("meta:db0").await.unwrap();
+        let counts = store.snapshot();
+        // One entry more than the bound, for the rest, whatever is asked.
+        assert_eq!(counts.len(), MAX_TRACKED + 1);
+        assert_eq!(counts["db0"].reads, 2, "databases already tracked keep their own count");
+        assert_eq!(counts[OTHERS].reads, 500);
     }
 }
