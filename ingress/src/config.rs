@@ -80,6 +80,14 @@ pub struct Args {
     /// Requests a second allowed per client address (0: unlimited) [default: 0].
     #[arg(long)]
     pub rate_limit_per_client: Option<u32>,
+    /// Most client connections open at once; more are closed as soon as
+    /// they are accepted [default: 10000].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Most client connections from one address (behind a load balancer,
+    /// every client may share one) [default: 1000].
+    #[arg(long)]
+    pub max_connections_per_client: Option<usize>,
     /// Client listen address for gRPC over TLS (ALPN h2); needs --tls-cert and --tls-key.
     #[arg(long)]
     pub tls_listen: Option<SocketAddr>,
@@ -171,6 +179,9 @@ pub struct Config {
     pub max_concurrent_requests: usize,
     /// Requests a second allowed per client address (0: unlimited).
     pub rate_limit_per_client: u32,
+    /// Client connections open at once: in total, and from one address
+    /// (both at least 1).
+    pub max_connections: (usize, usize),
     /// Client-facing TLS listener and its identity.
     pub tls_listen: Option<(SocketAddr, Identity)>,
     /// The CA of client certificates on the TLS listener, and whether one
@@ -215,6 +226,10 @@ impl Args {
             tls_listen: self.tls_listen.or(file.tls_listen),
             max_concurrent_requests: self.max_concurrent_requests.or(file.max_concurrent_requests),
             rate_limit_per_client: self.rate_limit_per_client.or(file.rate_limit_per_client),
+            max_connections: self.max_connections.or(file.max_connections),
+            max_connections_per_client: self
+                .max_connections_per_client
+                .or(file.max_connections_per_client),
             tls_cert: self.tls_cert.or(file.tls_cert),
             tls_key: self.tls_key.or(file.tls_key),
             tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
@@ -279,18 +294,11 @@ impl Args {
                 ));
             }
         };
-        let tls_clients = match (self.tls_client_ca, self.tls_require_client_cert) {
-            (Some(_), _) if tls_listen.is_none() => {
-                return Err(ConfigError::from("--tls-client-ca needs --tls-listen"));
-            }
-            (Some(ca), required) => Some((ca, required.unwrap_or(false))),
-            (None, Some(_)) => {
-                return Err(ConfigError::from(
-                    "--tls-require-client-cert needs --tls-client-ca",
-                ));
-            }
-            (None, None) => None,
-        };
+        let tls_clients = client_certificates(
+            self.tls_client_ca,
+            self.tls_require_client_cert,
+            tls_listen.is_some(),
+        )?;
         let upstream =
             match (self.upstream_ca, self.upstream_cert, self.upstream_key) {
                 (None, None, None) => None,
@@ -330,9 +338,38 @@ impl Args {
                 n => n,
             },
             rate_limit_per_client: self.rate_limit_per_client.unwrap_or(0),
+            max_connections: connection_caps(self.max_connections, self.max_connections_per_client)?,
             verify_node_identity: self.verify_node_identity.unwrap_or(true),
             auth: self.auth,
         })
+    }
+}
+
+/// `--tls-client-ca` and `--tls-require-client-cert`: the CA and whether a
+/// certificate is required (only with the TLS listener).
+fn client_certificates(
+    ca: Option<PathBuf>,
+    required: Option<bool>,
+    tls_listener: bool,
+) -> Result<Option<(PathBuf, bool)>, ConfigError> {
+    match (ca, required) {
+        (Some(_), _) if !tls_listener => Err(ConfigError::from("--tls-client-ca needs --tls-listen")),
+        (Some(ca), required) => Ok(Some((ca, required.unwrap_or(false)))),
+        (None, Some(_)) => Err(ConfigError::from(
+            "--tls-require-client-cert needs --tls-client-ca",
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `--max-connections` and `--max-connections-per-client`, with their
+/// defaults; neither may be 0.
+fn connection_caps(total: Option<usize>, per_client: Option<usize>) -> Result<(usize, usize), ConfigError> {
+    match (total.unwrap_or(10_000), per_client.unwrap_or(1_000)) {
+        (0, _) | (_, 0) => Err(ConfigError::from(
+            "--max-connections and --max-connections-per-client must be at least 1",
+        )),
+        caps => Ok(caps),
     }
 }
 

@@ -12,6 +12,7 @@
 //! - [`body`] — the response body type and a status as a response;
 //! - [`route`] — method classes and the minimal protobuf scan for `db`;
 //! - [`limits`] — concurrency limit and per-client rate limit;
+//! - [`connections`] — caps on client connections, in total and per address;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
 //! - [`proxy`] — the forwarding path: intake, one hop, the owner's retry rules;
 //! - [`stream_end`] — a stream broken upstream ends `UNAVAILABLE`, not reset;
@@ -25,6 +26,7 @@
 
 pub mod body;
 pub mod config;
+pub mod connections;
 pub mod limits;
 pub mod metrics;
 pub mod owner_cache;
@@ -127,6 +129,7 @@ pub async fn run(
     );
     let storage_timeout = config.storage_timeout;
     let tls_listen = config.tls_listen.clone();
+    let max_connections = config.max_connections;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let members = placement_members(&config, &store, &stop_rx);
     let map = placement_map(&config, &store, &members, &stop_rx).await?;
@@ -166,10 +169,25 @@ pub async fn run(
         stop_rx,
     ));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    let cleartext = server::serve(listeners.grpc, None, Arc::clone(&proxy), shutdown_rx.clone());
+    // One set of caps over both listeners.
+    let connections = connections::Connections::new(max_connections.0, max_connections.1);
+    let cleartext = server::serve(
+        listeners.grpc,
+        None,
+        Arc::clone(&proxy),
+        Arc::clone(&connections),
+        shutdown_rx.clone(),
+    );
     let encrypted = async {
         if let Some((listener, acceptor)) = tls {
-            server::serve(listener, Some(acceptor), Arc::clone(&proxy), shutdown_rx.clone()).await;
+            server::serve(
+                listener,
+                Some(acceptor),
+                Arc::clone(&proxy),
+                Arc::clone(&connections),
+                shutdown_rx.clone(),
+            )
+            .await;
         }
     };
     let signal = async {

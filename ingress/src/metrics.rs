@@ -48,6 +48,9 @@ pub struct Metrics {
     pub rejected_unknown_method: AtomicU64,
     /// Requests refused by the concurrency or per-client rate limit.
     pub rejected_limit: AtomicU64,
+    /// Client connections closed at once over `--max-connections` or
+    /// `--max-connections-per-client`.
+    pub rejected_connections: AtomicU64,
     /// Requests refused `UNAUTHENTICATED`: a missing or wrong credential
     /// where one is required.
     pub rejected_unauthenticated: AtomicU64,
@@ -73,7 +76,8 @@ impl Metrics {
     }
 
     /// Every counter: its metric name, its help text and its value.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 19] {
+    #[allow(clippy::too_many_lines)] // One entry per counter: a table, not logic.
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 20] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -144,6 +148,11 @@ impl Metrics {
                 "corium_fleet_ingress_rejected_route_mismatch_total",
                 "Requests whose route header disagreed with the body.",
                 &self.rejected_route_mismatch,
+            ),
+            (
+                "corium_fleet_ingress_rejected_connections_total",
+                "Client connections closed at once over a connection cap.",
+                &self.rejected_connections,
             ),
             (
                 "corium_fleet_ingress_rejected_unauthenticated_total",

@@ -9,6 +9,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
+use crate::connections::{Connections, Slot};
 use crate::proxy::{Caller, Proxy};
 
 /// How long shutdown waits for in-flight calls and streams.
@@ -21,6 +22,7 @@ fn serve_connection<IO>(
     proxy: &Arc<Proxy>,
     client: Caller,
     stream: IO,
+    slot: Slot,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -34,6 +36,8 @@ fn serve_connection<IO>(
         .serve_connection(TokioIo::new(stream), service);
     let connection = graceful.watch(connection);
     tokio::spawn(async move {
+        // The connection's place is held until it ends.
+        let _slot = slot;
         if let Err(error) = connection.await {
             tracing::debug!(%error, "client connection ended");
         }
@@ -45,14 +49,16 @@ pub async fn serve(
     listener: TcpListener,
     tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ServerConfig>>>,
     proxy: Arc<Proxy>,
+    connections: Arc<Connections>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let (tls_tx, mut tls_rx) = tokio::sync::mpsc::channel::<tokio_rustls::server::TlsStream<TcpStream>>(64);
+    let (tls_tx, mut tls_rx) =
+        tokio::sync::mpsc::channel::<(tokio_rustls::server::TlsStream<TcpStream>, Slot)>(64);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            Some(stream) = tls_rx.recv() => {
+            Some((stream, slot)) = tls_rx.recv() => {
                 let (tcp, session) = stream.get_ref();
                 // A verified client certificate (--tls-client-ca) names the
                 // caller; rustls has checked it against the CA.
@@ -65,7 +71,7 @@ pub async fn serve(
                     ip: tcp.peer_addr().ok().map(|addr| addr.ip()),
                     certificate,
                 };
-                serve_connection(&graceful, &proxy, client, stream);
+                serve_connection(&graceful, &proxy, client, stream, slot);
                 continue;
             }
             () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => break,
@@ -78,6 +84,15 @@ pub async fn serve(
                 continue;
             }
         };
+        let Some(slot) = connections.admit(stream.peer_addr().ok().map(|addr| addr.ip())) else {
+            // Over a cap: closed before any TLS or HTTP/2 work.
+            proxy
+                .metrics
+                .rejected_connections
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         match &tls {
             None => {
@@ -85,7 +100,7 @@ pub async fn serve(
                     ip: stream.peer_addr().ok().map(|addr| addr.ip()),
                     certificate: None,
                 };
-                serve_connection(&graceful, &proxy, client, stream);
+                serve_connection(&graceful, &proxy, client, stream, slot);
             }
             Some(config) => {
                 // Handshake off the accept loop, bounded, with the
@@ -96,7 +111,7 @@ pub async fn serve(
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
                         Ok(Ok(stream)) => {
-                            let _ = tls_tx.send(stream).await;
+                            let _ = tls_tx.send((stream, slot)).await;
                         }
                         Ok(Err(error)) => tracing::debug!(%error, "client TLS handshake failed"),
                         Err(_) => tracing::debug!("client TLS handshake timed out"),

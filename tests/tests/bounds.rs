@@ -172,3 +172,41 @@ async fn subscriptions_beyond_the_limits_are_refused_and_places_come_back() {
     .await;
     drop(second);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_per_client_cap_are_closed_and_places_come_back() {
+    use tokio::io::AsyncReadExt as _;
+    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
+    fleet
+        .start_ingresses(1, &["--max-connections-per-client", "3"])
+        .await;
+    let ingress = &fleet.ingresses[0];
+    let port = ingress.grpc;
+    // Three idle sockets (not even an HTTP/2 preface) take the client's places.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+    }
+    // The fourth is closed as soon as it is accepted.
+    let mut fourth = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut buffer = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(5), fourth.read(&mut buffer))
+        .await
+        .expect("closed at once, not left hanging");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let (_, metrics) = http_get(ingress.admin, "/metrics").await.unwrap();
+    assert!(
+        corium_fleet_tests::metric(&metrics, "corium_fleet_ingress_rejected_connections_total")
+            .is_some_and(|count| count >= 1.0),
+        "{metrics}"
+    );
+    // Closing one gives its place back: a real call is served again.
+    held.pop();
+    let address = ingress.endpoint();
+    corium_fleet_tests::eventually(
+        Duration::from_secs(10),
+        "a call after a place came back",
+        async || corium::create(&address, "after-the-cap").await,
+    )
+    .await;
+}

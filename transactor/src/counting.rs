@@ -158,7 +158,10 @@ mod tests {
         let counts = store.snapshot();
         // One entry more than the bound, for the rest, whatever is asked.
         assert_eq!(counts.len(), MAX_TRACKED + 1);
-        assert_eq!(counts["db0"].reads, 2, "databases already tracked keep their own count");
+        assert_eq!(
+            counts["db0"].reads, 2,
+            "databases already tracked keep their own count"
+        );
         assert_eq!(counts[OTHERS].reads, 500);
     }
 }

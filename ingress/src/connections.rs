@@ -1,0 +1,124 @@
+//! Caps on client connections: in total and per client address, so idle or
+//! half-open sockets from one client cannot exhaust the ingress's file
+//! descriptors for everyone. A connection over a cap is closed as soon as it
+//! is accepted, before any TLS or HTTP/2 work, and counted.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The open client connections, by address.
+pub struct Connections {
+    max_total: usize,
+    max_per_client: usize,
+    total: AtomicUsize,
+    per_client: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One admitted connection; its place is given back when dropped.
+pub struct Slot {
+    connections: Arc<Connections>,
+    client: Option<IpAddr>,
+}
+
+impl Connections {
+    /// At most `max_total` connections, `max_per_client` from one address.
+    #[must_use]
+    pub fn new(max_total: usize, max_per_client: usize) -> Arc<Self> {
+        Arc::new(Self {
+            max_total,
+            max_per_client,
+            total: AtomicUsize::new(0),
+            per_client: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A place for a connection from `client`, or `None` over a cap.
+    #[must_use]
+    pub fn admit(self: &Arc<Self>, client: Option<IpAddr>) -> Option<Slot> {
+        if self.total.fetch_add(1, Ordering::AcqRel) >= self.max_total {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        if let Some(ip) = client {
+            let mut per_client = self
+                .per_client
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let open = per_client.entry(ip).or_default();
+            if *open >= self.max_per_client {
+                drop(per_client);
+                self.total.fetch_sub(1, Ordering::AcqRel);
+                return None;
+            }
+            *open += 1;
+        }
+        Some(Slot {
+            connections: Arc::clone(self),
+            client,
+        })
+    }
+
+    /// Connections open now.
+    #[must_use]
+    pub fn open(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(ip) = self.client {
+            let mut per_client = self
+                .connections
+                .per_client
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(open) = per_client.get_mut(&ip) {
+                *open -= 1;
+                if *open == 0 {
+                    // Forget addresses with nothing open: the map is bounded
+                    // by the connections, not by every address ever seen.
+                    per_client.remove(&ip);
+                }
+            }
+        }
+        self.connections.total.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_hold_and_places_come_back() {
+        let connections = Connections::new(3, 2);
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        let first = connections.admit(Some(a)).unwrap();
+        let _second = connections.admit(Some(a)).unwrap();
+        assert!(connections.admit(Some(a)).is_none(), "per-client cap");
+        let _third = connections.admit(Some(b)).unwrap();
+        assert!(connections.admit(Some(b)).is_none(), "total cap");
+        assert_eq!(connections.open(), 3);
+        drop(first);
+        assert!(connections.admit(Some(a)).is_some(), "a place comes back");
+        assert_eq!(
+            connections.open(),
+            2,
+            "the slot admitted above was dropped at once"
+        );
+    }
+
+    #[test]
+    fn addresses_with_nothing_open_are_forgotten() {
+        let connections = Connections::new(100, 100);
+        for i in 0..50u8 {
+            drop(connections.admit(Some([10, 0, 1, i].into())));
+        }
+        assert!(connections.per_client.lock().unwrap().is_empty());
+        assert_eq!(connections.open(), 0);
+    }
+}
