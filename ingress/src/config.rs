@@ -88,6 +88,10 @@ pub struct Args {
     /// every client may share one) [default: 1000].
     #[arg(long)]
     pub max_connections_per_client: Option<usize>,
+    /// Close a cleartext client connection that sends nothing (no HTTP/2
+    /// preface) within this many milliseconds [default: 10000].
+    #[arg(long)]
+    pub preface_timeout_ms: Option<u64>,
     /// Client listen address for gRPC over TLS (ALPN h2); needs --tls-cert and --tls-key.
     #[arg(long)]
     pub tls_listen: Option<SocketAddr>,
@@ -182,6 +186,8 @@ pub struct Config {
     /// Client connections open at once: in total, and from one address
     /// (both at least 1).
     pub max_connections: (usize, usize),
+    /// How long a cleartext client may stay silent after connecting.
+    pub preface_timeout: Duration,
     /// Client-facing TLS listener and its identity.
     pub tls_listen: Option<(SocketAddr, Identity)>,
     /// The CA of client certificates on the TLS listener, and whether one
@@ -230,6 +236,7 @@ impl Args {
             max_connections_per_client: self
                 .max_connections_per_client
                 .or(file.max_connections_per_client),
+            preface_timeout_ms: self.preface_timeout_ms.or(file.preface_timeout_ms),
             tls_cert: self.tls_cert.or(file.tls_cert),
             tls_key: self.tls_key.or(file.tls_key),
             tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
@@ -339,6 +346,10 @@ impl Args {
             },
             rate_limit_per_client: self.rate_limit_per_client.unwrap_or(0),
             max_connections: connection_caps(self.max_connections, self.max_connections_per_client)?,
+            preface_timeout: match self.preface_timeout_ms.unwrap_or(10_000) {
+                0 => return Err(ConfigError::from("--preface-timeout-ms must be positive")),
+                ms => Duration::from_millis(ms),
+            },
             verify_node_identity: self.verify_node_identity.unwrap_or(true),
             auth: self.auth,
         })

@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex};
 pub struct Connections {
     max_total: usize,
     max_per_client: usize,
+    /// How long a client may stay silent after connecting (cleartext:
+    /// before the HTTP/2 preface; TLS: the handshake's own bound applies).
+    preface_timeout: std::time::Duration,
     total: AtomicUsize,
     per_client: Mutex<HashMap<IpAddr, usize>>,
 }
@@ -23,12 +26,14 @@ pub struct Slot {
 }
 
 impl Connections {
-    /// At most `max_total` connections, `max_per_client` from one address.
+    /// At most `max_total` connections, `max_per_client` from one address;
+    /// a cleartext client silent for `preface_timeout` is closed.
     #[must_use]
-    pub fn new(max_total: usize, max_per_client: usize) -> Arc<Self> {
+    pub fn new(max_total: usize, max_per_client: usize, preface_timeout: std::time::Duration) -> Arc<Self> {
         Arc::new(Self {
             max_total,
             max_per_client,
+            preface_timeout,
             total: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
         })
@@ -58,6 +63,12 @@ impl Connections {
             connections: Arc::clone(self),
             client,
         })
+    }
+
+    /// How long a cleartext client may stay silent after connecting.
+    #[must_use]
+    pub fn preface_timeout(&self) -> std::time::Duration {
+        self.preface_timeout
     }
 
     /// Connections open now.
@@ -94,7 +105,7 @@ mod tests {
 
     #[test]
     fn caps_hold_and_places_come_back() {
-        let connections = Connections::new(3, 2);
+        let connections = Connections::new(3, 2, std::time::Duration::from_secs(1));
         let a: IpAddr = [10, 0, 0, 1].into();
         let b: IpAddr = [10, 0, 0, 2].into();
         let first = connections.admit(Some(a)).unwrap();
@@ -114,7 +125,7 @@ mod tests {
 
     #[test]
     fn addresses_with_nothing_open_are_forgotten() {
-        let connections = Connections::new(100, 100);
+        let connections = Connections::new(100, 100, std::time::Duration::from_secs(1));
         for i in 0..50u8 {
             drop(connections.admit(Some([10, 0, 1, i].into())));
         }

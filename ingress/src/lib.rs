@@ -130,6 +130,7 @@ pub async fn run(
     let storage_timeout = config.storage_timeout;
     let tls_listen = config.tls_listen.clone();
     let max_connections = config.max_connections;
+    let preface_timeout = config.preface_timeout;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let members = placement_members(&config, &store, &stop_rx);
     let map = placement_map(&config, &store, &members, &stop_rx).await?;
@@ -170,7 +171,7 @@ pub async fn run(
     ));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     // One set of caps over both listeners.
-    let connections = connections::Connections::new(max_connections.0, max_connections.1);
+    let connections = connections::Connections::new(max_connections.0, max_connections.1, preface_timeout);
     let cleartext = server::serve(
         listeners.grpc,
         None,

@@ -48,6 +48,9 @@ pub struct Metrics {
     pub rejected_unknown_method: AtomicU64,
     /// Requests refused by the concurrency or per-client rate limit.
     pub rejected_limit: AtomicU64,
+    /// Cleartext client connections closed for sending nothing within
+    /// `--preface-timeout-ms`.
+    pub preface_timeouts: AtomicU64,
     /// Client connections closed at once over `--max-connections` or
     /// `--max-connections-per-client`.
     pub rejected_connections: AtomicU64,
@@ -77,7 +80,7 @@ impl Metrics {
 
     /// Every counter: its metric name, its help text and its value.
     #[allow(clippy::too_many_lines)] // One entry per counter: a table, not logic.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 20] {
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 21] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -148,6 +151,11 @@ impl Metrics {
                 "corium_fleet_ingress_rejected_route_mismatch_total",
                 "Requests whose route header disagreed with the body.",
                 &self.rejected_route_mismatch,
+            ),
+            (
+                "corium_fleet_ingress_preface_timeouts_total",
+                "Client connections closed for sending nothing within the preface timeout.",
+                &self.preface_timeouts,
             ),
             (
                 "corium_fleet_ingress_rejected_connections_total",

@@ -55,6 +55,8 @@ pub async fn serve(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let (tls_tx, mut tls_rx) =
         tokio::sync::mpsc::channel::<(tokio_rustls::server::TlsStream<TcpStream>, Slot)>(64);
+    let (plain_tx, mut plain_rx) = tokio::sync::mpsc::channel::<(TcpStream, Slot)>(64);
+    let preface = connections.preface_timeout();
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -70,6 +72,14 @@ pub async fn serve(
                 let client = Caller {
                     ip: tcp.peer_addr().ok().map(|addr| addr.ip()),
                     certificate,
+                };
+                serve_connection(&graceful, &proxy, client, stream, slot);
+                continue;
+            }
+            Some((stream, slot)) = plain_rx.recv() => {
+                let client = Caller {
+                    ip: stream.peer_addr().ok().map(|addr| addr.ip()),
+                    certificate: None,
                 };
                 serve_connection(&graceful, &proxy, client, stream, slot);
                 continue;
@@ -96,11 +106,28 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         match &tls {
             None => {
-                let client = Caller {
-                    ip: stream.peer_addr().ok().map(|addr| addr.ip()),
-                    certificate: None,
-                };
-                serve_connection(&graceful, &proxy, client, stream, slot);
+                // The client speaks first (the HTTP/2 preface): a socket that
+                // sends nothing within the timeout is closed, off the accept
+                // loop, and its place given back.
+                let plain_tx = plain_tx.clone();
+                let metrics = Arc::clone(&proxy.metrics);
+                tokio::spawn(async move {
+                    // `peek` waits for a byte (or the end); `readable` may
+                    // report a fresh socket ready before anything arrived.
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout(preface, stream.peek(&mut first)).await {
+                        Ok(Ok(_)) => {
+                            let _ = plain_tx.send((stream, slot)).await;
+                        }
+                        Ok(Err(error)) => tracing::debug!(%error, "client connection failed"),
+                        Err(_) => {
+                            metrics
+                                .preface_timeouts
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            tracing::debug!("client sent nothing within the preface timeout");
+                        }
+                    }
+                });
             }
             Some(config) => {
                 // Handshake off the accept loop, bounded, with the

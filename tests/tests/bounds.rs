@@ -210,3 +210,29 @@ async fn connections_over_the_per_client_cap_are_closed_and_places_come_back() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_sends_nothing_is_closed_after_the_preface_timeout() {
+    use tokio::io::AsyncReadExt as _;
+    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
+    fleet.start_ingresses(1, &["--preface-timeout-ms", "300"]).await;
+    let ingress = &fleet.ingresses[0];
+    let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", ingress.grpc))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut buffer = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buffer))
+        .await
+        .expect("closed by the ingress, not left open");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    eprintln!("silent socket closed after {:?}", started.elapsed());
+    let (_, metrics) = http_get(ingress.admin, "/metrics").await.unwrap();
+    assert_eq!(
+        corium_fleet_tests::metric(&metrics, "corium_fleet_ingress_preface_timeouts_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    // A client that speaks is served as before.
+    assert!(corium::create(&ingress.endpoint(), "spoken").await.unwrap());
+}
