@@ -243,10 +243,34 @@ pub async fn raw_call(
     headers: &[(&'static str, &str)],
     body: Vec<u8>,
 ) -> tonic::Status {
+    raw_call_with_trailers(endpoint, path, headers, body, &[]).await
+}
+
+/// [`raw_call`], with request `trailers` after the body: what a client that
+/// tries to slip metadata past a header check would send.
+///
+/// # Panics
+/// When the endpoint cannot be reached at all, or a header is invalid.
+pub async fn raw_call_with_trailers(
+    endpoint: &str,
+    path: &str,
+    headers: &[(&'static str, &str)],
+    body: Vec<u8>,
+    trailers: &[(&'static str, &str)],
+) -> tonic::Status {
     use http_body_util::BodyExt as _;
+    type Frames = Vec<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>>;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
-        .build_http::<http_body_util::Full<bytes::Bytes>>();
+        .build_http();
+    let mut frames: Frames = vec![Ok(hyper::body::Frame::data(bytes::Bytes::from(body)))];
+    if !trailers.is_empty() {
+        let mut map = hyper::HeaderMap::new();
+        for (key, value) in trailers {
+            map.insert(*key, value.parse().unwrap());
+        }
+        frames.push(Ok(hyper::body::Frame::trailers(map)));
+    }
     let mut request = hyper::Request::post(format!("{endpoint}{path}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers");
@@ -254,7 +278,7 @@ pub async fn raw_call(
         request = request.header(*key, *value);
     }
     let request = request
-        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .body(http_body_util::StreamBody::new(futures::stream::iter(frames)))
         .unwrap();
     let response = tokio::time::timeout(Duration::from_secs(30), client.request(request))
         .await

@@ -191,6 +191,66 @@ impl Fleet {
         self.mtls.then(|| self.dir.path().join("certs"))
     }
 
+    /// Issues new certificates for `names` under this mTLS fleet's CA
+    /// (`corium-fleet certs --renew`): a rotation of existing names, or new
+    /// holders of the fleet CA.
+    ///
+    /// # Panics
+    /// On a cleartext fleet, or when the command fails.
+    pub fn issue_certs(&self, names: &[&str]) {
+        let mut command = Command::new(bin_dir().join("corium-fleet"));
+        command
+            .args(["certs", "--renew", "--out"])
+            .arg(self.certs().expect("an mTLS fleet"));
+        // Exactly these names: naming one as an ingress too keeps the
+        // command's default lists (every node, the ingress) out of it.
+        let first = names.first().expect("at least one name");
+        command.arg("--ingress").arg(first);
+        for name in names {
+            command.arg("--node").arg(name);
+        }
+        let output = command.output().expect("corium-fleet certs runs");
+        assert!(
+            output.status.success(),
+            "certs --renew: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// A TLS channel to `port` on loopback trusting this fleet's CA, as the
+    /// holder of certificate `identity` (a name in the certificate
+    /// directory), or with no client certificate.
+    ///
+    /// # Errors
+    /// The connection or its handshake failed.
+    ///
+    /// # Panics
+    /// On a cleartext fleet, or when a certificate file is missing.
+    pub async fn tls_channel(
+        &self,
+        port: u16,
+        identity: Option<&str>,
+    ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+        let certs = self.certs().expect("an mTLS fleet");
+        let read = |name: &str| std::fs::read(certs.join(name)).expect("certificate file");
+        let mut tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
+            .domain_name("localhost");
+        if let Some(name) = identity {
+            tls = tls.identity(tonic::transport::Identity::from_pem(
+                read(&format!("{name}.pem")),
+                read(&format!("{name}.key")),
+            ));
+        }
+        tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
+            .expect("a URL")
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(10))
+            .tls_config(tls)?
+            .connect()
+            .await
+    }
+
     async fn launch(plan: FleetBuilder) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let certs = dir.path().join("certs");

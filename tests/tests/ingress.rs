@@ -358,22 +358,7 @@ async fn mtls_nodes_refuse_plaintext_and_untrusted_principals() {
     );
     // A fleet certificate that does not name an ingress (a node's) may
     // connect, but may not speak for a principal.
-    let certs = fleet.certs().unwrap();
-    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
-    let tls = tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
-        .identity(tonic::transport::Identity::from_pem(
-            read("node-2.pem"),
-            read("node-2.key"),
-        ))
-        .domain_name("localhost");
-    let channel = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
-        .unwrap()
-        .tls_config(tls)
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = fleet.tls_channel(port, Some("node-2")).await.unwrap();
     let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(channel);
     let mut request = tonic::Request::new(corium::transact_request(db, "forged"));
     request

@@ -223,17 +223,8 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
     // past the handshake; a node certificate with a wrong token is refused.
     let owner = fleet.candidates("other")[0];
     let port = fleet.nodes[owner].grpc;
-    let certs = fleet.certs().unwrap();
-    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
-    let no_cert = tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
-        .domain_name("localhost");
-    let endpoint = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
-        .unwrap()
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(10));
     let anonymous_tls = async {
-        let channel = endpoint.clone().tls_config(no_cert).ok()?.connect().await.ok()?;
+        let channel = fleet.tls_channel(port, None).await.ok()?;
         CatalogClient::new(channel)
             .list_databases(pb::ListDatabasesRequest {})
             .await
@@ -243,14 +234,7 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
         anonymous_tls.await.is_none(),
         "a client without a certificate was served"
     );
-    let node_cert = tonic::transport::ClientTlsConfig::new()
-        .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
-        .identity(tonic::transport::Identity::from_pem(
-            read("node-2.pem"),
-            read("node-2.key"),
-        ))
-        .domain_name("localhost");
-    let channel = endpoint.tls_config(node_cert).unwrap().connect().await.unwrap();
+    let channel = fleet.tls_channel(port, Some("node-2")).await.unwrap();
     let wrong = CatalogClient::with_interceptor(channel, Bearer(Some("wrong".to_owned())))
         .list_databases(pb::ListDatabasesRequest {})
         .await
@@ -314,26 +298,9 @@ async fn a_client_certificate_on_the_tls_listener_authenticates_its_holder() {
         .node_flags(&["--serve-token", TOKEN])
         .start()
         .await;
-    let certs = fleet.certs().unwrap();
     // A client certificate for "alice" from the same CA.
-    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
-        .args([
-            "certs",
-            "--renew",
-            "--ingress",
-            "alice",
-            "--node",
-            "unused-node",
-            "--out",
-        ])
-        .arg(&certs)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    fleet.issue_certs(&["alice"]);
+    let certs = fleet.certs().unwrap();
     let tls_port = corium_fleet_tests::free_port();
     let path = |name: &str| certs.join(name).display().to_string();
     let listen = format!("127.0.0.1:{tls_port}");
@@ -361,26 +328,7 @@ async fn a_client_certificate_on_the_tls_listener_authenticates_its_holder() {
             ],
         )
         .await;
-    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
-    let connect = async |identity: Option<&str>| {
-        let mut tls = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
-            .domain_name("localhost");
-        if let Some(name) = identity {
-            tls = tls.identity(tonic::transport::Identity::from_pem(
-                read(&format!("{name}.pem")),
-                read(&format!("{name}.key")),
-            ));
-        }
-        tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{tls_port}"))
-            .unwrap()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10))
-            .tls_config(tls)
-            .unwrap()
-            .connect()
-            .await
-    };
+    let connect = async |identity: Option<&str>| fleet.tls_channel(tls_port, identity).await;
     // Alice, with her certificate and no token, is authenticated by it.
     let alice = connect(Some("alice")).await.unwrap();
     CatalogClient::new(alice.clone())

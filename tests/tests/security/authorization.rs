@@ -19,52 +19,6 @@ use tonic::Code;
 
 use crate::{TTL, clients};
 
-/// `request` framed, with `trailers` after it: what a client that tries to
-/// slip metadata past a header check would send.
-async fn call_with_trailers(
-    endpoint: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    message: &[u8],
-    trailers: &[(&'static str, String)],
-) -> tonic::Status {
-    use http_body_util::BodyExt as _;
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .http2_only(true)
-        .build_http();
-    let mut trailer_map = hyper::HeaderMap::new();
-    for (key, value) in trailers {
-        trailer_map.insert(*key, value.parse().unwrap());
-    }
-    let frames: Vec<Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>> = vec![
-        Ok(hyper::body::Frame::data(bytes::Bytes::from(frame(message)))),
-        Ok(hyper::body::Frame::trailers(trailer_map)),
-    ];
-    let body = http_body_util::StreamBody::new(futures::stream::iter(frames));
-    let mut request = hyper::Request::post(format!("{endpoint}{path}"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers");
-    for (key, value) in headers {
-        request = request.header(*key, *value);
-    }
-    let response = tokio::time::timeout(
-        Duration::from_secs(30),
-        client.request(request.body(body).unwrap()),
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
-        return status;
-    }
-    let collected = tokio::time::timeout(Duration::from_secs(30), response.into_body().collect())
-        .await
-        .unwrap()
-        .unwrap();
-    let trailers = collected.trailers().cloned().unwrap_or_default();
-    tonic::Status::from_header_map(&trailers).unwrap_or_else(|| tonic::Status::ok(""))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario per hop kind: each step starts from the state the previous one left.
 async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_not() {
@@ -152,12 +106,12 @@ async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_
         // never read: the anonymous caller stays anonymous.
         let forged =
             corium_fleet_common::auth::encode(&Principal::new("static-token", "operator").with_role("admin"));
-        let status = call_with_trailers(
+        let status = corium::raw_call_with_trailers(
             &address,
             "/corium.fleet.v1.FleetAdmin/NodeStatus",
             &[],
-            &NodeStatusRequest {}.encode_to_vec(),
-            &[(metadata::PRINCIPAL, forged.clone())],
+            frame(&NodeStatusRequest {}.encode_to_vec()),
+            &[(metadata::PRINCIPAL, forged.as_str())],
         )
         .await;
         assert_eq!(
@@ -195,12 +149,12 @@ async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_
             )
             .await;
             assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
-            let status = call_with_trailers(
+            let status = corium::raw_call_with_trailers(
                 &node.endpoint(),
                 "/corium.fleet.v1.FleetAdmin/NodeStatus",
                 &[],
-                &NodeStatusRequest {}.encode_to_vec(),
-                &[(metadata::PRINCIPAL, forged.clone())],
+                frame(&NodeStatusRequest {}.encode_to_vec()),
+                &[(metadata::PRINCIPAL, forged.as_str())],
             )
             .await;
             assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
@@ -238,44 +192,11 @@ async fn a_fleet_certificate_speaks_for_a_node_only_if_it_names_a_member() {
         .mtls()
         .start()
         .await;
-    let certs = fleet.certs().unwrap();
     // A certificate from the fleet CA for a name that is no member's.
-    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
-        .args([
-            "certs",
-            "--renew",
-            "--ingress",
-            "not-an-ingress",
-            "--node",
-            "intruder",
-            "--out",
-        ])
-        .arg(&certs)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let read = |name: &str| std::fs::read(certs.join(name)).unwrap();
+    fleet.issue_certs(&["intruder"]);
     let port = fleet.nodes[0].grpc;
     let as_holder = async |name: &str| {
-        let tls = tonic::transport::ClientTlsConfig::new()
-            .ca_certificate(tonic::transport::Certificate::from_pem(read("ca.pem")))
-            .identity(tonic::transport::Identity::from_pem(
-                read(&format!("{name}.pem")),
-                read(&format!("{name}.key")),
-            ))
-            .domain_name("localhost");
-        let channel = tonic::transport::Endpoint::from_shared(format!("https://127.0.0.1:{port}"))
-            .unwrap()
-            .timeout(Duration::from_secs(10))
-            .tls_config(tls)
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+        let channel = fleet.tls_channel(port, Some(name)).await.unwrap();
         FleetAdminClient::new(channel)
             .node_status(NodeStatusRequest {})
             .await

@@ -49,21 +49,9 @@ async fn certificates_rotate_under_load_with_no_failed_call() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let certs = fleet.certs().unwrap();
-    let mut renew = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"));
-    renew.arg("certs").arg("--renew").arg("--out").arg(&certs);
-    renew
-        .arg("--ingress")
-        .arg(corium_fleet_common::launch::INGRESS_IDENTITY);
-    for node in &fleet.nodes {
-        renew.arg("--node").arg(&node.id);
-    }
-    let output = renew.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut everyone: Vec<&str> = fleet.nodes.iter().map(|node| node.id.as_str()).collect();
+    everyone.push(corium_fleet_common::launch::INGRESS_IDENTITY);
+    fleet.issue_certs(&everyone);
     // The ingress and node-1 are told at once; the others notice the files.
     fleet.ingresses[0].signal(nix::sys::signal::Signal::SIGHUP);
     fleet.nodes[0].signal(nix::sys::signal::Signal::SIGHUP);
@@ -179,24 +167,7 @@ async fn a_peer_whose_certificate_names_another_node_is_refused() {
     corium::transact(&address, db, "still-here", &[]).await.unwrap();
 
     // The negative control: the target's own certificate again.
-    let output = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
-        .args([
-            "certs",
-            "--renew",
-            "--ingress",
-            "unused-ingress",
-            "--node",
-            &target_id,
-            "--out",
-        ])
-        .arg(&certs)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    fleet.issue_certs(&[&target_id]);
     reload(&fleet, target, count).await;
     let handed = handoff()
         .await
