@@ -236,3 +236,54 @@ async fn a_client_that_sends_nothing_is_closed_after_the_preface_timeout() {
     // A client that speaks is served as before.
     assert!(corium::create(&ingress.endpoint(), "spoken").await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_that_never_read_do_not_stall_other_calls_to_their_node() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .nodes(1)
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    let (bulk, calm) = ("bulk", "calm");
+    assert!(corium::create(&address, bulk).await.unwrap());
+    assert!(corium::create(&address, calm).await.unwrap());
+    // A backlog of ~6 MiB, more than a client's and the hop's windows hold
+    // for one stream together.
+    let filler = "x".repeat(32 * 1024);
+    for i in 0..200 {
+        corium::transact(&address, bulk, &format!("{i}-{filler}"), &[])
+            .await
+            .unwrap();
+    }
+    // Six subscribers from the start that never read, each on its own
+    // client connection (so only the ingress's hop to the node is shared).
+    let mut stalled = Vec::new();
+    for _ in 0..6 {
+        let stream = TransactorClient::new(channel(&address).await)
+            .subscribe(pb::SubscribeRequest {
+                db: bulk.to_owned(),
+                from_basis_t: 0,
+                protocol_version: corium_protocol::PROTOCOL_VERSION,
+            })
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    // Let the backlogs flow until every window on the way is full.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Writes to another database on the same node still go through.
+    for i in 0..10 {
+        let started = std::time::Instant::now();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            corium::transact(&address, calm, &format!("calm-{i}"), &[]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("write {i} to {calm:?} stalled behind subscribers that never read"))
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+    drop(stalled);
+}

@@ -32,6 +32,16 @@ pub struct Settings {
 /// The node id of the member at an endpoint, if it is one.
 pub type NodeOf = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// Flow-control window of one stream from a node: the most a stream whose
+/// client does not read can hold here.
+const STREAM_WINDOW: u32 = 256 * 1024;
+
+/// Flow-control window of a whole connection to a node: 1,024 stalled
+/// streams' worth, so a few cannot stall the rest (hyper's client
+/// defaults, used before, were 2 MiB and 5 MiB: three stalled streams
+/// stalled every call).
+const CONNECTION_WINDOW: u32 = 1024 * STREAM_WINDOW;
+
 /// Connects to `endpoint`; `ended` runs once the connection is gone.
 pub(super) async fn open(
     settings: &Settings,
@@ -101,9 +111,13 @@ where
 {
     let (send, mut connection) = h2::client::Builder::new()
         .enable_push(false)
-        // hyper's client defaults, which the ingress used before.
-        .initial_window_size(2 * 1024 * 1024)
-        .initial_connection_window_size(5 * 1024 * 1024)
+        // Stream isolation on the one connection to a node: a stream whose
+        // client stops reading keeps at most STREAM_WINDOW of the node's
+        // data here, and the connection window holds many times that, so
+        // stalled streams cannot use up the window every other call to the
+        // node shares (design note 0012).
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
         .max_send_buffer_size(1024 * 1024)
         .max_header_list_size(16 * 1024)
         .handshake::<_, Bytes>(io)
