@@ -215,7 +215,7 @@ async fn connections_over_the_per_client_cap_are_closed_and_places_come_back() {
 async fn a_client_that_sends_nothing_is_closed_after_the_preface_timeout() {
     use tokio::io::AsyncReadExt as _;
     let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet.start_ingresses(1, &["--preface-timeout-ms", "300"]).await;
+    fleet.start_ingresses(1, &["--preface-timeout-ms", "1000"]).await;
     let ingress = &fleet.ingresses[0];
     let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", ingress.grpc))
         .await
@@ -226,15 +226,27 @@ async fn a_client_that_sends_nothing_is_closed_after_the_preface_timeout() {
         .await
         .expect("closed by the ingress, not left open");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
-    eprintln!("silent socket closed after {:?}", started.elapsed());
+    let closed_after = started.elapsed();
+    eprintln!("silent socket closed after {closed_after:?}");
     let (_, metrics) = http_get(ingress.admin, "/metrics").await.unwrap();
-    assert_eq!(
-        corium_fleet_tests::metric(&metrics, "corium_fleet_ingress_preface_timeouts_total"),
-        Some(1.0),
+    assert!(
+        corium_fleet_tests::metric(&metrics, "corium_fleet_ingress_preface_timeouts_total")
+            .is_some_and(|count| count >= 1.0),
         "{metrics}"
     );
-    // A client that speaks is served as before.
-    assert!(corium::create(&ingress.endpoint(), "spoken").await.unwrap());
+    assert!(
+        closed_after >= Duration::from_millis(900),
+        "closed before the timeout: {closed_after:?}"
+    );
+    // A client that speaks is served as before (retried: on a loaded
+    // machine a client may itself be slow to send its preface).
+    let address = ingress.endpoint();
+    corium_fleet_tests::eventually(
+        Duration::from_secs(20),
+        "a call from a client that speaks",
+        async || corium::create(&address, "spoken").await,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -104,14 +104,18 @@ impl Peers {
     }
 
     /// Connects to node `node_id` at `endpoint` (with mTLS: verifying its
-    /// certificate) without asking anything: a handoff checks its target
-    /// this way before it lets go of the lease.
+    /// certificate names `node_id`). A handoff connects to its target before
+    /// it lets go of the lease, then asks over the same connection.
     ///
     /// # Errors
     /// `UNAVAILABLE` (or `FAILED_PRECONDITION` for a cleartext endpoint on
     /// an mTLS node) when the node cannot be reached as `node_id`.
-    pub async fn reach(&self, endpoint: &str, node_id: &str) -> Result<(), Status> {
-        self.admin(endpoint, node_id).await.map(|_| ())
+    pub async fn connect(&self, endpoint: &str, node_id: &str) -> Result<Peer, Status> {
+        Ok(Peer {
+            client: self.admin(endpoint, node_id).await?,
+            timeout: self.timeout,
+            token: self.token.clone(),
+        })
     }
 
     /// Asks node `node_id` at `endpoint` to activate `database` now.
@@ -124,7 +128,23 @@ impl Peers {
         node_id: &str,
         database: &str,
     ) -> Result<ActivateResponse, Status> {
-        let mut client = self.admin(endpoint, node_id).await?;
+        self.connect(endpoint, node_id).await?.activate(database).await
+    }
+}
+
+/// A connection to one peer node.
+pub struct Peer {
+    client: FleetAdminClient<tonic::transport::Channel>,
+    timeout: Duration,
+    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+}
+
+impl Peer {
+    /// Asks the peer to activate `database` now.
+    ///
+    /// # Errors
+    /// The peer's status.
+    pub async fn activate(&self, database: &str) -> Result<ActivateResponse, Status> {
         let mut request = Request::new(ActivateRequest {
             database: database.to_owned(),
         });
@@ -132,6 +152,10 @@ impl Peers {
         if let Some(token) = &self.token {
             request.metadata_mut().insert("authorization", token.clone());
         }
-        client.activate(request).await.map(tonic::Response::into_inner)
+        self.client
+            .clone()
+            .activate(request)
+            .await
+            .map(tonic::Response::into_inner)
     }
 }

@@ -19,6 +19,7 @@
 //! `corium-principal` sent in trailers (which tonic merges into the metadata
 //! after interceptors) is never consulted by anything.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use corium_fleet_common::auth::{self, FLEET_NODE_ROLE};
@@ -42,7 +43,18 @@ pub struct Identify {
     /// The fleet's members: a certificate is a node's only if it names one
     /// of their node ids.
     members: corium_fleet_store::registry::Members,
+    /// The names of the certificates callers presented, by certificate:
+    /// every call on a connection presents the same one, so it is parsed
+    /// once, not on every call (at most [`NAMES_CACHED`] kept).
+    names: Arc<std::sync::Mutex<NamesByCertificate>>,
 }
+
+/// A certificate's DER bytes → the names it carries.
+type NamesByCertificate = HashMap<Vec<u8>, Arc<Vec<String>>>;
+
+/// Certificates whose names are kept (the fleet's nodes and ingresses, and
+/// direct callers); when full, the cache starts again empty.
+const NAMES_CACHED: usize = 256;
 
 impl Identify {
     /// Authenticates with `guard`; trusts `corium-principal` only from peers
@@ -59,20 +71,39 @@ impl Identify {
             ingress_identities: Arc::new(ingress_identities),
             metrics,
             members,
+            names: Arc::default(),
         }
     }
 
     /// The names on the caller's verified leaf certificate (empty without
     /// mTLS).
-    fn peer_names<T>(request: &Request<T>) -> Vec<String> {
-        request
-            .peer_certs()
-            .and_then(|certs| certs.first().map(|leaf| corium_fleet_common::tls::names(leaf)))
-            .unwrap_or_default()
+    fn peer_names<T>(&self, request: &Request<T>) -> Arc<Vec<String>> {
+        let Some(certs) = request.peer_certs() else {
+            return Arc::default();
+        };
+        let Some(leaf) = certs.first() else {
+            return Arc::default();
+        };
+        let leaf: &[u8] = leaf.as_ref();
+        let lock = || {
+            self.names
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(names) = lock().get(leaf) {
+            return Arc::clone(names);
+        }
+        let names = Arc::new(corium_fleet_common::tls::names(leaf));
+        let mut cache = lock();
+        if cache.len() >= NAMES_CACHED {
+            cache.clear();
+        }
+        cache.insert(leaf.to_vec(), Arc::clone(&names));
+        names
     }
 
     fn identify(&self, request: &Request<()>) -> Result<Principal, Status> {
-        let names = Self::peer_names(request);
+        let names = self.peer_names(request);
         let from_ingress = names.iter().any(|name| self.ingress_identities.contains(name));
         if let Some(value) = request.metadata().get(metadata::PRINCIPAL) {
             if !from_ingress {

@@ -86,7 +86,8 @@ impl Host {
         self.publish_indexes(&cell).await;
         // A target that cannot be reached, or whose certificate does not
         // name it, is found out before the lease is let go: nothing changes.
-        self.peers.reach(&target.endpoint, &target.node_id).await?;
+        // The same connection then carries the activation.
+        let peer = self.peers.connect(&target.endpoint, &target.node_id).await?;
         let started = Instant::now();
         self.handing_off
             .lock()
@@ -99,7 +100,7 @@ impl Host {
             .await;
         drop(closing);
         self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
-        let mut activated = self.peers.activate(&target.endpoint, &target.node_id, db).await;
+        let mut activated = peer.activate(db).await;
         for _ in 0..RELEASE_RACE_RETRIES {
             // The target still saw this node's lease: a renewal in flight
             // re-extended it after the release (the race `cell::rerelease`
@@ -115,7 +116,7 @@ impl Host {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(150)).await;
-            activated = self.peers.activate(&target.endpoint, &target.node_id, db).await;
+            activated = peer.activate(db).await;
         }
         self.handing_off
             .lock()
