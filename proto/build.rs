@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         "proto/corium/fleet/v1/fleet.proto",
         "proto/google/rpc/status.proto",
+        "proto/google/rpc/error_details.proto",
     ];
     for file in files {
         println!("cargo:rerun-if-changed={file}");

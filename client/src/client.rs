@@ -137,7 +137,8 @@ impl Client {
             match status_kind(&status) {
                 ErrorKind::RetryLater | ErrorKind::RetryAtHint => {
                     tracing::debug!(code = ?status.code(), attempt = backoff.attempts(), "retrying");
-                    if !backoff.wait().await {
+                    let hint = corium_fleet_wire::overload::retry_after(&status);
+                    if !backoff.wait_at_least(hint).await {
                         return Err((status, backoff.attempts()));
                     }
                 }

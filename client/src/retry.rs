@@ -63,11 +63,18 @@ impl Backoff {
     /// Waits before the next attempt, or returns `false` when attempts or
     /// budget are spent (the wait never overruns the budget).
     pub async fn wait(&mut self) -> bool {
+        self.wait_at_least(None).await
+    }
+
+    /// [`wait`](Self::wait), but no shorter than `hint` (a server's retry
+    /// hint, `google.rpc.RetryInfo`): a refusal for load is honoured, not
+    /// answered with a faster retry.
+    pub async fn wait_at_least(&mut self, hint: Option<Duration>) -> bool {
         if self.attempts >= self.policy.max_attempts {
             return false;
         }
         let cap = self.cap();
-        let delay = self.jitter(cap);
+        let delay = self.jitter(cap).max(hint.unwrap_or_default());
         if delay >= self.remaining() {
             return false;
         }
@@ -113,6 +120,20 @@ mod tests {
             started.elapsed()
         );
         assert!(backoff.attempts() > 5, "it did retry: {}", backoff.attempts());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_hint_lengthens_the_wait_but_never_past_the_budget() {
+        let mut backoff = Backoff::new(&policy(10, 1000));
+        let started = tokio::time::Instant::now();
+        assert!(backoff.wait_at_least(Some(Duration::from_millis(300))).await);
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            started.elapsed()
+        );
+        // A hint longer than what is left of the budget ends the retries.
+        assert!(!backoff.wait_at_least(Some(Duration::from_secs(5))).await);
     }
 
     #[test]

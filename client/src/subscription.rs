@@ -123,7 +123,10 @@ impl Subscription {
             }
             let backoff = backoff.get_or_insert_with(|| Backoff::new(&self.config.retry));
             tracing::debug!(code = ?failure.code(), last_t = self.last_t, "subscription interrupted; resuming");
-            if !backoff.wait().await {
+            if !backoff
+                .wait_at_least(corium_fleet_wire::overload::retry_after(&failure))
+                .await
+            {
                 return Err(Error::from_status(failure));
             }
             self.reconnects += 1;

@@ -15,3 +15,38 @@ pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 pub fn status_response(status: &tonic::Status) -> Response<Body> {
     status.clone().into_http::<Body>()
 }
+
+/// A response body that holds `guard` until the body is dropped: a stream
+/// keeps its places (the client's open-call slot, its connection's
+/// activity) for its whole life, not just until the response headers.
+struct Holding<G> {
+    inner: Body,
+    _guard: G,
+}
+
+impl<G: Unpin> hyper::body::Body for Holding<G> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BoxError>>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// `response` with `guard` held by its body until the body is dropped.
+#[must_use]
+pub fn holding<G: Unpin + Send + 'static>(response: Response<Body>, guard: G) -> Response<Body> {
+    use http_body_util::BodyExt as _;
+    response.map(|inner| Holding { inner, _guard: guard }.boxed_unsync())
+}

@@ -77,9 +77,45 @@ pub struct Args {
     /// [default: 4096].
     #[arg(long)]
     pub max_concurrent_requests: Option<usize>,
-    /// Requests a second allowed per client address (0: unlimited) [default: 0].
+    /// Requests a second allowed per client: its principal when it
+    /// authenticated, else its address (0: unlimited) [default: 0].
     #[arg(long)]
     pub rate_limit_per_client: Option<u32>,
+    /// Calls open at once from one client address, streams included until
+    /// they end; more are refused `RESOURCE_EXHAUSTED` [default: 1000].
+    #[arg(long)]
+    pub max_streams_per_client: Option<usize>,
+    /// HTTP/2 streams one client connection may open at once (the
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` the ingress announces) [default: 256].
+    #[arg(long)]
+    pub max_streams_per_connection: Option<u32>,
+    /// Refuse a request whose body stops arriving for this many
+    /// milliseconds (within its deadline) [default: 10000].
+    #[arg(long)]
+    pub body_progress_timeout_ms: Option<u64>,
+    /// Reset a forwarded stream (a subscription) whose client has not taken
+    /// the next message for this many milliseconds, freeing its place at the
+    /// node [default: 60000].
+    #[arg(long)]
+    pub stream_stall_timeout_ms: Option<u64>,
+    /// Close (GOAWAY) a client connection with no call open for this many
+    /// milliseconds; 0: never [default: 300000].
+    #[arg(long)]
+    pub max_connection_idle_ms: Option<u64>,
+    /// Close (GOAWAY, calls in flight finish) a client connection this many
+    /// milliseconds old, ±10 % jitter, so clients spread over ingress pods
+    /// added later; 0: never [default: 0].
+    #[arg(long)]
+    pub max_connection_age_ms: Option<u64>,
+    /// Retries the ingress may add, as a fraction of the calls it takes,
+    /// for attempts that reached a node and failed (a typed `NotOwner` or a
+    /// refused connection cost no budget) [default: 0.2].
+    #[arg(long)]
+    pub retry_budget_ratio: Option<f64>,
+    /// Retries a second the ingress may always make, whatever the ratio
+    /// [default: 10].
+    #[arg(long)]
+    pub retry_budget_min_per_second: Option<u32>,
     /// Most client connections open at once; more are closed as soon as
     /// they are accepted [default: 10000].
     #[arg(long)]
@@ -181,8 +217,24 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Most requests in flight at once (at least 1); more are refused.
     pub max_concurrent_requests: usize,
-    /// Requests a second allowed per client address (0: unlimited).
+    /// Requests a second allowed per client, keyed by principal (by
+    /// address for anonymous callers); 0: unlimited.
     pub rate_limit_per_client: u32,
+    /// Calls (streams included) open at once from one client address.
+    pub max_streams_per_client: usize,
+    /// HTTP/2 streams one client connection may open at once.
+    pub max_streams_per_connection: u32,
+    /// Longest pause in a request body's arrival.
+    pub body_progress_timeout: Duration,
+    /// Longest a forwarded stream may wait for its client to take a message.
+    pub stream_stall_timeout: Duration,
+    /// Client connections idle this long are closed (`None`: never).
+    pub max_connection_idle: Option<Duration>,
+    /// Client connections this old are closed, jittered (`None`: never).
+    pub max_connection_age: Option<Duration>,
+    /// The retry budget: retries per call taken, and retries a second
+    /// always allowed.
+    pub retry_budget: (f64, u32),
     /// Client connections open at once: in total, and from one address
     /// (both at least 1).
     pub max_connections: (usize, usize),
@@ -232,6 +284,18 @@ impl Args {
             tls_listen: self.tls_listen.or(file.tls_listen),
             max_concurrent_requests: self.max_concurrent_requests.or(file.max_concurrent_requests),
             rate_limit_per_client: self.rate_limit_per_client.or(file.rate_limit_per_client),
+            max_streams_per_client: self.max_streams_per_client.or(file.max_streams_per_client),
+            max_streams_per_connection: self
+                .max_streams_per_connection
+                .or(file.max_streams_per_connection),
+            body_progress_timeout_ms: self.body_progress_timeout_ms.or(file.body_progress_timeout_ms),
+            stream_stall_timeout_ms: self.stream_stall_timeout_ms.or(file.stream_stall_timeout_ms),
+            max_connection_idle_ms: self.max_connection_idle_ms.or(file.max_connection_idle_ms),
+            max_connection_age_ms: self.max_connection_age_ms.or(file.max_connection_age_ms),
+            retry_budget_ratio: self.retry_budget_ratio.or(file.retry_budget_ratio),
+            retry_budget_min_per_second: self
+                .retry_budget_min_per_second
+                .or(file.retry_budget_min_per_second),
             max_connections: self.max_connections.or(file.max_connections),
             max_connections_per_client: self
                 .max_connections_per_client
@@ -282,10 +346,7 @@ impl Args {
                 "--owner-cache-ttl-ms {owner_cache_ttl_ms}: must be between 1 and 600000"
             )));
         }
-        let max_deadline_ms = self.max_deadline_ms.unwrap_or(60_000);
-        if max_deadline_ms == 0 {
-            return Err(ConfigError::from("--max-deadline-ms must be positive"));
-        }
+        let max_deadline = positive_ms("--max-deadline-ms", self.max_deadline_ms, 60_000)?;
         let storage = corium_fleet_store::Storage::parse(
             self.storage.as_deref().unwrap_or("filesystem"),
             self.s3_endpoint,
@@ -306,15 +367,7 @@ impl Args {
             self.tls_require_client_cert,
             tls_listen.is_some(),
         )?;
-        let upstream =
-            match (self.upstream_ca, self.upstream_cert, self.upstream_key) {
-                (None, None, None) => None,
-                (Some(ca), Some(cert), Some(key)) => Some((ca, Identity { cert, key })),
-                _ => return Err(ConfigError::from(
-                    "--upstream-ca, --upstream-cert and --upstream-key go together (the hop is mutual TLS)"
-                        .to_owned(),
-                )),
-            };
+        let upstream = upstream_identity(self.upstream_ca, self.upstream_cert, self.upstream_key)?;
         check_member_schemes(&members, upstream.is_some())?;
         Ok(Config {
             listen: self
@@ -333,27 +386,96 @@ impl Args {
             owner_cache_ttl: Duration::from_millis(owner_cache_ttl_ms),
             owner_cache_capacity: self.owner_cache_capacity.unwrap_or(100_000),
             max_request_bytes,
-            max_deadline: Duration::from_millis(max_deadline_ms),
+            max_deadline,
             assign_request_ids: self.assign_request_ids.unwrap_or(true),
             storage_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             tls_listen,
             tls_clients,
             upstream,
-            max_concurrent_requests: match self.max_concurrent_requests.unwrap_or(4096) {
-                0 => return Err(ConfigError::from("--max-concurrent-requests must be at least 1")),
-                n => n,
-            },
+            max_concurrent_requests: at_least_one(
+                "--max-concurrent-requests",
+                self.max_concurrent_requests,
+                4096,
+            )?,
             rate_limit_per_client: self.rate_limit_per_client.unwrap_or(0),
+            max_streams_per_client: at_least_one(
+                "--max-streams-per-client",
+                self.max_streams_per_client,
+                1000,
+            )?,
+            max_streams_per_connection: at_least_one(
+                "--max-streams-per-connection",
+                self.max_streams_per_connection,
+                256,
+            )?,
+            body_progress_timeout: positive_ms(
+                "--body-progress-timeout-ms",
+                self.body_progress_timeout_ms,
+                10_000,
+            )?,
+            stream_stall_timeout: positive_ms(
+                "--stream-stall-timeout-ms",
+                self.stream_stall_timeout_ms,
+                60_000,
+            )?,
+            max_connection_idle: Some(self.max_connection_idle_ms.unwrap_or(300_000))
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            max_connection_age: self
+                .max_connection_age_ms
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis),
+            retry_budget: retry_budget(self.retry_budget_ratio, self.retry_budget_min_per_second)?,
             max_connections: connection_caps(self.max_connections, self.max_connections_per_client)?,
-            preface_timeout: match self.preface_timeout_ms.unwrap_or(10_000) {
-                0 => return Err(ConfigError::from("--preface-timeout-ms must be positive")),
-                ms => Duration::from_millis(ms),
-            },
+            preface_timeout: positive_ms("--preface-timeout-ms", self.preface_timeout_ms, 10_000)?,
             verify_node_identity: self.verify_node_identity.unwrap_or(true),
             auth: self.auth,
         })
     }
+}
+
+/// `--upstream-ca`, `--upstream-cert` and `--upstream-key`, all or none.
+fn upstream_identity(
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<Option<(PathBuf, Identity)>, ConfigError> {
+    match (ca, cert, key) {
+        (None, None, None) => Ok(None),
+        (Some(ca), Some(cert), Some(key)) => Ok(Some((ca, Identity { cert, key }))),
+        _ => Err(ConfigError::from(
+            "--upstream-ca, --upstream-cert and --upstream-key go together (the hop is mutual TLS)",
+        )),
+    }
+}
+
+/// A count flag that must be at least 1.
+fn at_least_one<T: From<u8> + PartialEq>(flag: &str, value: Option<T>, default: T) -> Result<T, ConfigError> {
+    let value = value.unwrap_or(default);
+    if value == T::from(0) {
+        return Err(ConfigError::from(format!("{flag} must be at least 1")));
+    }
+    Ok(value)
+}
+
+/// A millisecond flag that must be positive.
+fn positive_ms(flag: &str, value: Option<u64>, default: u64) -> Result<Duration, ConfigError> {
+    match value.unwrap_or(default) {
+        0 => Err(ConfigError::from(format!("{flag} must be positive"))),
+        ms => Ok(Duration::from_millis(ms)),
+    }
+}
+
+/// `--retry-budget-ratio` (0 to 10) and `--retry-budget-min-per-second`.
+fn retry_budget(ratio: Option<f64>, floor: Option<u32>) -> Result<(f64, u32), ConfigError> {
+    let ratio = ratio.unwrap_or(0.2);
+    if !(0.0..=10.0).contains(&ratio) {
+        return Err(ConfigError::from(format!(
+            "--retry-budget-ratio {ratio}: must be between 0 and 10"
+        )));
+    }
+    Ok((ratio, floor.unwrap_or(10)))
 }
 
 /// `--tls-client-ca` and `--tls-require-client-cert`: the CA and whether a

@@ -11,8 +11,12 @@
 //! - [`config`] — flags, config file, validation;
 //! - [`body`] — the response body type and a status as a response;
 //! - [`route`] — method classes and the minimal protobuf scan for `db`;
-//! - [`limits`] — concurrency limit and per-client rate limit;
+//! - [`limits`] — concurrency, open calls per client, per-client rate
+//!   (keyed by principal);
+//! - [`retry_budget`] — the retries the ingress may add, as a fraction of calls;
 //! - [`connections`] — caps on client connections, in total and per address;
+//! - [`connection_life`] — idle and maximum-age closing of client connections;
+//! - [`stall`] — a stream whose client stops reading is ended;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
 //! - [`proxy`] — the forwarding path: intake, one hop, the owner's retry rules;
 //! - [`stream_end`] — a stream broken upstream ends `UNAVAILABLE`, not reset;
@@ -26,13 +30,16 @@
 
 pub mod body;
 pub mod config;
+pub mod connection_life;
 pub mod connections;
 pub mod limits;
 pub mod metrics;
 pub mod owner_cache;
 pub mod proxy;
+pub mod retry_budget;
 pub mod route;
 pub mod server;
+pub mod stall;
 pub mod stream_end;
 pub mod suspects;
 pub mod upstream;
@@ -131,6 +138,13 @@ pub async fn run(
     let tls_listen = config.tls_listen.clone();
     let max_connections = config.max_connections;
     let preface_timeout = config.preface_timeout;
+    let settings = server::ConnectionSettings {
+        max_streams: config.max_streams_per_connection,
+        life: connection_life::Life {
+            idle: config.max_connection_idle,
+            age: config.max_connection_age,
+        },
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let members = placement_members(&config, &store, &stop_rx);
     let map = placement_map(&config, &store, &members, &stop_rx).await?;
@@ -177,6 +191,7 @@ pub async fn run(
         None,
         Arc::clone(&proxy),
         Arc::clone(&connections),
+        settings,
         shutdown_rx.clone(),
     );
     let encrypted = async {
@@ -186,6 +201,7 @@ pub async fn run(
                 Some(acceptor),
                 Arc::clone(&proxy),
                 Arc::clone(&connections),
+                settings,
                 shutdown_rx.clone(),
             )
             .await;

@@ -1,15 +1,18 @@
-//! Admission limits in front of the forwarding path, each rejection a clear
-//! gRPC status: a global concurrency limit (`RESOURCE_EXHAUSTED` when full,
-//! never an unbounded queue) and a per-client token bucket
-//! (`RESOURCE_EXHAUSTED` with the rate in the message). The client is its
-//! peer address until client authentication gives the ingress a principal.
-//! Body size and deadline caps are applied in the proxy, where the body and
-//! `grpc-timeout` are read.
+//! Admission limits in front of the forwarding path, each refusal a
+//! `RESOURCE_EXHAUSTED` with a retry hint (`corium_fleet_wire::overload`):
+//! a global concurrency limit (never an unbounded queue), a cap on the calls
+//! one client address has open (streams until they end), and a per-client
+//! token bucket keyed by the principal the caller authenticated as (by its
+//! address when anonymous: behind a load balancer, anonymous callers share
+//! one). Body size and deadline caps are applied in the proxy, where the
+//! body and `grpc-timeout` are read.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use corium_fleet_wire::overload;
 use tonic::Status;
 
 /// A token bucket: `rate` tokens a second, at most `burst` saved.
@@ -41,26 +44,76 @@ impl Bucket {
     }
 }
 
+/// Whom a rate limit counts against: the principal a caller authenticated
+/// as, or, for anonymous callers, its address.
+#[derive(Clone, Debug, Eq, Hash, PartialEq)]
+pub enum ClientKey {
+    /// An anonymous caller, by address.
+    Address(IpAddr),
+    /// An authenticated principal (`provider:subject`).
+    Principal(Arc<str>),
+}
+
+impl std::fmt::Display for ClientKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Address(ip) => write!(f, "client {ip}"),
+            Self::Principal(name) => write!(f, "principal {name}"),
+        }
+    }
+}
+
 /// The ingress's admission limits.
 pub struct Limits {
     concurrency: Arc<tokio::sync::Semaphore>,
     max_concurrent: usize,
     /// Requests a second per client (0: unlimited).
     rate: f64,
-    buckets: moka::sync::Cache<IpAddr, Arc<Mutex<Bucket>>>,
+    buckets: moka::sync::Cache<ClientKey, Arc<Mutex<Bucket>>>,
+    /// Calls open per client address, streams until they end; an entry
+    /// lives while it is above zero.
+    streams: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    max_streams_per_client: usize,
 }
 
 /// One admitted request; dropping it frees its concurrency slot.
 pub struct Admission {
     _permit: tokio::sync::OwnedSemaphorePermit,
+    /// The client's open-call place, to be held by the response body.
+    pub stream: Option<StreamSlot>,
 }
 
+/// A client's place for one open call; given back when dropped (with the
+/// response body, so a stream holds it for its life).
+pub struct StreamSlot {
+    streams: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    client: IpAddr,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut streams = self
+            .streams
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(open) = streams.get_mut(&self.client) {
+            *open -= 1;
+            if *open == 0 {
+                streams.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// How soon a caller refused for concurrency may try again.
+const BUSY_HINT: Duration = Duration::from_millis(100);
+
 impl Limits {
-    /// At most `max_concurrent` requests in flight, and `rate_per_client`
-    /// requests a second from one client address (0: unlimited; the burst is
-    /// one second's worth).
+    /// At most `max_concurrent` requests in flight, `max_streams_per_client`
+    /// calls open from one address, and `rate_per_client` requests a second
+    /// from one client (0: unlimited; the burst is one second's worth).
     #[must_use]
-    pub fn new(max_concurrent: usize, rate_per_client: u32) -> Self {
+    pub fn new(max_concurrent: usize, max_streams_per_client: usize, rate_per_client: u32) -> Self {
         Self {
             concurrency: Arc::new(tokio::sync::Semaphore::new(max_concurrent)),
             max_concurrent,
@@ -71,39 +124,84 @@ impl Limits {
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_mins(1))
                 .build(),
+            streams: Arc::default(),
+            max_streams_per_client,
         }
     }
 
-    /// Admits a request from `client`, or says why not.
+    /// Admits a request from `client` under the concurrency limits, or says
+    /// why not.
     ///
     /// # Errors
-    /// `RESOURCE_EXHAUSTED` over the client's rate or the concurrency limit.
+    /// `RESOURCE_EXHAUSTED` with a retry hint over the ingress's concurrency
+    /// limit or the client's open calls.
     pub fn admit(&self, client: Option<IpAddr>) -> Result<Admission, Status> {
-        if self.rate > 0.0
-            && let Some(client) = client
-        {
-            let burst = self.rate.max(1.0);
-            let bucket = self.buckets.get_with(client, || {
-                Arc::new(Mutex::new(Bucket::new(burst, Instant::now())))
-            });
-            let allowed = bucket
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(self.rate, burst, Instant::now());
-            if !allowed {
-                return Err(Status::resource_exhausted(format!(
-                    "client {client} is over its limit of {} requests a second; retry later",
-                    self.rate
-                )));
+        let stream = match client {
+            Some(client) => {
+                let mut streams = self
+                    .streams
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let open = streams.entry(client).or_insert(0);
+                if *open >= self.max_streams_per_client {
+                    return Err(overload::refused(
+                        format!(
+                            "client {client} has {} calls open, its limit; retry later",
+                            self.max_streams_per_client
+                        ),
+                        BUSY_HINT,
+                    ));
+                }
+                *open += 1;
+                Some(StreamSlot {
+                    streams: Arc::clone(&self.streams),
+                    client,
+                })
             }
-        }
+            None => None,
+        };
         let permit = Arc::clone(&self.concurrency).try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "the ingress is at its limit of {} concurrent requests; retry later",
-                self.max_concurrent
-            ))
+            overload::refused(
+                format!(
+                    "the ingress is at its limit of {} concurrent requests; retry later",
+                    self.max_concurrent
+                ),
+                BUSY_HINT,
+            )
         })?;
-        Ok(Admission { _permit: permit })
+        Ok(Admission {
+            _permit: permit,
+            stream,
+        })
+    }
+
+    /// Counts a request against `client`'s rate.
+    ///
+    /// # Errors
+    /// `RESOURCE_EXHAUSTED` with the time until the next allowed request.
+    pub fn rate(&self, client: &ClientKey) -> Result<(), Status> {
+        if self.rate <= 0.0 {
+            return Ok(());
+        }
+        let burst = self.rate.max(1.0);
+        let bucket = self.buckets.get_with_by_ref(client, || {
+            Arc::new(Mutex::new(Bucket::new(burst, Instant::now())))
+        });
+        let allowed = bucket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(self.rate, burst, Instant::now());
+        if allowed {
+            Ok(())
+        } else {
+            Err(overload::refused(
+                format!(
+                    "{client} is over its limit of {} requests a second; retry later",
+                    self.rate
+                ),
+                Duration::from_secs_f64(1.0 / self.rate),
+            ))
+        }
     }
 }
 
@@ -128,25 +226,46 @@ mod tests {
 
     #[test]
     fn concurrency_limit_rejects_instead_of_queueing() {
-        let limits = Limits::new(2, 0);
+        let limits = Limits::new(2, 100, 0);
         let first = limits.admit(None).unwrap();
         let _second = limits.admit(None).unwrap();
         let refused = limits.admit(None).err().unwrap();
-        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(overload::is_refusal(&refused), "{refused:?}");
         drop(first);
         assert!(limits.admit(None).is_ok());
     }
 
     #[test]
     fn rate_limit_is_per_client() {
-        let limits = Limits::new(100, 1);
+        let limits = Limits::new(100, 100, 1);
+        let a = ClientKey::Address("127.0.0.1".parse().unwrap());
+        let b = ClientKey::Address("127.0.0.2".parse().unwrap());
+        let alice = ClientKey::Principal("token:alice".into());
+        assert!(limits.rate(&a).is_ok());
+        let refused = limits.rate(&a).err().unwrap();
+        assert!(overload::is_refusal(&refused), "{refused:?}");
+        assert!(limits.rate(&b).is_ok());
+        assert!(limits.rate(&alice).is_ok());
+        assert!(limits.rate(&alice).is_err());
+    }
+
+    #[test]
+    fn open_calls_are_capped_per_address_until_their_streams_end() {
+        let limits = Limits::new(100, 2, 0);
         let a: IpAddr = "127.0.0.1".parse().unwrap();
-        let b: IpAddr = "127.0.0.2".parse().unwrap();
-        assert!(limits.admit(Some(a)).is_ok());
-        assert_eq!(
-            limits.admit(Some(a)).err().unwrap().code(),
-            tonic::Code::ResourceExhausted
+        let first = limits.admit(Some(a)).unwrap();
+        let second = limits.admit(Some(a)).unwrap();
+        // The concurrency permits end at the response headers; the stream
+        // places live on in the bodies.
+        let (one, two) = (first.stream, second.stream);
+        assert!(overload::is_refusal(&limits.admit(Some(a)).err().unwrap()));
+        assert!(limits.admit(Some("127.0.0.2".parse().unwrap())).is_ok());
+        drop(one);
+        let third = limits.admit(Some(a)).unwrap();
+        drop((two, third));
+        assert!(
+            limits.streams.lock().unwrap().is_empty(),
+            "finished clients are forgotten"
         );
-        assert!(limits.admit(Some(b)).is_ok());
     }
 }

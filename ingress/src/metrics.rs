@@ -57,6 +57,20 @@ pub struct Metrics {
     /// Requests refused `UNAUTHENTICATED`: a missing or wrong credential
     /// where one is required.
     pub rejected_unauthenticated: AtomicU64,
+    /// Requests refused because their body stopped arriving for
+    /// `--body-progress-timeout-ms`.
+    pub rejected_body_stalled: AtomicU64,
+    /// Retries the retry budget did not allow (the call ended with what was
+    /// known).
+    pub retry_budget_exhausted: AtomicU64,
+    /// Forwarded streams reset because their client took no message for
+    /// `--stream-stall-timeout-ms`.
+    pub streams_stalled: AtomicU64,
+    /// Client connections closed (GOAWAY) after `--max-connection-idle-ms`
+    /// with no call open.
+    pub connections_closed_idle: AtomicU64,
+    /// Client connections closed (GOAWAY) at `--max-connection-age-ms`.
+    pub connections_closed_aged: AtomicU64,
     /// Time from receiving a request to its answer's headers, across
     /// attempts.
     pub forward_seconds: Histogram,
@@ -80,7 +94,7 @@ impl Metrics {
 
     /// Every counter: its metric name, its help text and its value.
     #[allow(clippy::too_many_lines)] // One entry per counter: a table, not logic.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 21] {
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 26] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -184,8 +198,33 @@ impl Metrics {
             ),
             (
                 "corium_fleet_ingress_rejected_limit_total",
-                "Requests refused by the concurrency or per-client rate limit.",
+                "Requests refused by the concurrency, open-calls or per-client rate limit.",
                 &self.rejected_limit,
+            ),
+            (
+                "corium_fleet_ingress_rejected_body_stalled_total",
+                "Requests refused because their body stopped arriving.",
+                &self.rejected_body_stalled,
+            ),
+            (
+                "corium_fleet_ingress_retry_budget_exhausted_total",
+                "Retries the retry budget did not allow.",
+                &self.retry_budget_exhausted,
+            ),
+            (
+                "corium_fleet_ingress_streams_stalled_total",
+                "Forwarded streams reset because their client took no message in time.",
+                &self.streams_stalled,
+            ),
+            (
+                "corium_fleet_ingress_connections_closed_idle_total",
+                "Client connections closed after being idle.",
+                &self.connections_closed_idle,
+            ),
+            (
+                "corium_fleet_ingress_connections_closed_aged_total",
+                "Client connections closed at their maximum age.",
+                &self.connections_closed_aged,
             ),
         ]
     }

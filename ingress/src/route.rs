@@ -7,6 +7,10 @@
 //! protobuf bytes with a minimal wire-format walk, so unknown fields and
 //! future message versions pass through untouched.
 
+/// The path of `corium.v1.Transactor/Subscribe`, the one server-streaming
+/// call (its stream is watched for a stalled client, `stall.rs`).
+pub const SUBSCRIBE: &str = "/corium.v1.Transactor/Subscribe";
+
 /// Where a call goes.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
 pub enum Target {

@@ -9,6 +9,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
+use crate::connection_life::{self, Activity, Closed, Life};
 use crate::connections::{Connections, Slot};
 use crate::proxy::{Caller, Proxy};
 
@@ -16,32 +17,125 @@ use crate::proxy::{Caller, Proxy};
 const DRAIN: Duration = Duration::from_secs(20);
 /// Bound on a client's TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// Largest header block a client may send (HTTP/2 SETTINGS).
+const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 
-fn serve_connection<IO>(
-    graceful: &hyper_util::server::graceful::GracefulShutdown,
-    proxy: &Arc<Proxy>,
+/// How client connections are served.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionSettings {
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_streams: u32,
+    /// When connections are closed (idle, age).
+    pub life: Life,
+}
+
+/// Every connection task holds a clone; the drain ends when all are gone.
+type Draining = tokio::sync::mpsc::Sender<()>;
+
+struct Connection {
     client: Caller,
-    stream: IO,
     slot: Slot,
-) where
+    settings: ConnectionSettings,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    draining: Draining,
+}
+
+fn serve_connection<IO>(proxy: &Arc<Proxy>, stream: IO, connection: Connection)
+where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let Connection {
+        client,
+        slot,
+        settings,
+        shutdown,
+        draining,
+    } = connection;
+    let activity = Arc::clone(&client.activity);
     let proxy = Arc::clone(proxy);
+    let metrics = Arc::clone(&proxy.metrics);
     let service =
         hyper::service::service_fn(move |request| Arc::clone(&proxy).handle(client.clone(), request));
     let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(20))
         .keep_alive_timeout(Duration::from_secs(10))
+        .max_concurrent_streams(settings.max_streams)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .serve_connection(TokioIo::new(stream), service);
-    let connection = graceful.watch(connection);
     tokio::spawn(async move {
         // The connection's place is held until it ends.
         let _slot = slot;
-        if let Err(error) = connection.await {
-            tracing::debug!(%error, "client connection ended");
+        let _draining = draining;
+        let (result, closed) = connection_life::run(
+            connection,
+            hyper::server::conn::http2::Connection::graceful_shutdown,
+            &activity,
+            settings.life,
+            shutdown,
+        )
+        .await;
+        match closed {
+            Closed::Idle => {
+                metrics
+                    .connections_closed_idle
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Closed::Aged => {
+                metrics
+                    .connections_closed_aged
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Closed::ByClient | Closed::Shutdown => {}
+        }
+        if let Err(error) = result {
+            tracing::debug!(%error, ?closed, "client connection ended");
         }
     });
+}
+
+/// The client speaks first (the HTTP/2 preface): a cleartext socket that
+/// sends nothing within `preface` is closed, off the accept loop, and its
+/// place given back; one that speaks goes back to be served.
+async fn await_preface(
+    stream: TcpStream,
+    slot: Slot,
+    preface: Duration,
+    served: tokio::sync::mpsc::Sender<(TcpStream, Slot)>,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
+    // `peek` waits for a byte (or the end); `readable` may report a fresh
+    // socket ready before anything arrived.
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(preface, stream.peek(&mut first)).await {
+        Ok(Ok(_)) => {
+            let _ = served.send((stream, slot)).await;
+        }
+        Ok(Err(error)) => tracing::debug!(%error, "client connection failed"),
+        Err(_) => {
+            metrics
+                .preface_timeouts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!("client sent nothing within the preface timeout");
+        }
+    }
+}
+
+/// A TLS handshake off the accept loop, bounded, with the certificate
+/// current now; the finished stream goes back to be served.
+async fn handshake(
+    acceptor: TlsAcceptor,
+    stream: TcpStream,
+    slot: Slot,
+    served: tokio::sync::mpsc::Sender<(tokio_rustls::server::TlsStream<TcpStream>, Slot)>,
+) {
+    match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let _ = served.send((stream, slot)).await;
+        }
+        Ok(Err(error)) => tracing::debug!(%error, "client TLS handshake failed"),
+        Err(_) => tracing::debug!("client TLS handshake timed out"),
+    }
 }
 
 /// Serves clients until `shutdown` turns true, then drains (bounded).
@@ -50,9 +144,18 @@ pub async fn serve(
     tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ServerConfig>>>,
     proxy: Arc<Proxy>,
     connections: Arc<Connections>,
+    settings: ConnectionSettings,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let (draining, mut drained) = tokio::sync::mpsc::channel::<()>(1);
+    let for_connections = shutdown.clone();
+    let connection = |client: Caller, slot: Slot| Connection {
+        client,
+        slot,
+        settings,
+        shutdown: for_connections.clone(),
+        draining: draining.clone(),
+    };
     let (tls_tx, mut tls_rx) =
         tokio::sync::mpsc::channel::<(tokio_rustls::server::TlsStream<TcpStream>, Slot)>(64);
     let (plain_tx, mut plain_rx) = tokio::sync::mpsc::channel::<(TcpStream, Slot)>(64);
@@ -72,16 +175,18 @@ pub async fn serve(
                 let client = Caller {
                     ip: tcp.peer_addr().ok().map(|addr| addr.ip()),
                     certificate,
+                    activity: Activity::new(),
                 };
-                serve_connection(&graceful, &proxy, client, stream, slot);
+                serve_connection(&proxy, stream, connection(client, slot));
                 continue;
             }
             Some((stream, slot)) = plain_rx.recv() => {
                 let client = Caller {
                     ip: stream.peer_addr().ok().map(|addr| addr.ip()),
                     certificate: None,
+                    activity: Activity::new(),
                 };
-                serve_connection(&graceful, &proxy, client, stream, slot);
+                serve_connection(&proxy, stream, connection(client, slot));
                 continue;
             }
             () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => break,
@@ -106,49 +211,29 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         match &tls {
             None => {
-                // The client speaks first (the HTTP/2 preface): a socket that
-                // sends nothing within the timeout is closed, off the accept
-                // loop, and its place given back.
-                let plain_tx = plain_tx.clone();
-                let metrics = Arc::clone(&proxy.metrics);
-                tokio::spawn(async move {
-                    // `peek` waits for a byte (or the end); `readable` may
-                    // report a fresh socket ready before anything arrived.
-                    let mut first = [0u8; 1];
-                    match tokio::time::timeout(preface, stream.peek(&mut first)).await {
-                        Ok(Ok(_)) => {
-                            let _ = plain_tx.send((stream, slot)).await;
-                        }
-                        Ok(Err(error)) => tracing::debug!(%error, "client connection failed"),
-                        Err(_) => {
-                            metrics
-                                .preface_timeouts
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            tracing::debug!("client sent nothing within the preface timeout");
-                        }
-                    }
-                });
+                tokio::spawn(await_preface(
+                    stream,
+                    slot,
+                    preface,
+                    plain_tx.clone(),
+                    Arc::clone(&proxy.metrics),
+                ));
             }
             Some(config) => {
-                // Handshake off the accept loop, bounded, with the
-                // certificate current now; the finished stream comes back to
-                // be watched by the graceful drain.
-                let acceptor = TlsAcceptor::from(config.current());
-                let tls_tx = tls_tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = tls_tx.send((stream, slot)).await;
-                        }
-                        Ok(Err(error)) => tracing::debug!(%error, "client TLS handshake failed"),
-                        Err(_) => tracing::debug!("client TLS handshake timed out"),
-                    }
-                });
+                tokio::spawn(handshake(
+                    TlsAcceptor::from(config.current()),
+                    stream,
+                    slot,
+                    tls_tx.clone(),
+                ));
             }
         }
     }
     tracing::info!("ingress shutting down; draining connections");
-    if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
+    // Every connection saw the shutdown signal and sent its GOAWAY; the
+    // channel closes when the last connection task ends.
+    drop(draining);
+    if tokio::time::timeout(DRAIN, drained.recv()).await.is_err() {
         tracing::warn!("connections still open after the drain period; closing");
     }
 }

@@ -6,6 +6,7 @@
 //! Layout:
 //! - `proto/corium/fleet/v1/fleet.proto` — the fleet package;
 //! - `proto/google/rpc/status.proto` — the rich-error envelope;
+//! - `proto/google/rpc/error_details.proto` — `RetryInfo`, the standard retry hint;
 //! - [`fleet`] and [`rpc`] — the generated Rust types and tonic stubs.
 //!
 //! Encoding and decoding of these details on a `tonic::Status` lives in
@@ -26,6 +27,9 @@ pub mod fleet {
 pub mod rpc {
     tonic::include_proto!("google.rpc");
 }
+
+/// The `Any.type_url` of a [`rpc::RetryInfo`] detail (the standard one).
+pub const RETRY_INFO_TYPE_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
 
 /// The `Any.type_url` of a [`fleet::NotOwner`] detail.
 pub const NOT_OWNER_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.NotOwner";

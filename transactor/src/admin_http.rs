@@ -29,6 +29,7 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
                 "Subscribe streams open on this node.",
                 host.subscriptions.load(std::sync::atomic::Ordering::Relaxed) as u64,
             );
+            host.work.render(&mut text);
             if let Some(material) = host.tls_material.get() {
                 text.push_str(&corium_fleet_common::cert_reload::render(material));
             }

@@ -85,6 +85,27 @@ pub struct Args {
     /// Most `Subscribe` streams one database serves at once [default: 1000].
     #[arg(long)]
     pub max_subscriptions_per_database: Option<usize>,
+    /// Client calls running at once on this node; more wait in a queue
+    /// [default: 256].
+    #[arg(long)]
+    pub max_inflight_calls: Option<usize>,
+    /// Client calls waiting for a place at once; more are refused
+    /// `RESOURCE_EXHAUSTED` at once [default: 1024].
+    #[arg(long)]
+    pub max_queued_calls: Option<usize>,
+    /// How long a call waits for a place before it is refused
+    /// `RESOURCE_EXHAUSTED`, in milliseconds [default: 500].
+    #[arg(long)]
+    pub max_queue_wait_ms: Option<u64>,
+    /// Client calls running or waiting at once for one database, so one hot
+    /// database cannot take every place [default: 128].
+    #[arg(long)]
+    pub max_inflight_per_database: Option<usize>,
+    /// Calls a second one principal may start on this node (the burst is one
+    /// second's worth); 0: no limit. Every caller without credentials is the
+    /// one anonymous principal [default: 0].
+    #[arg(long)]
+    pub rate_limit_per_principal: Option<u32>,
     /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
     /// This node is added from its own flags when not listed.
     #[arg(long = "member")]
@@ -198,6 +219,9 @@ pub struct Config {
     /// each holds a task, a 64-item buffer and keeps its cell from idle
     /// eviction.
     pub max_subscriptions: (usize, usize),
+    /// Overload shedding: calls running and waiting, per database, per
+    /// principal.
+    pub work_limits: crate::work_limits::WorkLimitsConfig,
     /// mTLS on the gRPC port (plaintext when `None`).
     pub tls: Option<Tls>,
     /// Certificate names that mark an ingress peer.
@@ -262,6 +286,11 @@ impl Args {
             max_subscriptions_per_database: self
                 .max_subscriptions_per_database
                 .or(file.max_subscriptions_per_database),
+            max_inflight_calls: self.max_inflight_calls.or(file.max_inflight_calls),
+            max_queued_calls: self.max_queued_calls.or(file.max_queued_calls),
+            max_queue_wait_ms: self.max_queue_wait_ms.or(file.max_queue_wait_ms),
+            max_inflight_per_database: self.max_inflight_per_database.or(file.max_inflight_per_database),
+            rate_limit_per_principal: self.rate_limit_per_principal.or(file.rate_limit_per_principal),
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             log: self.log.or(file.log),
@@ -312,6 +341,14 @@ impl Args {
         let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
         if replicas == 0 {
             return Err(ConfigError::from("--replicas must be at least 1"));
+        }
+        for (flag, value) in [
+            ("--max-inflight-calls", self.max_inflight_calls),
+            ("--max-inflight-per-database", self.max_inflight_per_database),
+        ] {
+            if value == Some(0) {
+                return Err(ConfigError::from(format!("{flag} must be at least 1")));
+            }
         }
         let zone = match (self.zone, &self.zone_file) {
             (Some(zone), _) => zone,
@@ -417,6 +454,18 @@ impl Args {
                 self.max_subscriptions.unwrap_or(10_000),
                 self.max_subscriptions_per_database.unwrap_or(1_000),
             ),
+            work_limits: {
+                let default = crate::work_limits::WorkLimitsConfig::default();
+                crate::work_limits::WorkLimitsConfig {
+                    max_inflight: self.max_inflight_calls.unwrap_or(default.max_inflight),
+                    max_queued: self.max_queued_calls.unwrap_or(default.max_queued),
+                    max_queue_wait: self
+                        .max_queue_wait_ms
+                        .map_or(default.max_queue_wait, Duration::from_millis),
+                    max_per_database: self.max_inflight_per_database.unwrap_or(default.max_per_database),
+                    rate_per_principal: self.rate_limit_per_principal.unwrap_or(0),
+                }
+            },
             ingress_identities: self
                 .ingress_identities
                 .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),

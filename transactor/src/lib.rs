@@ -18,8 +18,8 @@
 //!   service;
 //! - [`authz`] — `--authz-db`: stock Corium's policy authorizer, following
 //!   the policy database from the fleet;
-//! - [`authz`] — `--authz-db`: stock Corium's policy authorizer, following
-//!   the policy database from the fleet;
+//! - [`work_limits`] — overload shedding: calls running and waiting, per
+//!   database and per principal, refused `RESOURCE_EXHAUSTED` with a hint;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
 //! - [`incoming`] — accepted connections: TCP without Nagle, TLS handshakes
 //!   with the current (reloadable) certificate;
@@ -49,6 +49,7 @@ pub mod seams;
 pub mod service;
 pub mod standby;
 pub mod view;
+pub mod work_limits;
 
 use std::future::Future;
 use std::sync::Arc;

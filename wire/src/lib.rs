@@ -7,6 +7,7 @@
 //! - [`not_owner`] — the one encoder/decoder of the typed `NotOwner` detail;
 //! - [`outcome`] — the typed `OutcomeUnknown` detail (a write that may have
 //!   committed) and the stock clients' resend rule it is built against;
+//! - [`overload`] — `RESOURCE_EXHAUSTED` with the standard retry hint;
 //! - [`kind`] — the coarse error kind that tells a caller what to do.
 
 pub mod detail;
@@ -14,3 +15,4 @@ pub mod kind;
 pub mod metadata;
 pub mod not_owner;
 pub mod outcome;
+pub mod overload;

@@ -1,6 +1,7 @@
 //! One attempt: the call's bytes to one node, with the fleet's metadata and
 //! the remaining deadline, and how it failed if it did.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -98,8 +99,16 @@ impl Proxy {
                 .send(&hop.endpoint, request, call.body.clone())
                 .await?;
             if !whole || response.headers().contains_key("grpc-status") {
-                // Streamed through, or a trailers-only answer (complete).
-                return Ok(response.map(crate::stream_end::StreamEnd::boxed));
+                // Streamed through, or a trailers-only answer (complete). A
+                // subscription whose client stops reading is ended.
+                let response = response.map(crate::stream_end::StreamEnd::boxed);
+                if parts.uri.path() == crate::route::SUBSCRIBE
+                    && !response.headers().contains_key("grpc-status")
+                {
+                    let (timeout, metrics) = (self.config.stream_stall_timeout, Arc::clone(&self.metrics));
+                    return Ok(response.map(|body| crate::stall::watched(body, timeout, metrics)));
+                }
+                return Ok(response);
             }
             let (parts, body) = response.into_parts();
             let collected = body

@@ -114,12 +114,48 @@ fn correlation_id() -> String {
     format!("{prefix:016x}{:016x}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
+/// A body's chunks as they arrive: the usual one-chunk body is kept as it
+/// is (no copy); more chunks are joined.
+#[derive(Default)]
+enum Collected {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(bytes::BytesMut),
+}
+
+impl Collected {
+    fn push(&mut self, data: Bytes) {
+        *self = match std::mem::take(self) {
+            Self::Empty => Self::One(data),
+            Self::One(first) => {
+                let mut joined = bytes::BytesMut::with_capacity(first.len() + data.len());
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&data);
+                Self::Many(joined)
+            }
+            Self::Many(mut joined) => {
+                joined.extend_from_slice(&data);
+                Self::Many(joined)
+            }
+        };
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Self::Empty => Bytes::new(),
+            Self::One(data) => data,
+            Self::Many(joined) => joined.freeze(),
+        }
+    }
+}
+
 impl Proxy {
     /// Takes `request` in, or refuses it with the status the client gets.
     pub(super) async fn intake(
         &self,
         request: Request<Incoming>,
-        certificate: Option<&str>,
+        caller: &super::Caller,
     ) -> Result<Call, Status> {
         let started = Instant::now();
         let path = request.uri().path();
@@ -139,7 +175,14 @@ impl Proxy {
             }
         }
         let (mut parts, body) = request.into_parts();
-        self.authenticate(&mut parts.headers, certificate)?;
+        let client = self.authenticate(&mut parts.headers, caller)?;
+        // The rate counts against the principal, once it is known (an
+        // anonymous caller is its address).
+        if let Some(client) = client {
+            self.limits.rate(&client).inspect_err(|_| {
+                self.metrics.rejected_limit.fetch_add(1, Ordering::Relaxed);
+            })?;
+        }
         // One correlation id across client, ingress, owner and every
         // attempt of the call: the client's, or one made here.
         if !parts.headers.contains_key(metadata::X_REQUEST_ID) {
@@ -169,11 +212,13 @@ impl Proxy {
     /// Who the caller is, by stock Corium's rules; refuses `UNAUTHENTICATED`
     /// where a credential is required and missing or wrong. Over an mTLS hop
     /// the bearer token stops here and the principal travels instead.
+    /// Returns whom the per-client rate counts against (`None` without one).
     fn authenticate(
         &self,
         headers: &mut hyper::http::HeaderMap,
-        certificate: Option<&str>,
-    ) -> Result<(), Status> {
+        caller: &super::Caller,
+    ) -> Result<Option<crate::limits::ClientKey>, Status> {
+        let certificate = caller.certificate.as_deref();
         let authorization = headers.get(hyper::http::header::AUTHORIZATION);
         let credentials = corium_fleet_common::auth::bearer(authorization.map(HeaderValue::as_bytes));
         let principal = match certificate {
@@ -197,7 +242,13 @@ impl Proxy {
             };
             headers.insert(metadata::PRINCIPAL, value);
         }
-        Ok(())
+        Ok(if principal.is_anonymous() {
+            caller.ip.map(crate::limits::ClientKey::Address)
+        } else {
+            Some(crate::limits::ClientKey::Principal(
+                format!("{}:{}", principal.provider, principal.subject).into(),
+            ))
+        })
     }
 
     /// When the answer to a call that arrived at `started` is due: the
@@ -217,19 +268,41 @@ impl Proxy {
     }
 
     /// The whole request body (so it can be replayed), within the size
-    /// limit and before `deadline`.
+    /// limit, before `deadline`, and with no pause longer than
+    /// `--body-progress-timeout-ms`.
     async fn body(&self, body: Incoming, deadline: Instant) -> Result<Bytes, Status> {
-        // The body arrives within the call's deadline, or not at all.
-        let collect = Limited::new(body, self.config.max_request_bytes).collect();
-        let Ok(collected) =
-            tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), collect).await
-        else {
-            return Err(Status::deadline_exceeded(
-                "the request body did not arrive within the deadline",
-            ));
+        let mut body = Limited::new(body, self.config.max_request_bytes);
+        let mut collected = Collected::default();
+        let received = loop {
+            // The next frame within the progress bound and the deadline.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = left.min(self.config.body_progress_timeout);
+            let Ok(frame) = tokio::time::timeout(wait, body.frame()).await else {
+                if wait < left {
+                    return Err(Self::reject(
+                        &self.metrics.rejected_body_stalled,
+                        Status::deadline_exceeded(format!(
+                            "the request body stopped arriving for {} ms",
+                            self.config.body_progress_timeout.as_millis()
+                        )),
+                    ));
+                }
+                return Err(Status::deadline_exceeded(
+                    "the request body did not arrive within the deadline",
+                ));
+            };
+            match frame {
+                None => break Ok(()),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        collected.push(data);
+                    }
+                }
+                Some(Err(error)) => break Err(error),
+            }
         };
-        match collected {
-            Ok(collected) => Ok(collected.to_bytes()),
+        match received {
+            Ok(()) => Ok(collected.into_bytes()),
             Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Self::reject(
                 &self.metrics.rejected_too_large,
                 Status::resource_exhausted(format!(

@@ -36,13 +36,16 @@ use crate::route::Target;
 use crate::upstream::{self, Upstream};
 
 /// Who is on the other end of a client connection.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone)]
 pub struct Caller {
-    /// The peer's address (rate limits are per address).
+    /// The peer's address (open-call caps are per address, and so are rate
+    /// limits of anonymous callers).
     pub ip: Option<std::net::IpAddr>,
     /// The first name of the client certificate the TLS listener verified
     /// (`--tls-client-ca`), if one was presented.
     pub certificate: Option<Arc<str>>,
+    /// Calls open on the connection (its idle clock).
+    pub activity: Arc<crate::connection_life::Activity>,
 }
 
 /// The ingress's request handler.
@@ -53,6 +56,8 @@ pub struct Proxy {
     /// The ingress's counters, shared with the admin `/metrics` endpoint.
     pub metrics: Arc<Metrics>,
     limits: crate::limits::Limits,
+    /// Retries that cost a node work, as a fraction of calls taken.
+    retry_budget: crate::retry_budget::RetryBudget,
     /// Placement members (static, or followed from the node registry).
     members: corium_fleet_store::registry::Members,
     /// The operator placement map (empty without `--placement-map`).
@@ -110,7 +115,13 @@ impl Proxy {
                 node_of
             }),
         });
-        let limits = crate::limits::Limits::new(config.max_concurrent_requests, config.rate_limit_per_client);
+        let limits = crate::limits::Limits::new(
+            config.max_concurrent_requests,
+            config.max_streams_per_client,
+            config.rate_limit_per_client,
+        );
+        let retry_budget =
+            crate::retry_budget::RetryBudget::new(config.retry_budget.0, config.retry_budget.1);
         let envelope = config.upstream.is_some();
         let anonymous = hyper::http::HeaderValue::from_str(&corium_fleet_common::auth::encode(
             &corium_protocol::authz::Principal::anonymous(),
@@ -125,6 +136,7 @@ impl Proxy {
             upstream,
             metrics,
             limits,
+            retry_budget,
             members,
             map,
             next_any: AtomicUsize::new(0),
@@ -142,15 +154,17 @@ impl Proxy {
         client: Caller,
         request: Request<Incoming>,
     ) -> Result<Response<Body>, std::convert::Infallible> {
-        let admitted = match self.limits.admit(client.ip) {
+        let open_call = client.activity.call();
+        let mut admitted = match self.limits.admit(client.ip) {
             Ok(admission) => admission,
             Err(status) => {
                 self.metrics.rejected_limit.fetch_add(1, Ordering::Relaxed);
                 return Ok(status_response(&status));
             }
         };
+        self.retry_budget.deposit();
         let started = std::time::Instant::now();
-        let response = match self.intake(request, client.certificate.as_deref()).await {
+        let response = match self.intake(request, &client).await {
             Ok(call) => {
                 let response = match (call.target, call.db.clone()) {
                     (Target::Owner, Some(db)) => self.to_owner(&call, &db).await,
@@ -164,10 +178,12 @@ impl Proxy {
             }
             Err(status) => status_response(&status),
         };
-        // The slot is held until the response headers: a long stream does
-        // not hold a slot for its whole life.
+        // The concurrency slot is held until the response headers: a long
+        // stream does not hold one for its whole life. The client's
+        // open-call place and its connection's activity live with the body.
+        let stream = admitted.stream.take();
         drop(admitted);
-        Ok(response)
+        Ok(crate::body::holding(response, (stream, open_call)))
     }
 
     /// Counts a refusal in `counter` and returns its status.

@@ -57,6 +57,10 @@ pub(super) enum Attempt {
     /// storage failed before the call ran): retried when the call has a
     /// request id (which makes any resend safe), passed on otherwise.
     NodeUnavailable(Response<Body>),
+    /// The node refused the call for load before doing any work
+    /// (`RESOURCE_EXHAUSTED` with a retry hint): passed on, unless an
+    /// earlier attempt may have committed.
+    Shed(Response<Body>, Duration),
     /// Every hop refused the connection: provably not sent.
     Unreachable(String),
     /// The hop broke after the request was sent.
@@ -103,6 +107,21 @@ pub(super) struct Retries {
     /// Set once an attempt may have committed: the typed "outcome unknown"
     /// the call ends with if no later attempt brings an answer.
     pub unknown: Option<Status>,
+    /// Whether the ingress's retry budget allows a retry that costs a node
+    /// work (after a break, an unknown outcome, an `UNAVAILABLE` or a load
+    /// refusal); set before each decision.
+    pub budget_left: bool,
+}
+
+impl Attempt {
+    /// Whether retrying after this attempt would repeat work a node did
+    /// (and so is charged to the retry budget).
+    pub(super) const fn cost_work(&self) -> bool {
+        matches!(
+            self,
+            Self::OwnerUnknown(_) | Self::NodeUnavailable(_) | Self::Broke(_) | Self::Shed(..)
+        )
+    }
 }
 
 impl Retries {
@@ -175,7 +194,7 @@ impl Retries {
                 }
             }
             Attempt::OwnerUnknown(response) => {
-                if !self.idempotent() {
+                if !self.idempotent() || !self.budget_left {
                     return Next::Return(Ok(response));
                 }
                 // The owner's own status (its cause, this call's id) is the
@@ -186,10 +205,23 @@ impl Retries {
                 Next::reread(self.pause())
             }
             Attempt::NodeUnavailable(response) => {
-                if self.idempotent() {
+                if self.idempotent() && self.budget_left {
                     return Next::reread(self.pause());
                 }
-                Next::Return(Ok(response))
+                Next::Return(self.unknown_status().map_or(Ok(response), Err))
+            }
+            Attempt::Shed(response, hint) => {
+                // A load refusal is honoured, not multiplied: it goes back to
+                // the client, unless an attempt may have committed (then the
+                // call keeps its id and goes on, no sooner than the hint).
+                if self.unknown.is_some() && self.idempotent() && self.budget_left {
+                    return Next::Retry {
+                        pause: self.pause().max(hint),
+                        refresh: false,
+                        hinted: None,
+                    };
+                }
+                Next::Return(self.unknown_status().map_or(Ok(response), Err))
             }
             Attempt::Unreachable(error) => {
                 if self.persistent() || first {
@@ -207,7 +239,7 @@ impl Retries {
             }
             Attempt::Broke(error) => {
                 self.ambiguous(Cause::HopBroke, &error);
-                if self.idempotent() {
+                if self.idempotent() && self.budget_left {
                     return Next::reread(self.pause());
                 }
                 Next::Return(Err(self.unknown_status().expect("just set")))
@@ -291,6 +323,10 @@ impl Proxy {
         });
         if ours {
             Attempt::OwnerUnknown(response)
+        } else if let Some(hint) = corium_fleet_wire::overload::retry_after(&status)
+            .filter(|_| status.code() == tonic::Code::ResourceExhausted)
+        {
+            Attempt::Shed(response, hint)
         } else if retries.idempotent()
             && matches!(
                 status.code(),
@@ -315,6 +351,7 @@ impl Proxy {
             db: db.to_owned(),
             attempts: 0,
             unknown: None,
+            budget_left: true,
         };
         let mut hinted: Option<Vec<Hop>> = None;
         loop {
@@ -347,6 +384,13 @@ impl Proxy {
                 _ => {}
             }
             let ambiguous = matches!(attempt, Attempt::Broke(_) | Attempt::OwnerUnknown(_));
+            let costly = attempt.cost_work();
+            retries.budget_left = !costly || self.retry_budget.available();
+            if !retries.budget_left {
+                self.metrics
+                    .retry_budget_exhausted
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             match retries.next(attempt) {
                 Next::Return(answer) => return answer,
                 Next::Retry {
@@ -362,6 +406,11 @@ impl Proxy {
                             ))
                         });
                         return Err(status);
+                    }
+                    if costly {
+                        // Checked above; a race with another call only
+                        // lets this one through.
+                        let _ = self.retry_budget.withdraw();
                     }
                     if ambiguous {
                         self.metrics.ambiguous_retries.fetch_add(1, Ordering::Relaxed);
@@ -398,6 +447,7 @@ mod tests {
             db: "orders".into(),
             attempts: 1,
             unknown: None,
+            budget_left: true,
         }
     }
 
@@ -520,6 +570,53 @@ mod tests {
         assert!(call.unknown.is_none(), "refused before it ran: not ambiguous");
         let mut plain = retries(None);
         assert!(ended(plain.next(Attempt::NodeUnavailable(unavailable()))).is_ok());
+    }
+
+    #[test]
+    fn a_load_refusal_is_passed_on_unless_an_attempt_may_have_committed() {
+        let shed = || {
+            status_response(&corium_fleet_wire::overload::refused(
+                "queue full".into(),
+                Duration::from_millis(300),
+            ))
+        };
+        // Nothing ran: the refusal goes back as it is, even with an id.
+        for id in [None, Some(("0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10", true))] {
+            let mut call = retries(id);
+            let answer = ended(call.next(Attempt::Shed(shed(), Duration::from_millis(300))));
+            let status = Status::from_header_map(answer.unwrap().headers()).unwrap();
+            assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        }
+        // After a break the call goes on with its id, no sooner than the hint.
+        let mut call = retries(Some(("0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10", true)));
+        assert!(retried(&call.next(Attempt::Broke("reset".into()))));
+        call.attempts = 2;
+        match call.next(Attempt::Shed(shed(), Duration::from_millis(300))) {
+            Next::Retry { pause, .. } => assert!(pause >= Duration::from_millis(300), "{pause:?}"),
+            Next::Return(_) => panic!("ended"),
+        }
+    }
+
+    #[test]
+    fn an_empty_retry_budget_ends_costly_retries_with_what_is_known() {
+        let id = Some(("0b7c3a52-1c1b-4a43-9a56-6d0c5a0e7f10", true));
+        // A node's UNAVAILABLE goes back as it is.
+        let mut call = retries(id);
+        call.budget_left = false;
+        let unavailable = status_response(&Status::unavailable("cannot verify ownership"));
+        assert!(ended(call.next(Attempt::NodeUnavailable(unavailable))).is_ok());
+        // A break ends in the typed unknown outcome, which no stock client
+        // resends.
+        let mut call = retries(id);
+        call.budget_left = false;
+        let status = ended(call.next(Attempt::Broke("reset".into()))).unwrap_err();
+        assert!(outcome::from_status(&status).is_some(), "{status:?}");
+        assert!(!outcome::stock_peer_resends(status.code(), status.message()));
+        // Routing is not charged: a NotOwner redirect still happens.
+        let mut call = retries(id);
+        call.budget_left = false;
+        let (response, hint) = not_owner();
+        assert!(retried(&call.next(Attempt::NotOwner(response, hint))));
     }
 
     #[test]

@@ -123,6 +123,7 @@ impl World {
             idle_evict_after: None,
             gc_min_retention: Duration::from_hours(1),
             max_subscriptions: (10_000, 1_000),
+            work_limits: corium_fleet_transactor::work_limits::WorkLimitsConfig::default(),
             tls: None,
             ingress_identities: Vec::new(),
             auth: corium_fleet_common::auth::AuthFlags::default(),

@@ -81,6 +81,9 @@ pub struct Host {
     /// `Subscribe` streams open on this node (bounded by
     /// `--max-subscriptions`).
     pub subscriptions: Arc<std::sync::atomic::AtomicUsize>,
+    /// Overload shedding for client calls (`--max-inflight-calls` and the
+    /// limits beside it).
+    pub work: Arc<crate::work_limits::WorkLimits>,
     /// The node's reloadable TLS material, once serving (for `/metrics`).
     pub tls_material: std::sync::OnceLock<Vec<Arc<dyn corium_fleet_common::cert_reload::Reload>>>,
 }
@@ -99,6 +102,7 @@ impl Host {
     ) -> Arc<Self> {
         let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
         Arc::new(Self {
+            work: crate::work_limits::WorkLimits::new(config.work_limits.clone()),
             members: corium_fleet_store::registry::Members::new(config.members.clone()),
             // Empty until the node loads its `--placement-map`.
             map: placement_map::Watched::new(placement_map::Map::default()),

@@ -30,6 +30,7 @@ where
     Fut: Future<Output = Result<Response<Resp>, Status>>,
 {
     let cell = host.owner(request.metadata(), db).await?;
+    let _work = enter(host, &request, db).await?;
     let Some(_permit) = cell.admit() else {
         // Draining or deposed between the decision and admission.
         return Err(host.not_owner(db, None).into());
@@ -37,6 +38,25 @@ where
     let mut response = handler(Arc::clone(&cell.node), request).await?;
     stamp_lease_version(&mut response, cell.lease_version);
     Ok(response)
+}
+
+/// A place for a client call on `db` under the node's work limits
+/// (`work_limits.rs`), taken after the ownership decision (a `NotOwner`
+/// costs no place) and before any work.
+///
+/// # Errors
+/// `RESOURCE_EXHAUSTED` with a retry hint when a limit refuses the call.
+pub(crate) async fn enter<T>(
+    host: &Host,
+    request: &Request<T>,
+    db: &str,
+) -> Result<crate::work_limits::WorkPermit, Status> {
+    let principal = corium_protocol::authz::principal(request);
+    let key = format!("{}:{}", principal.provider, principal.subject);
+    host.work.enter(&key, db, None).await.map_err(|(shed, status)| {
+        tracing::debug!(db, principal = %key, reason = shed.label(), "call shed");
+        status
+    })
 }
 
 /// Names the lease version that answered, so a caller (and the fault

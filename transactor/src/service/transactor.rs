@@ -60,6 +60,7 @@ impl Transactor for FleetTransactor {
         // request id is authorized exactly like the original.
         authorize::access(host, &request, Access::on(Action::Transact, &db)).await?;
         let cell = host.owner(request.metadata(), &db).await?;
+        let _work = super::enter(host, &request, &db).await?;
         let permit = cell.admit().ok_or_else(|| host.not_owner(&db, None))?;
         let request = request.into_inner();
         check_version(request.protocol_version)?;
@@ -133,6 +134,9 @@ impl Transactor for FleetTransactor {
         let db = request.get_ref().db.clone();
         authorize::access(&self.0, &request, Access::on(Action::Subscribe, &db)).await?;
         let cell = self.0.owner(request.metadata(), &db).await?;
+        // The place is held while the stream is set up (its backfill read),
+        // not for the stream's life: subscriptions have their own limits.
+        let work = super::enter(&self.0, &request, &db).await?;
         let request = request.into_inner();
         let supported = corium_protocol::MIN_SUPPORTED_PROTOCOL_VERSION..=corium_protocol::PROTOCOL_VERSION;
         if !supported.contains(&request.protocol_version) {
@@ -152,9 +156,9 @@ impl Transactor for FleetTransactor {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 })?;
         let heartbeat_ms = u64::try_from(cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
-        super::subscribe::stream(&cell, admission, request.from_basis_t, heartbeat_ms)
-            .await
-            .map(Response::new)
+        let stream = super::subscribe::stream(&cell, admission, request.from_basis_t, heartbeat_ms).await;
+        drop(work);
+        stream.map(Response::new)
     }
 
     async fn sync(&self, request: Request<pb::SyncRequest>) -> Result<Response<pb::SyncResponse>, Status> {

@@ -1,0 +1,432 @@
+//! Overload shedding at the node: how much client work runs at once, how
+//! long a call may wait for its turn, how much one database and one
+//! principal may take. A call over a limit is refused `RESOURCE_EXHAUSTED`
+//! with a retry hint (`corium_fleet_wire::overload`) before it does any
+//! work, so a resend is safe and latency stays bounded instead of growing
+//! with the queue.
+//!
+//! The limits apply to the client surface (`Transactor` and `Catalog`
+//! calls that reach a cell); the fleet's own calls (activation, handoff,
+//! request status) are never shed, so overload cannot stop ownership from
+//! moving. The per-principal rate is enforced here, at the node that does
+//! the work, so that neither several ingresses nor their retries can give
+//! one principal more than its allowance at a node.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use corium_fleet_wire::overload;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The node's work limits, resolved from flags.
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub struct WorkLimitsConfig {
+    /// Client calls running at once on this node.
+    pub max_inflight: usize,
+    /// Calls waiting for a place; one more is refused at once.
+    pub max_queued: usize,
+    /// How long a call may wait for a place before it is refused.
+    pub max_queue_wait: Duration,
+    /// Calls running or waiting at once for one database, so one hot
+    /// database cannot take every place on the node.
+    pub max_per_database: usize,
+    /// Calls a second one principal may start on this node (0: no limit).
+    /// The burst is one second's worth.
+    pub rate_per_principal: u32,
+}
+
+impl Default for WorkLimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_inflight: 256,
+            max_queued: 1024,
+            max_queue_wait: Duration::from_millis(500),
+            max_per_database: 128,
+            rate_per_principal: 0,
+        }
+    }
+}
+
+/// Why a call was refused (the `reason` label of the refusal counter).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Shed {
+    /// Every place was taken and the queue was full.
+    QueueFull,
+    /// The call waited `max_queue_wait` without getting a place.
+    QueueTimeout,
+    /// Its database had `max_per_database` calls already.
+    Database,
+    /// Its principal was over `rate_per_principal`.
+    Rate,
+}
+
+impl Shed {
+    /// The metric label.
+    #[must_use]
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::QueueFull => "queue_full",
+            Self::QueueTimeout => "queue_timeout",
+            Self::Database => "database",
+            Self::Rate => "rate",
+        }
+    }
+
+    /// Every reason, for metrics.
+    pub const ALL: [Self; 4] = [Self::QueueFull, Self::QueueTimeout, Self::Database, Self::Rate];
+}
+
+/// A token bucket: `rate` tokens a second, at most `burst` saved.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    updated: Instant,
+}
+
+impl Bucket {
+    /// Takes a token, or says how long until one is there.
+    fn take(&mut self, rate: f64, burst: f64, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        self.updated = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / rate))
+        }
+    }
+}
+
+/// The node's work limits and their state.
+pub struct WorkLimits {
+    config: WorkLimitsConfig,
+    places: Arc<Semaphore>,
+    waiting: AtomicUsize,
+    /// Calls running or waiting per database; an entry lives while it is
+    /// above zero, so the map holds only databases with calls in progress.
+    per_database: Mutex<std::collections::HashMap<String, usize>>,
+    /// One bucket per principal seen in the last minute (bounded).
+    buckets: moka::sync::Cache<String, Arc<Mutex<Bucket>>>,
+    /// Calls refused, by [`Shed`] reason (in [`Shed::ALL`] order).
+    shed: [std::sync::atomic::AtomicU64; 4],
+}
+
+/// A call's place; dropping it frees the place (and the database's count).
+pub struct WorkPermit {
+    _place: OwnedSemaphorePermit,
+    _database: DatabaseSlot,
+}
+
+struct DatabaseSlot {
+    limits: Arc<WorkLimits>,
+    db: String,
+}
+
+impl Drop for DatabaseSlot {
+    fn drop(&mut self) {
+        let mut counts = self
+            .limits
+            .per_database
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.db) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.db);
+            }
+        }
+    }
+}
+
+impl WorkLimits {
+    /// Limits as configured.
+    #[must_use]
+    pub fn new(config: WorkLimitsConfig) -> Arc<Self> {
+        Arc::new(Self {
+            places: Arc::new(Semaphore::new(config.max_inflight.max(1))),
+            config,
+            waiting: AtomicUsize::new(0),
+            per_database: Mutex::new(std::collections::HashMap::new()),
+            buckets: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(Duration::from_mins(1))
+                .build(),
+            shed: Default::default(),
+        })
+    }
+
+    /// The limits' series in the Prometheus text format: calls running and
+    /// waiting, and refusals by reason.
+    pub fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let gauge = corium_fleet_common::prometheus::gauge;
+        gauge(
+            out,
+            "corium_fleet_calls_running",
+            "Client calls running on this node (at most --max-inflight-calls).",
+            self.running() as u64,
+        );
+        gauge(
+            out,
+            "corium_fleet_calls_waiting",
+            "Client calls waiting for a place (at most --max-queued-calls).",
+            self.waiting() as u64,
+        );
+        let name = "corium_fleet_calls_shed_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Client calls refused RESOURCE_EXHAUSTED before doing any work, by reason.\n# TYPE {name} counter"
+        );
+        for (reason, count) in Shed::ALL.iter().zip(&self.shed) {
+            let _ = writeln!(
+                out,
+                "{name}{{reason=\"{}\"}} {}",
+                reason.label(),
+                count.load(Ordering::Relaxed)
+            );
+        }
+    }
+
+    /// Calls waiting for a place now.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Calls running now.
+    #[must_use]
+    pub fn running(&self) -> usize {
+        self.config.max_inflight.max(1) - self.places.available_permits()
+    }
+
+    /// A place for a call of `principal` on `db`, waiting at most
+    /// `max_queue_wait` (or `deadline`, if sooner) for one.
+    ///
+    /// # Errors
+    /// Which limit refused the call, and the status to answer with.
+    pub async fn enter(
+        self: &Arc<Self>,
+        principal: &str,
+        db: &str,
+        deadline: Option<Duration>,
+    ) -> Result<WorkPermit, (Shed, tonic::Status)> {
+        let entered = async {
+            self.rate(principal)?;
+            let database = self.database(db)?;
+            let place = match Arc::clone(&self.places).try_acquire_owned() {
+                Ok(place) => place,
+                Err(_) => self.wait(deadline).await?,
+            };
+            Ok(WorkPermit {
+                _place: place,
+                _database: database,
+            })
+        }
+        .await;
+        if let Err((shed, _)) = &entered {
+            let index = Shed::ALL.iter().position(|reason| reason == shed).unwrap_or(0);
+            self.shed[index].fetch_add(1, Ordering::Relaxed);
+        }
+        entered
+    }
+
+    fn rate(&self, principal: &str) -> Result<(), (Shed, tonic::Status)> {
+        if self.config.rate_per_principal == 0 {
+            return Ok(());
+        }
+        let rate = f64::from(self.config.rate_per_principal);
+        let burst = rate.max(1.0);
+        let bucket = self.buckets.get_with_by_ref(principal, || {
+            Arc::new(Mutex::new(Bucket {
+                tokens: burst,
+                updated: Instant::now(),
+            }))
+        });
+        let taken = bucket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(rate, burst, Instant::now());
+        taken.map_err(|wait| {
+            (
+                Shed::Rate,
+                overload::refused(
+                    format!(
+                        "principal {principal} is over its limit of {} calls a second on this node; retry later",
+                        self.config.rate_per_principal
+                    ),
+                    wait,
+                ),
+            )
+        })
+    }
+
+    fn database(self: &Arc<Self>, db: &str) -> Result<DatabaseSlot, (Shed, tonic::Status)> {
+        let mut counts = self
+            .per_database
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = counts.entry(db.to_owned()).or_insert(0);
+        if *count >= self.config.max_per_database {
+            return Err((
+                Shed::Database,
+                overload::refused(
+                    format!(
+                        "database {db:?} has {} calls in progress on its owner, its limit; retry later",
+                        self.config.max_per_database
+                    ),
+                    Duration::from_millis(100),
+                ),
+            ));
+        }
+        *count += 1;
+        Ok(DatabaseSlot {
+            limits: Arc::clone(self),
+            db: db.to_owned(),
+        })
+    }
+
+    async fn wait(&self, deadline: Option<Duration>) -> Result<OwnedSemaphorePermit, (Shed, tonic::Status)> {
+        let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let _left = Waiting(&self.waiting);
+        if queued >= self.config.max_queued {
+            return Err((
+                Shed::QueueFull,
+                overload::refused(
+                    format!(
+                        "the node is overloaded: {} calls running and {} waiting; retry later",
+                        self.config.max_inflight, self.config.max_queued
+                    ),
+                    self.config.max_queue_wait,
+                ),
+            ));
+        }
+        let wait = deadline.map_or(self.config.max_queue_wait, |left| {
+            left.min(self.config.max_queue_wait)
+        });
+        match tokio::time::timeout(wait, Arc::clone(&self.places).acquire_owned()).await {
+            Ok(Ok(place)) => Ok(place),
+            // The semaphore is never closed; a timeout is the overload.
+            Ok(Err(_)) | Err(_) => Err((
+                Shed::QueueTimeout,
+                overload::refused(
+                    format!(
+                        "the node is overloaded: no place for the call within {} ms; retry later",
+                        wait.as_millis()
+                    ),
+                    self.config.max_queue_wait,
+                ),
+            )),
+        }
+    }
+}
+
+/// Counts a waiting call out when it stops waiting.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(config: WorkLimitsConfig) -> Arc<WorkLimits> {
+        WorkLimits::new(config)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_node_queues_within_the_wait_then_refuses_with_a_hint() {
+        let limits = limits(WorkLimitsConfig {
+            max_inflight: 1,
+            max_queued: 1,
+            max_queue_wait: Duration::from_millis(200),
+            ..WorkLimitsConfig::default()
+        });
+        let first = limits.enter("p", "a", None).await.expect("a place");
+        // The second waits; a third finds the queue full at once.
+        let waiter = tokio::spawn({
+            let limits = Arc::clone(&limits);
+            async move {
+                limits
+                    .enter("p", "b", None)
+                    .await
+                    .map(drop)
+                    .map_err(|(shed, _)| shed)
+            }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(limits.waiting(), 1);
+        let (shed, status) = limits.enter("p", "c", None).await.err().expect("refused");
+        assert_eq!(shed, Shed::QueueFull);
+        assert!(corium_fleet_wire::overload::is_refusal(&status), "{status:?}");
+        // The waiter times out at the queue wait, not later.
+        assert_eq!(waiter.await.unwrap(), Err(Shed::QueueTimeout));
+        assert_eq!(limits.waiting(), 0);
+        drop(first);
+        assert_eq!(limits.running(), 0);
+        assert!(limits.enter("p", "a", None).await.is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_place_freed_in_time_admits_the_waiter() {
+        let limits = limits(WorkLimitsConfig {
+            max_inflight: 1,
+            ..WorkLimitsConfig::default()
+        });
+        let first = limits.enter("p", "a", None).await.expect("a place");
+        let waiter = tokio::spawn({
+            let limits = Arc::clone(&limits);
+            async move { limits.enter("p", "b", None).await.is_ok() }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(first);
+        assert!(waiter.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn one_database_cannot_take_every_place() {
+        let limits = limits(WorkLimitsConfig {
+            max_per_database: 2,
+            ..WorkLimitsConfig::default()
+        });
+        let one = limits.enter("p", "hot", None).await.expect("first");
+        let two = limits.enter("p", "hot", None).await.expect("second");
+        let (shed, _) = limits.enter("p", "hot", None).await.err().expect("refused");
+        assert_eq!(shed, Shed::Database);
+        assert!(
+            limits.enter("p", "cold", None).await.is_ok(),
+            "other databases still run"
+        );
+        drop(two);
+        assert!(limits.enter("p", "hot", None).await.is_ok());
+        // Counts of finished calls are forgotten.
+        drop(one);
+        assert!(limits.per_database.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_rate_is_per_principal_and_hints_the_next_token() {
+        let limits = limits(WorkLimitsConfig {
+            rate_per_principal: 2,
+            ..WorkLimitsConfig::default()
+        });
+        assert!(limits.enter("alice", "a", None).await.is_ok());
+        assert!(limits.enter("alice", "a", None).await.is_ok());
+        let (shed, status) = limits.enter("alice", "a", None).await.err().expect("refused");
+        assert_eq!(shed, Shed::Rate);
+        let hint = corium_fleet_wire::overload::retry_after(&status).expect("a hint");
+        assert!(
+            hint > Duration::ZERO && hint <= Duration::from_millis(500),
+            "{hint:?}"
+        );
+        assert!(
+            limits.enter("bob", "a", None).await.is_ok(),
+            "another principal has its own"
+        );
+    }
+}
