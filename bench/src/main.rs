@@ -9,6 +9,8 @@
 //! - `recovery`: handoff unavailability against a database's history length;
 //! - `auth`: the ingress's per-call authentication and principal-envelope
 //!   CPU, in-process;
+//! - `overload`: four times the fleet's capacity offered open-loop, with
+//!   the node's shedding on and off: goodput and admitted latency;
 //! - `scaling`: aggregate throughput over many databases, fleet with 1–3
 //!   nodes against one stock `corium transactor` (filesystem store).
 //!
@@ -33,7 +35,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, overload, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -49,6 +51,10 @@ struct Args {
     /// Databases in `activation`.
     #[arg(long, default_value_t = 1000)]
     databases: usize,
+    /// Seconds of offered load in `overload` (per run; capacity is measured
+    /// for at most 10 s first).
+    #[arg(long, default_value_t = 30)]
+    overload_seconds: u64,
     /// Small sizes for a smoke run.
     #[arg(long)]
     quick: bool,
@@ -77,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
         args.rounds = 1;
         args.requests = args.requests.min(200);
         args.databases = args.databases.min(60);
+        args.overload_seconds = args.overload_seconds.min(5);
     }
     let wants = |name: &str| args.scenarios.iter().any(|s| s == name || s == "all");
     let mut report = Report::new();
@@ -113,6 +120,9 @@ async fn main() -> anyhow::Result<()> {
         println!("development token (operator)   {}", result.token);
         println!("wrong token, strict (refused)  {}", result.refused);
         report.insert("auth".into(), serde_json::to_value(&result)?);
+    }
+    if wants("overload") {
+        overload(&args, &mut report).await?;
     }
     if wants("scaling") {
         scaling(&args, &mut report).await?;
@@ -180,6 +190,47 @@ async fn real_path(
         result.one_hop_share, result.owner_cache_hit_rate, result.load
     );
     report.insert(format!("real_path_{label}"), serde_json::to_value(&result)?);
+    Ok(())
+}
+
+/// `overload`: 4× capacity, shedding on and off. Prints the table and adds
+/// the figures to `report`.
+async fn overload(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::overload::run(args.overload_seconds).await?;
+    println!(
+        "\n== overload (filesystem, one node): capacity {:.0} tx/s (p99 {:.1} ms), then 4× offered open-loop for {} s, 2 s deadlines ==",
+        result.capacity_per_second, result.capacity_p99_ms, result.seconds
+    );
+    println!(
+        "{:<9} {:>10} {:>10} {:>8} {:>10} {:>10} {:>8} {:>8} {:>10} {:>10}",
+        "shedding",
+        "offered/s",
+        "acked/s",
+        "goodput",
+        "refused",
+        "late",
+        "other",
+        "unsent",
+        "p50 ms",
+        "p99 ms"
+    );
+    for run in &result.runs {
+        println!(
+            "{:<9} {:>10.0} {:>10.0} {:>7.0}% {:>10} {:>10} {:>8} {:>8} {:>10.1} {:>10.1}",
+            if run.shedding { "on" } else { "off" },
+            run.offered_per_second,
+            run.acknowledged_per_second,
+            run.goodput_ratio * 100.0,
+            run.refused_with_hint,
+            run.deadline_exceeded,
+            run.other_errors,
+            run.not_sent,
+            run.acknowledged_p50_ms,
+            run.acknowledged_p99_ms
+        );
+    }
+    println!("load {}", result.load);
+    report.insert("overload".into(), serde_json::to_value(&result)?);
     Ok(())
 }
 

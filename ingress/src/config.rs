@@ -107,6 +107,10 @@ pub struct Args {
     /// added later; 0: never [default: 0].
     #[arg(long)]
     pub max_connection_age_ms: Option<u64>,
+    /// Learn each node's limit of open calls from its refusals and refuse
+    /// calls over it here, without the hop [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub adaptive_node_limit: Option<bool>,
     /// Retries the ingress may add, as a fraction of the calls it takes,
     /// for attempts that reached a node and failed (a typed `NotOwner` or a
     /// refused connection cost no budget) [default: 0.2].
@@ -232,6 +236,8 @@ pub struct Config {
     pub max_connection_idle: Option<Duration>,
     /// Client connections this old are closed, jittered (`None`: never).
     pub max_connection_age: Option<Duration>,
+    /// Whether calls over a node's learned limit are refused here.
+    pub adaptive_node_limit: bool,
     /// The retry budget: retries per call taken, and retries a second
     /// always allowed.
     pub retry_budget: (f64, u32),
@@ -292,6 +298,7 @@ impl Args {
             stream_stall_timeout_ms: self.stream_stall_timeout_ms.or(file.stream_stall_timeout_ms),
             max_connection_idle_ms: self.max_connection_idle_ms.or(file.max_connection_idle_ms),
             max_connection_age_ms: self.max_connection_age_ms.or(file.max_connection_age_ms),
+            adaptive_node_limit: self.adaptive_node_limit.or(file.adaptive_node_limit),
             retry_budget_ratio: self.retry_budget_ratio.or(file.retry_budget_ratio),
             retry_budget_min_per_second: self
                 .retry_budget_min_per_second
@@ -317,6 +324,8 @@ impl Args {
     ///
     /// # Errors
     /// A message naming the flag at fault.
+    // One flag after another: long, and clearer whole.
+    #[allow(clippy::too_many_lines)]
     pub fn validate(self) -> Result<Config, ConfigError> {
         self.auth.validate()?;
         let members = self
@@ -426,6 +435,7 @@ impl Args {
                 .max_connection_age_ms
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
+            adaptive_node_limit: self.adaptive_node_limit.unwrap_or(true),
             retry_budget: retry_budget(self.retry_budget_ratio, self.retry_budget_min_per_second)?,
             max_connections: connection_caps(self.max_connections, self.max_connections_per_client)?,
             preface_timeout: positive_ms("--preface-timeout-ms", self.preface_timeout_ms, 10_000)?,

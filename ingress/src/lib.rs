@@ -13,6 +13,7 @@
 //! - [`route`] — method classes and the minimal protobuf scan for `db`;
 //! - [`limits`] — concurrency, open calls per client, per-client rate
 //!   (keyed by principal);
+//! - [`node_limits`] — calls open at each node, learned from its refusals;
 //! - [`retry_budget`] — the retries the ingress may add, as a fraction of calls;
 //! - [`connections`] — caps on client connections, in total and per address;
 //! - [`connection_life`] — idle and maximum-age closing of client connections;
@@ -34,6 +35,7 @@ pub mod connection_life;
 pub mod connections;
 pub mod limits;
 pub mod metrics;
+pub mod node_limits;
 pub mod owner_cache;
 pub mod proxy;
 pub mod retry_budget;

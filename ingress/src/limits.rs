@@ -144,7 +144,8 @@ impl Limits {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let open = streams.entry(client).or_insert(0);
                 if *open >= self.max_streams_per_client {
-                    return Err(overload::refused(
+                    return Err(overload::refused_for(
+                        overload::Scope::Caller,
                         format!(
                             "client {client} has {} calls open, its limit; retry later",
                             self.max_streams_per_client
@@ -161,7 +162,8 @@ impl Limits {
             None => None,
         };
         let permit = Arc::clone(&self.concurrency).try_acquire_owned().map_err(|_| {
-            overload::refused(
+            overload::refused_for(
+                overload::Scope::Ingress,
                 format!(
                     "the ingress is at its limit of {} concurrent requests; retry later",
                     self.max_concurrent
@@ -194,7 +196,8 @@ impl Limits {
         if allowed {
             Ok(())
         } else {
-            Err(overload::refused(
+            Err(overload::refused_for(
+                overload::Scope::Caller,
                 format!(
                     "{client} is over its limit of {} requests a second; retry later",
                     self.rate

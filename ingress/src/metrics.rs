@@ -60,6 +60,9 @@ pub struct Metrics {
     /// Requests refused because their body stopped arriving for
     /// `--body-progress-timeout-ms`.
     pub rejected_body_stalled: AtomicU64,
+    /// Calls refused here because this ingress had the node's learned limit
+    /// of calls open there.
+    pub rejected_node_limit: AtomicU64,
     /// Retries the retry budget did not allow (the call ended with what was
     /// known).
     pub retry_budget_exhausted: AtomicU64,
@@ -94,7 +97,7 @@ impl Metrics {
 
     /// Every counter: its metric name, its help text and its value.
     #[allow(clippy::too_many_lines)] // One entry per counter: a table, not logic.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 26] {
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 27] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -205,6 +208,11 @@ impl Metrics {
                 "corium_fleet_ingress_rejected_body_stalled_total",
                 "Requests refused because their body stopped arriving.",
                 &self.rejected_body_stalled,
+            ),
+            (
+                "corium_fleet_ingress_rejected_node_limit_total",
+                "Calls refused at the ingress: the node's learned limit of open calls was reached.",
+                &self.rejected_node_limit,
             ),
             (
                 "corium_fleet_ingress_retry_budget_exhausted_total",

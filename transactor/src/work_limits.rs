@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corium_fleet_wire::overload;
+use corium_fleet_wire::overload::{self, Scope};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The node's work limits, resolved from flags.
@@ -251,7 +251,8 @@ impl WorkLimits {
         taken.map_err(|wait| {
             (
                 Shed::Rate,
-                overload::refused(
+                overload::refused_for(
+                    Scope::Caller,
                     format!(
                         "principal {principal} is over its limit of {} calls a second on this node; retry later",
                         self.config.rate_per_principal
@@ -271,7 +272,8 @@ impl WorkLimits {
         if *count >= self.config.max_per_database {
             return Err((
                 Shed::Database,
-                overload::refused(
+                overload::refused_for(
+                    Scope::Database,
                     format!(
                         "database {db:?} has {} calls in progress on its owner, its limit; retry later",
                         self.config.max_per_database
@@ -293,7 +295,8 @@ impl WorkLimits {
         if queued >= self.config.max_queued {
             return Err((
                 Shed::QueueFull,
-                overload::refused(
+                overload::refused_for(
+                    Scope::Node,
                     format!(
                         "the node is overloaded: {} calls running and {} waiting; retry later",
                         self.config.max_inflight, self.config.max_queued
@@ -310,7 +313,8 @@ impl WorkLimits {
             // The semaphore is never closed; a timeout is the overload.
             Ok(Err(_)) | Err(_) => Err((
                 Shed::QueueTimeout,
-                overload::refused(
+                overload::refused_for(
+                    Scope::Node,
                     format!(
                         "the node is overloaded: no place for the call within {} ms; retry later",
                         wait.as_millis()

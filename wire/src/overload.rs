@@ -15,6 +15,64 @@ use corium_fleet_proto::{RETRY_INFO_TYPE_URL, rpc};
 /// The longest hint a refusal carries (a longer wait is the client's call).
 pub const MAX_HINT: Duration = Duration::from_secs(30);
 
+/// Metadata on a refusal naming what was full, so a proxy can tell a node
+/// at its limit (back off from the node) from one caller over its own
+/// (back off from nothing else).
+pub const SCOPE: &str = "corium-shed-scope";
+
+/// What a refusal is about.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum Scope {
+    /// The node as a whole: its running calls and queue are full.
+    Node,
+    /// One database's share of the node.
+    Database,
+    /// One caller (a principal's rate, a client's open calls).
+    Caller,
+    /// The ingress itself, or its view of a node.
+    Ingress,
+}
+
+impl Scope {
+    /// The metadata value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Node => "node",
+            Self::Database => "database",
+            Self::Caller => "caller",
+            Self::Ingress => "ingress",
+        }
+    }
+
+    /// The scope a metadata value names.
+    #[must_use]
+    pub fn parse(value: &[u8]) -> Option<Self> {
+        [Self::Node, Self::Database, Self::Caller, Self::Ingress]
+            .into_iter()
+            .find(|scope| scope.as_str().as_bytes() == value)
+    }
+}
+
+/// A `RESOURCE_EXHAUSTED` refusal about `scope`, saying `message`, to be
+/// retried no sooner than `retry_after` (at most [`MAX_HINT`]).
+#[must_use]
+pub fn refused_for(scope: Scope, message: String, retry_after: Duration) -> tonic::Status {
+    let mut status = refused(message, retry_after);
+    status
+        .metadata_mut()
+        .insert(SCOPE, tonic::metadata::MetadataValue::from_static(scope.as_str()));
+    status
+}
+
+/// The scope a refusal names (read from response headers or trailers).
+#[must_use]
+pub fn scope(headers: &tonic::metadata::MetadataMap) -> Option<Scope> {
+    headers
+        .get(SCOPE)
+        .and_then(|value| Scope::parse(value.as_bytes()))
+}
+
 /// A `RESOURCE_EXHAUSTED` refusal saying `message`, to be retried no sooner
 /// than `retry_after` (at most [`MAX_HINT`]).
 #[must_use]
@@ -72,6 +130,16 @@ mod tests {
             .headers;
         let parsed = tonic::Status::from_header_map(&headers).expect("a status");
         assert_eq!(retry_after(&parsed), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn the_scope_travels_in_the_headers() {
+        let status = refused_for(Scope::Node, "full".into(), Duration::from_millis(100));
+        let headers = status.into_http::<tonic::body::Body>().into_parts().0.headers;
+        let parsed = tonic::Status::from_header_map(&headers).expect("a status");
+        assert_eq!(scope(parsed.metadata()), Some(Scope::Node));
+        assert_eq!(Scope::parse(b"caller"), Some(Scope::Caller));
+        assert_eq!(Scope::parse(b"junk"), None);
     }
 
     #[test]

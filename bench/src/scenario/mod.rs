@@ -3,6 +3,7 @@
 pub(crate) mod activation;
 pub(crate) mod auth;
 pub(crate) mod failover;
+pub(crate) mod overload;
 pub(crate) mod owner_cache;
 pub(crate) mod real_path;
 pub(crate) mod recovery;

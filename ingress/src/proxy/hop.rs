@@ -84,6 +84,14 @@ impl Proxy {
             "grpc-timeout",
             HeaderValue::from_str(&format!("{millis}m")).expect("ascii digits"),
         );
+        // Over the node's learned limit: refused here, at no cost to it.
+        let permit = match self.node_limits.acquire(&hop.endpoint) {
+            Ok(permit) => permit,
+            Err(status) => {
+                self.metrics.rejected_node_limit.fetch_add(1, Ordering::Relaxed);
+                return Ok(crate::body::status_response(&status));
+            }
+        };
         self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
         // If the caller goes away while this node keeps us waiting, that
         // still counts against the node (see `SlowGuard`).
@@ -136,6 +144,7 @@ impl Proxy {
             }
             Ok(Ok(response)) => {
                 self.suspects.clear(&hop.endpoint);
+                permit.observe(response.headers());
                 Ok(response)
             }
         }

@@ -58,6 +58,8 @@ pub struct Proxy {
     limits: crate::limits::Limits,
     /// Retries that cost a node work, as a fraction of calls taken.
     retry_budget: crate::retry_budget::RetryBudget,
+    /// Calls open at each node, learned from its refusals.
+    node_limits: crate::node_limits::NodeLimits,
     /// Placement members (static, or followed from the node registry).
     members: corium_fleet_store::registry::Members,
     /// The operator placement map (empty without `--placement-map`).
@@ -122,6 +124,7 @@ impl Proxy {
         );
         let retry_budget =
             crate::retry_budget::RetryBudget::new(config.retry_budget.0, config.retry_budget.1);
+        let node_limits = crate::node_limits::NodeLimits::new(config.adaptive_node_limit);
         let envelope = config.upstream.is_some();
         let anonymous = hyper::http::HeaderValue::from_str(&corium_fleet_common::auth::encode(
             &corium_protocol::authz::Principal::anonymous(),
@@ -137,6 +140,7 @@ impl Proxy {
             metrics,
             limits,
             retry_budget,
+            node_limits,
             members,
             map,
             next_any: AtomicUsize::new(0),
