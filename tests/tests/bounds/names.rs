@@ -162,7 +162,7 @@ async fn flood_names(endpoint: &str, names: impl Iterator<Item = String>, expect
 /// The bound on a node's growth after 100,000 junk names and 12,000 valid
 /// names of no database: per-name state is refused (junk) or capped at
 /// 10,000 databases (`CountingStore`), so what remains is allocator slack.
-const RSS_GROWTH_BOUND_KIB: u64 = 48 * 1024;
+const RSS_GROWTH_BOUND_KIB: u64 = 16 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_flooded_with_distinct_names_keeps_its_memory_bounded() {
