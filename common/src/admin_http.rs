@@ -20,10 +20,29 @@ async fn answer(
     handler: Handler,
     request: Request<hyper::body::Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let (status, body) = handler(request.uri().path().to_owned()).await;
+    let path = request.uri().path().to_owned();
+    let content_type = content_type(&path);
+    let (status, body) = handler(path).await;
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
     Ok(response)
+}
+
+/// The media type of an admin path's answer: Prometheus's text format for
+/// `/metrics` (a scrape without it is refused by Prometheus 3), JSON under
+/// `/debug/`, plain text for the probes.
+fn content_type(path: &str) -> &'static str {
+    if path == "/metrics" {
+        "text/plain; version=0.0.4; charset=utf-8"
+    } else if path.starts_with("/debug/") {
+        "application/json"
+    } else {
+        "text/plain; charset=utf-8"
+    }
 }
 
 /// Serves the admin port until `shutdown` turns true. Every connection is
@@ -48,5 +67,17 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), service);
             let _ = tokio::time::timeout(Duration::from_secs(30), connection).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_served_as_the_prometheus_text_format() {
+        assert_eq!(content_type("/metrics"), "text/plain; version=0.0.4; charset=utf-8");
+        assert_eq!(content_type("/debug/root-ops"), "application/json");
+        assert_eq!(content_type("/readyz"), "text/plain; charset=utf-8");
     }
 }
