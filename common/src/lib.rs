@@ -10,7 +10,7 @@
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
 //! - [`launch`] — the command line of a node or an ingress, and the readiness
 //!   probe: how the local launcher and the tests start processes;
-//! - [`logging`] — the binaries' `tracing` setup;
+//! - [`telemetry`] — the binaries' logs (text or JSON) and OTLP span export, W3C trace context;
 //! - [`names`] — Corium's database-name rule (and saga branches), checked
 //!   on every request before storage;
 //! - [`owner`] — lease owner ids (`<node-id>/<incarnation>`) and the lease clock;
@@ -25,7 +25,6 @@ pub mod admin_http;
 pub mod auth;
 pub mod cert_reload;
 pub mod launch;
-pub mod logging;
 pub mod names;
 pub mod owner;
 pub mod placement;
@@ -33,4 +32,5 @@ pub mod placement_map;
 pub mod process;
 pub mod prometheus;
 pub mod signal;
+pub mod telemetry;
 pub mod tls;

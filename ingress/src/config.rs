@@ -163,6 +163,10 @@ pub struct Args {
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+    /// Log line format: `text`, or `json` (one object a line, with the
+    /// current span's fields: the correlation id of a call) [default: text].
+    #[arg(long, value_enum, env = "CORIUM_FLEET_LOG_FORMAT")]
+    pub log_format: Option<corium_fleet_common::telemetry::LogFormat>,
     /// With the mTLS hop: a node's certificate must name its node id (as a
     /// DNS name), so a registry record pointing one node's id at another
     /// endpoint is refused. Turn off only for certificates shared by all
@@ -287,6 +291,7 @@ impl Args {
             max_deadline_ms: self.max_deadline_ms.or(file.max_deadline_ms),
             assign_request_ids: self.assign_request_ids.or(file.assign_request_ids),
             log: self.log.or(file.log),
+            log_format: self.log_format.or(file.log_format),
             tls_listen: self.tls_listen.or(file.tls_listen),
             max_concurrent_requests: self.max_concurrent_requests.or(file.max_concurrent_requests),
             rate_limit_per_client: self.rate_limit_per_client.or(file.rate_limit_per_client),

@@ -6,7 +6,11 @@ use corium_fleet_ingress::{Args, Listeners};
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    corium_fleet_common::logging::init(args.log.as_deref());
+    let _telemetry = corium_fleet_common::telemetry::init(
+        args.log.as_deref(),
+        args.log_format.unwrap_or_default(),
+        "corium-fleet-ingress",
+    );
     process::main(
         "corium-fleet-ingress",
         args.merged().and_then(Args::validate),

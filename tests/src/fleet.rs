@@ -337,6 +337,14 @@ impl Fleet {
     /// # Panics
     /// When an ingress does not become ready within 60 s.
     pub async fn start_ingresses(&mut self, count: usize, extra: &[&str]) {
+        self.start_ingresses_with_env(count, extra, &[]).await;
+    }
+
+    /// [`Fleet::start_ingresses`], with `env` in each ingress's environment.
+    ///
+    /// # Panics
+    /// When an ingress does not become ready within 60 s.
+    pub async fn start_ingresses_with_env(&mut self, count: usize, extra: &[&str], env: &[(&str, &str)]) {
         for _ in 0..count {
             let (grpc, admin) = (free_port(), free_port());
             let id = format!("ingress-{}", self.ingresses.len() + 1);
@@ -360,7 +368,10 @@ impl Fleet {
                 grpc,
                 admin,
                 args,
-                env: Vec::new(),
+                env: env
+                    .iter()
+                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                    .collect(),
                 child: None,
             };
             ingress.spawn();

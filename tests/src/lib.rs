@@ -19,6 +19,7 @@
 //!   `/metrics`;
 //! - [`corium`] — small helpers over the stock `corium.v1` clients;
 //! - [`load`] — a write load over many databases and its check;
+//! - [`otlp`] — a real OTLP/gRPC trace receiver on loopback;
 //! - [`proxy`] — a cuttable TCP path between a node and `PostgreSQL`;
 //! - [`scripted`] — a scripted HTTP/2 hop in front of a node (what clients
 //!   see when the hop to the owner misbehaves);
@@ -35,6 +36,7 @@ pub mod fleet;
 pub mod http;
 pub mod load;
 pub mod node;
+pub mod otlp;
 pub mod ports;
 pub mod proxy;
 pub mod scripted;

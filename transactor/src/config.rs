@@ -143,6 +143,10 @@ pub struct Args {
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
+    /// Log line format: `text`, or `json` (one object a line, with the
+    /// current span's fields: the correlation id of a call) [default: text].
+    #[arg(long, value_enum, env = "CORIUM_FLEET_LOG_FORMAT")]
+    pub log_format: Option<corium_fleet_common::telemetry::LogFormat>,
     /// With mTLS: a peer node's certificate must name its node id (as a DNS
     /// name) when this node dials it (handoff, drain). Turn off only for
     /// certificates shared by all nodes (the chart's shared-certificate
@@ -294,6 +298,7 @@ impl Args {
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             log: self.log.or(file.log),
+            log_format: self.log_format.or(file.log_format),
         })
     }
 

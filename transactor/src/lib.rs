@@ -79,6 +79,24 @@ pub struct Listeners {
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// How often `--placement-map` is re-read.
 const MAP_RELOAD_PERIOD: Duration = Duration::from_secs(2);
+/// The span one call is served in: its method and correlation id (so
+/// every log line of the call names it), a child of the trace context it
+/// arrived with (the ingress's hop, or the client's).
+fn call_span(request: &tonic::codegen::http::Request<()>) -> tracing::Span {
+    let correlation = request
+        .headers()
+        .get(corium_fleet_wire::metadata::X_REQUEST_ID)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    let span = tracing::info_span!(
+        "call",
+        method = request.uri().path(),
+        x_request_id = correlation,
+    );
+    corium_fleet_common::telemetry::propagation::adopt(&span, request.headers());
+    span
+}
+
 /// Default deadline of a call that arrives without `grpc-timeout`.
 const DEFAULT_DEADLINE: Duration = Duration::from_mins(1);
 
@@ -391,7 +409,9 @@ pub async fn run_with(
         let _ = stop_tx.send(true);
     };
     let tls = server_tls(&host, reload_stop)?;
-    let mut server = tonic::transport::Server::builder().timeout(DEFAULT_DEADLINE);
+    let mut server = tonic::transport::Server::builder()
+        .timeout(DEFAULT_DEADLINE)
+        .trace_fn(call_span);
     let guard = principal::Identify::new(
         host.guard.clone(),
         host.config.ingress_identities.clone(),

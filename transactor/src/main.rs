@@ -24,7 +24,11 @@ fn seams() -> corium_fleet_transactor::Seams {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    corium_fleet_common::logging::init(args.log.as_deref());
+    let _telemetry = corium_fleet_common::telemetry::init(
+        args.log.as_deref(),
+        args.log_format.unwrap_or_default(),
+        "corium-fleet-transactor",
+    );
     process::main(
         "corium-fleet-transactor",
         args.merged().and_then(Args::validate),

@@ -79,6 +79,9 @@ impl Proxy {
         if let Some(version) = hop.lease_version {
             headers.insert(metadata::LEASE_VERSION, HeaderValue::from(version));
         }
+        // The node's span is a child of this attempt's.
+        let span = tracing::info_span!("hop", endpoint = %hop.endpoint, lease_version = hop.lease_version);
+        corium_fleet_common::telemetry::propagation::inject(&span, headers);
         let millis = remaining.as_millis().clamp(1, 99_999_999);
         headers.insert(
             "grpc-timeout",
@@ -130,7 +133,7 @@ impl Proxy {
                     .boxed_unsync(),
             ))
         };
-        let outcome = tokio::time::timeout(remaining, exchange).await;
+        let outcome = tokio::time::timeout(remaining, tracing::Instrument::instrument(exchange, span)).await;
         waiting.armed = false;
         match outcome {
             Err(_) => {

@@ -70,6 +70,12 @@ impl Call {
         {
             response.headers_mut().insert(metadata::REQUEST_ID, value);
         }
+        // The correlation id goes back too, so a client can quote it.
+        if let Some(correlation) = self.parts.headers.get(metadata::X_REQUEST_ID) {
+            response
+                .headers_mut()
+                .insert(metadata::X_REQUEST_ID, correlation.clone());
+        }
     }
 }
 
@@ -191,10 +197,19 @@ impl Proxy {
                 HeaderValue::from_str(&correlation_id()).expect("hex digits"),
             );
         }
+        if let Some(correlation) = parts
+            .headers
+            .get(metadata::X_REQUEST_ID)
+            .and_then(|value| value.to_str().ok())
+        {
+            tracing::Span::current().record("x_request_id", correlation);
+        }
         let deadline = self.deadline(&parts, started);
         let body = self.body(body, deadline).await?;
         let db = if names_db {
-            Some(self.routed_db(&parts, &body)?)
+            let db = self.routed_db(&parts, &body)?;
+            tracing::Span::current().record("db", db.as_str());
+            Some(db)
         } else {
             None
         };

@@ -158,6 +158,25 @@ impl Proxy {
         client: Caller,
         request: Request<Incoming>,
     ) -> Result<Response<Body>, std::convert::Infallible> {
+        use tracing::Instrument as _;
+        // One span per call: its method, correlation id and database (so
+        // every log line of the call names them), a child of the trace
+        // context the client sent.
+        let span = tracing::info_span!(
+            "forward",
+            method = request.uri().path(),
+            x_request_id = tracing::field::Empty,
+            db = tracing::field::Empty,
+        );
+        corium_fleet_common::telemetry::propagation::adopt(&span, request.headers());
+        self.serve(client, request).instrument(span).await
+    }
+
+    async fn serve(
+        self: Arc<Self>,
+        client: Caller,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, std::convert::Infallible> {
         let open_call = client.activity.call();
         let mut admitted = match self.limits.admit(client.ip) {
             Ok(admission) => admission,
@@ -178,6 +197,10 @@ impl Proxy {
                 self.metrics.forward_seconds.observe(started.elapsed());
                 let mut response = response.unwrap_or_else(|status| status_response(&status));
                 call.stamp(&mut response);
+                tracing::debug!(
+                    elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+                    "answered"
+                );
                 response
             }
             Err(status) => status_response(&status),

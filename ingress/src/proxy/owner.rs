@@ -267,7 +267,8 @@ impl Retries {
 
 impl Proxy {
     async fn hops_for(&self, db: &str) -> Result<Vec<Hop>, Status> {
-        match self.cache.resolve(db).await {
+        let resolving = tracing::info_span!("resolve_owner", db);
+        match tracing::Instrument::instrument(self.cache.resolve(db), resolving).await {
             Ok(Resolution::Owned(owner)) => Ok(vec![Hop {
                 endpoint: owner.endpoint,
                 // 0: a hint without a version (a handoff target); the owner

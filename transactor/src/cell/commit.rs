@@ -114,6 +114,7 @@ impl Cell {
     /// # Errors
     /// [`TransactError`]; a commit that failed in storage also marks the
     /// cell for reset.
+    #[tracing::instrument(name = "commit", level = "info", skip_all, fields(db = %self.db, request_id = id.map(|(id, _)| id.to_string())))]
     pub async fn transact(
         &self,
         permit: Admission,

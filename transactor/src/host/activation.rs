@@ -28,6 +28,7 @@ impl Host {
     /// # Errors
     /// [`Refusal::NotOwner`] when another owner won the lease or this node
     /// is shutting down; [`Refusal::Unverifiable`] on storage failure.
+    #[tracing::instrument(name = "activation", level = "info", skip(self))]
     pub async fn activate(self: &Arc<Self>, db: &str, takeover: bool) -> Result<Arc<Cell>, Refusal> {
         let lock = self.activation_lock(db);
         let _guard = lock.lock().await;

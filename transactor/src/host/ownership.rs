@@ -102,6 +102,7 @@ impl Host {
     /// # Errors
     /// A [`Refusal`]: bad metadata, an unknown database, not the holder, or
     /// ownership that cannot be verified.
+    #[tracing::instrument(name = "ownership", level = "info", skip_all, fields(db = %db))]
     pub async fn owner(
         self: &Arc<Self>,
         map: &tonic::metadata::MetadataMap,

@@ -175,6 +175,7 @@ impl Ledger {
     ///
     /// # Errors
     /// A [`LedgerError`] saying whether anything may have committed.
+    #[tracing::instrument(name = "request_id_ledger", level = "info", skip_all, fields(request_id = %id))]
     pub async fn transact<C, Fut, Held>(
         &self,
         on: Database<'_>,

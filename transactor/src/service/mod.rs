@@ -53,10 +53,12 @@ pub(crate) async fn enter<T>(
 ) -> Result<crate::work_limits::WorkPermit, Status> {
     let principal = corium_protocol::authz::principal(request);
     let key = format!("{}:{}", principal.provider, principal.subject);
-    host.work.enter(&key, db, None).await.map_err(|(shed, status)| {
+    let admitted = host.work.enter(&key, db, None).await.map_err(|(shed, status)| {
         tracing::debug!(db, principal = %key, reason = shed.label(), "call shed");
         status
-    })
+    })?;
+    tracing::debug!(db, principal = %key, "call admitted");
+    Ok(admitted)
 }
 
 /// Names the lease version that answered, so a caller (and the fault

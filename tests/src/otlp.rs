@@ -1,0 +1,138 @@
+//! A real OTLP/gRPC trace receiver on loopback: the collector's
+//! `TraceService` (the protocol's own generated server), keeping every span
+//! it is sent so a test can ask what arrived.
+
+use std::sync::{Arc, Mutex};
+
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value;
+
+/// One received span, flattened.
+#[derive(Clone, Debug)]
+pub struct ReceivedSpan {
+    /// `service.name` of the process that sent it.
+    pub service: String,
+    /// The span's name.
+    pub name: String,
+    /// Trace id, 32 hex digits.
+    pub trace_id: String,
+    /// Span id, 16 hex digits.
+    pub span_id: String,
+    /// Parent span id (empty for a root).
+    pub parent_span_id: String,
+    /// String attributes (`key`, `value`).
+    pub attributes: Vec<(String, String)>,
+}
+
+#[derive(Clone, Default)]
+struct Collector(Arc<Mutex<Vec<ReceivedSpan>>>);
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut out, byte| {
+        let _ = write!(out, "{byte:02x}");
+        out
+    })
+}
+
+fn text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match value.and_then(|value| value.value.as_ref()) {
+        Some(any_value::Value::StringValue(text)) => text.clone(),
+        Some(any_value::Value::IntValue(n)) => n.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut received = Vec::new();
+        for resource_spans in request.into_inner().resource_spans {
+            let service = resource_spans
+                .resource
+                .as_ref()
+                .and_then(|resource| {
+                    resource
+                        .attributes
+                        .iter()
+                        .find(|attribute| attribute.key == "service.name")
+                })
+                .map(|attribute| text(attribute.value.as_ref()))
+                .unwrap_or_default();
+            for scope in resource_spans.scope_spans {
+                for span in scope.spans {
+                    received.push(ReceivedSpan {
+                        service: service.clone(),
+                        name: span.name,
+                        trace_id: hex(&span.trace_id),
+                        span_id: hex(&span.span_id),
+                        parent_span_id: hex(&span.parent_span_id),
+                        attributes: span
+                            .attributes
+                            .iter()
+                            .map(|attribute| (attribute.key.clone(), text(attribute.value.as_ref())))
+                            .collect(),
+                    });
+                }
+            }
+        }
+        self.0.lock().unwrap().extend(received);
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// A running receiver; it stops when dropped.
+pub struct Receiver {
+    /// `http://127.0.0.1:PORT`, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub endpoint: String,
+    spans: Arc<Mutex<Vec<ReceivedSpan>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Receiver {
+    /// Starts a receiver on a free loopback port.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let collector = Collector::default();
+        let spans = Arc::clone(&collector.0);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(collector))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ),
+        );
+        Self {
+            endpoint,
+            spans,
+            _stop: stop,
+        }
+    }
+
+    /// Every span received so far.
+    ///
+    /// # Panics
+    /// Never (the lock is not poisoned by the receiver).
+    #[must_use]
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        self.spans.lock().unwrap().clone()
+    }
+}
