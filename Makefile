@@ -21,6 +21,12 @@ tools:
 	@command -v psql >/dev/null && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
 	  echo "installing PostgreSQL (Debian)"; apt-get update -q >/dev/null; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+	@command -v promtool >/dev/null || { \
+	  echo "installing promtool (Debian prometheus)"; apt-get update -q >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
+	@command -v chromium >/dev/null || { \
+	  echo "installing Chromium (Debian; the status page test renders in it headless)"; apt-get update -q >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
 
 test: tools lint chart-test
 	$(CARGO) build --workspace --all-targets

@@ -10,6 +10,7 @@
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
 //! - [`launch`] — the command line of a node or an ingress, and the readiness
 //!   probe: how the local launcher and the tests start processes;
+//! - [`red`] — calls by method and status code, their durations, in flight (both tiers);
 //! - [`telemetry`] — the binaries' logs (text or JSON) and OTLP span export, W3C trace context;
 //! - [`names`] — Corium's database-name rule (and saga branches), checked
 //!   on every request before storage;
@@ -31,6 +32,12 @@ pub mod placement;
 pub mod placement_map;
 pub mod process;
 pub mod prometheus;
+
+/// The version of the Corium crates this build calls (pinned in the
+/// workspace's `Cargo.toml`).
+pub const CORIUM_VERSION: &str = "0.1.90";
+
+pub mod red;
 pub mod signal;
 pub mod telemetry;
 pub mod tls;

@@ -5,9 +5,12 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Upper bounds (seconds) of the duration histogram buckets.
-const BUCKETS: [f64; 13] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0,
+/// Upper bounds (seconds) of the duration histogram buckets: from 100 µs
+/// (a forward on loopback) to 60 s (a handoff of a long history on
+/// PostgreSQL; the longest deadline).
+const BUCKETS: [f64; 18] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0,
 ];
 
 /// A fixed-bucket duration histogram.
@@ -36,21 +39,39 @@ impl Histogram {
         );
     }
 
+    /// Durations recorded so far.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
     /// Appends the histogram's exposition.
     pub fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        self.render_series(out, name, "");
+    }
+
+    /// Appends the histogram's series with `labels` (`key="value",…`, or
+    /// empty), under a `# TYPE` line the caller wrote.
+    pub fn render_series(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
         for (bound, count) in BUCKETS.iter().zip(&self.counts) {
             let _ = writeln!(
                 out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {}",
                 count.load(Ordering::Relaxed)
             );
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
         #[allow(clippy::cast_precision_loss)]
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {sum}\n{name}_count{braces} {count}");
     }
 }
 
@@ -62,4 +83,79 @@ pub fn counter(out: &mut String, name: &str, help: &str, value: u64) {
 /// Appends one gauge.
 pub fn gauge(out: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+}
+
+/// Appends `<prefix>_build_info{version="…",corium="…"} 1`.
+pub fn build_info(out: &mut String, prefix: &str, version: &str, corium: &str) {
+    let _ = writeln!(
+        out,
+        "# HELP {prefix}_build_info The running build: the fleet's version and the Corium crates it is built on.\n# TYPE {prefix}_build_info gauge\n{prefix}_build_info{{version=\"{version}\",corium=\"{corium}\"}} 1"
+    );
+}
+
+/// Appends the standard `process_*` series (Linux `/proc`): CPU seconds,
+/// resident memory, open and maximum file descriptors, start time.
+pub fn process(out: &mut String) {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // Fields after the command name (which may hold spaces) in `)`.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let number = |index: usize| fields.get(index).and_then(|field| field.parse::<f64>().ok());
+    // utime, stime (fields 14, 15 of stat; 11, 12 after the state), in
+    // clock ticks of 100 a second (USER_HZ on Linux); start time 22 (19).
+    let ticks = 100.0;
+    if let (Some(user), Some(system)) = (number(11), number(12)) {
+        let _ = writeln!(
+            out,
+            "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {}",
+            (user + system) / ticks
+        );
+    }
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|text| {
+        text.lines()
+            .find_map(|line| line.strip_prefix("btime "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+    });
+    if let (Some(boot), Some(start)) = (boot, number(19)) {
+        let _ = writeln!(
+            out,
+            "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {}",
+            boot + start / ticks
+        );
+    }
+    if let Some(rss_pages) = number(21) {
+        let _ = writeln!(
+            out,
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}",
+            rss_pages * 4096.0
+        );
+    }
+    if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
+        let _ = writeln!(
+            out,
+            "# HELP process_open_fds Number of open file descriptors.\n# TYPE process_open_fds gauge\nprocess_open_fds {}",
+            entries.count()
+        );
+    }
+    let max_fds = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|line| line.starts_with("Max open files"))
+                .and_then(|line| {
+                    line.split_whitespace()
+                        .nth(3)
+                        .and_then(|soft| soft.parse::<u64>().ok())
+                })
+        });
+    if let Some(max_fds) = max_fds {
+        let _ = writeln!(
+            out,
+            "# HELP process_max_fds Maximum number of open file descriptors.\n# TYPE process_max_fds gauge\nprocess_max_fds {max_fds}"
+        );
+    }
 }

@@ -77,6 +77,9 @@ pub struct Metrics {
     /// Time from receiving a request to its answer's headers, across
     /// attempts.
     pub forward_seconds: Histogram,
+    /// Every call by method and status code, its duration to the end, and
+    /// the calls in flight (end to end, as the client sees them).
+    pub calls: corium_fleet_common::red::Red,
 }
 
 impl Metrics {
@@ -92,6 +95,14 @@ impl Metrics {
             "corium_fleet_ingress_forward_seconds",
             "Time from receiving a request to the owner's response headers.",
         );
+        self.calls.render(&mut out, "corium_fleet_ingress");
+        corium_fleet_common::prometheus::build_info(
+            &mut out,
+            "corium_fleet_ingress",
+            env!("CARGO_PKG_VERSION"),
+            corium_fleet_common::CORIUM_VERSION,
+        );
+        corium_fleet_common::prometheus::process(&mut out);
         out
     }
 

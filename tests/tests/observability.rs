@@ -177,3 +177,98 @@ async fn the_correlation_id_is_in_both_tiers_logs_and_in_the_response() {
         node[0]
     );
 }
+
+/// `GET /metrics` on `port`: the `Content-Type` and the body.
+async fn scrape(port: u16) -> (String, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .expect("scraped in time")
+        .unwrap();
+    let raw = String::from_utf8(raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let content_type = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-type: "))
+        .unwrap_or_default()
+        .to_owned();
+    (content_type, body.to_owned())
+}
+
+/// `promtool check metrics` on `text`: its findings (empty when clean).
+fn promtool(text: &str) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (make test installs Debian's prometheus)");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let findings = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if output.status.success() { findings } else { format!("promtool failed: {findings}") }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .nodes(1)
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "metered").await.unwrap());
+    for i in 0..5 {
+        corium::transact(&address, "metered", &format!("m-{i}"), &[]).await.unwrap();
+    }
+    let refused = corium::transact(&address, "junk name", "x", &[]).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    // A database that does not exist: the ingress answers from storage;
+    // asked directly, the node answers.
+    let absent = corium::transact(&address, "absent-db", "x", &[]).await.unwrap_err();
+    assert_eq!(absent.code(), tonic::Code::NotFound);
+    let absent = corium::transact(&fleet.nodes[0].endpoint(), "absent-db", "x", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(absent.code(), tonic::Code::NotFound);
+    let log = corium::log(&address, "metered").await.unwrap();
+    assert!(log.len() >= 5);
+    for (tier, port, prefix) in [
+        ("ingress", fleet.ingresses[0].admin, "corium_fleet_ingress"),
+        ("node", fleet.nodes[0].admin, "corium_fleet"),
+    ] {
+        let (content_type, text) = scrape(port).await;
+        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8", "{tier}");
+        let findings = promtool(&text);
+        assert!(findings.trim().is_empty(), "{tier}: promtool check metrics:\n{findings}\n{text}");
+        let transacts = format!("{prefix}_requests_total{{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}}");
+        let value = corium_fleet_tests::metric(&text, &transacts);
+        assert!(value.is_some_and(|count| count >= 5.0), "{tier}: {transacts} = {value:?}\n{text}");
+        assert!(text.contains(&format!("{prefix}_build_info{{")), "{tier}");
+        assert!(text.contains("process_resident_memory_bytes "), "{tier}");
+        assert!(text.contains(&format!("{prefix}_request_duration_seconds_bucket{{method=\"/corium.v1.Transactor/Transact\",le=\"60\"}}")), "{tier}");
+    }
+    // Errors by code at each tier.
+    let (_, ingress) = scrape(fleet.ingresses[0].admin).await;
+    let invalid = "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"INVALID_ARGUMENT\"}";
+    assert_eq!(corium_fleet_tests::metric(&ingress, invalid), Some(1.0), "{ingress}");
+    let (_, node) = scrape(fleet.nodes[0].admin).await;
+    let not_found = "corium_fleet_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"NOT_FOUND\"}";
+    assert_eq!(corium_fleet_tests::metric(&node, not_found), Some(1.0), "{node}");
+    // The subscription that read the log ended CANCELLED or OK, and is not
+    // in flight any more.
+    assert!(ingress.contains("corium_fleet_ingress_requests_in_flight "), "{ingress}");
+}

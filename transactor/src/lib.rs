@@ -20,6 +20,7 @@
 //!   the policy database from the fleet;
 //! - [`work_limits`] — overload shedding: calls running and waiting, per
 //!   database and per principal, refused `RESOURCE_EXHAUSTED` with a hint;
+//! - [`call_metrics`] — calls by method and status code, and their durations;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
 //! - [`incoming`] — accepted connections: TCP without Nagle, TLS handshakes
 //!   with the current (reloadable) certificate;
@@ -34,6 +35,7 @@
 
 pub mod admin_http;
 pub mod authz;
+pub mod call_metrics;
 pub mod cell;
 pub mod config;
 pub mod counting;
@@ -411,7 +413,8 @@ pub async fn run_with(
     let tls = server_tls(&host, reload_stop)?;
     let mut server = tonic::transport::Server::builder()
         .timeout(DEFAULT_DEADLINE)
-        .trace_fn(call_span);
+        .trace_fn(call_span)
+        .layer(call_metrics::CallMetricsLayer(host.metrics.calls.clone()));
     let guard = principal::Identify::new(
         host.guard.clone(),
         host.config.ingress_identities.clone(),

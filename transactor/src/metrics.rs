@@ -64,6 +64,8 @@ pub struct Metrics {
     pub recovery_seconds: Histogram,
     /// Write unavailability of completed handoffs.
     pub handoff_seconds: Histogram,
+    /// Every call served, by method and status code, and its duration.
+    pub calls: corium_fleet_common::red::Red,
 }
 
 impl Metrics {
@@ -244,6 +246,14 @@ impl Metrics {
             "corium_fleet_recovery_seconds",
             "Time Corium spent acquiring and recovering one database.",
         );
+        self.calls.render(&mut out, "corium_fleet");
+        corium_fleet_common::prometheus::build_info(
+            &mut out,
+            "corium_fleet",
+            env!("CARGO_PKG_VERSION"),
+            corium_fleet_common::CORIUM_VERSION,
+        );
+        corium_fleet_common::prometheus::process(&mut out);
         out
     }
 }

@@ -169,7 +169,19 @@ impl Proxy {
             db = tracing::field::Empty,
         );
         corium_fleet_common::telemetry::propagation::adopt(&span, request.headers());
-        self.serve(client, request).instrument(span).await
+        let call = self.metrics.calls.begin(request.uri().path());
+        let response = self.serve(client, request).instrument(span).await?;
+        // Counted by method and status when the status passes: now for a
+        // trailers-only answer, else at the end of the body.
+        Ok(match corium_fleet_common::red::code_of(response.headers()) {
+            Some(code) => {
+                call.end(code);
+                response
+            }
+            None => response.map(|body| {
+                http_body_util::BodyExt::boxed_unsync(corium_fleet_common::red::Observed::new(body, call))
+            }),
+        })
     }
 
     async fn serve(
