@@ -1,19 +1,29 @@
 //! `corium-fleet dev`: a local fleet on loopback — three transactor nodes in
 //! three zones sharing one store, and one ingress, the client address —
-//! until interrupted.
+//! supervised until interrupted.
 //!
-//! Ports are chosen free on 127.0.0.1; children are stopped with SIGTERM (so
-//! they release their leases) and killed only if they do not stop in time.
+//! Ports are chosen free on 127.0.0.1, all at once. A process that cannot
+//! bind its port at start (another process took it between the choice and
+//! the bind) makes the fleet start again on new ports, a bounded number of
+//! times. Once the fleet is ready, it is supervised like a `StatefulSet`: a
+//! process that exits, for any reason, is started again on the same ports
+//! with the same node id after a back-off (1 s, doubling to 10 s while it
+//! keeps failing quickly), and every exit and restart is printed on stderr.
+//! SIGTERM or Ctrl-C stops the children with SIGTERM (so nodes release
+//! their leases), killing any that do not stop in time (or at once on a
+//! second signal).
+
+mod process;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use corium_fleet_common::launch;
 use corium_fleet_common::placement::Member;
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use self::process::Process;
 
 /// `corium-fleet dev` flags: the shape of the local fleet.
 #[derive(clap::Args)]
@@ -39,11 +49,34 @@ pub(crate) struct DevArgs {
     /// How long to wait for the nodes to become ready.
     #[arg(long, default_value_t = 60)]
     ready_timeout_secs: u64,
+    /// Ports the first start uses as given, unchecked, in order: node-1
+    /// gRPC, node-1 admin, node-2 gRPC, …, ingress gRPC, ingress admin (the
+    /// rest are chosen free). For tests that reproduce a port taken at start.
+    #[arg(long, hide = true, value_delimiter = ',')]
+    try_ports: Vec<u16>,
 }
 
-/// A free TCP port on loopback (bound and released).
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// How often the fleet starts again on new ports when a port it chose was
+/// taken before its process could bind it.
+const START_ATTEMPTS: u32 = 5;
+/// How long stopping waits for the children after SIGTERM before killing.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often the supervisor looks at its children.
+const TICK: Duration = Duration::from_millis(200);
+
+/// `count` distinct free ports on loopback: bound all at once (so no two are
+/// the same), then released for the children to bind. Another process can
+/// still take one before its child binds it; the start then goes again on
+/// new ports.
+fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
+    let listeners = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("cannot find free ports on 127.0.0.1")?;
+    Ok(listeners
+        .iter()
+        .map(|listener| listener.local_addr().map(|addr| addr.port()))
+        .collect::<std::io::Result<Vec<_>>>()?)
 }
 
 /// A fleet binary: beside this one (one cargo target directory), else on PATH.
@@ -55,69 +88,76 @@ fn sibling_binary(name: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(name))
 }
 
-struct Node {
-    id: String,
-    grpc: u16,
-    admin: u16,
-    child: Child,
+/// SIGTERM and SIGINT (Ctrl-C), taken over for the whole run so that a
+/// signal during start-up also stops the children.
+struct Signals {
+    term: Signal,
+    int: Signal,
 }
 
-async fn stop(nodes: &mut [Node]) {
-    for node in nodes.iter() {
-        if let Some(pid) = node.child.id() {
-            let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The next signal, named.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "interrupted",
         }
     }
-    for node in nodes.iter_mut() {
-        if tokio::time::timeout(Duration::from_secs(15), node.child.wait())
-            .await
-            .is_err()
-        {
-            eprintln!("corium-fleet: {} did not stop in 15 s; killing it", node.id);
-            let _ = node.child.kill().await;
+}
+
+/// Stops every running process: SIGTERM to all, then waits for them (one
+/// deadline for all), killing those still running at the deadline, or all
+/// at once on another signal.
+async fn stop(processes: &mut [Process], signals: &mut Signals) {
+    for process in processes.iter() {
+        process.terminate();
+    }
+    let deadline = tokio::time::Instant::now() + STOP_TIMEOUT;
+    let mut kill_now = false;
+    for process in processes.iter_mut() {
+        if !kill_now {
+            tokio::select! {
+                biased;
+                reason = signals.recv() => {
+                    eprintln!("corium-fleet: {reason} again; killing every process");
+                    kill_now = true;
+                }
+                gone = process.wait_until(deadline) => {
+                    if gone {
+                        continue;
+                    }
+                    eprintln!(
+                        "corium-fleet: {} did not stop in {} s; killing it",
+                        process.id,
+                        STOP_TIMEOUT.as_secs()
+                    );
+                }
+            }
         }
+        process.kill().await;
     }
 }
 
 /// The local fleet's members: `node-N` in `zone-X`, on the given gRPC ports.
-fn members(args: &DevArgs, ports: &[(u16, u16)]) -> Vec<Member> {
+fn members(args: &DevArgs, grpc_ports: &[u16]) -> Vec<Member> {
     let scheme = if args.plaintext { "http" } else { "https" };
-    ports
+    grpc_ports
         .iter()
         .enumerate()
-        .map(|(index, (grpc, _))| Member {
+        .map(|(index, grpc)| Member {
             node_id: format!("node-{}", index + 1),
             zone: format!("zone-{}", char::from(b'a' + u8::try_from(index).unwrap_or(0))),
             weight: 1,
             endpoint: format!("{scheme}://127.0.0.1:{grpc}"),
         })
         .collect()
-}
-
-/// Starts `binary` with `command_line`, logging to `logs/ID.log`, killed if the CLI
-/// dies.
-fn spawn(
-    binary: &Path,
-    command_line: Vec<String>,
-    id: String,
-    (grpc, admin): (u16, u16),
-    logs: &Path,
-) -> anyhow::Result<Node> {
-    let log = std::fs::File::create(logs.join(format!("{id}.log")))?;
-    let child = Command::new(binary)
-        .args(command_line)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("cannot start {} (build it with `cargo build`)", binary.display()))?;
-    Ok(Node {
-        id,
-        grpc,
-        admin,
-        child,
-    })
 }
 
 /// The mTLS certificates of the local fleet, made once and kept.
@@ -135,13 +175,27 @@ fn certs(args: &DevArgs) -> anyhow::Result<crate::certs::CertsArgs> {
     Ok(certs)
 }
 
-/// Starts every node, then the ingress (last in the returned list); on a
-/// failure, stops what started.
-async fn spawn_all(args: &DevArgs, logs: &Path) -> anyhow::Result<Vec<Node>> {
-    let ports = (0..args.nodes)
-        .map(|_| Ok((free_port()?, free_port()?)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let members = members(args, &ports);
+/// The ports of one start: `(gRPC, admin)` per node, then the ingress's.
+/// The first start takes `--try-ports` first.
+fn choose_ports(args: &DevArgs, first: bool) -> anyhow::Result<Vec<(u16, u16)>> {
+    let count = 2 * (usize::from(args.nodes) + 1);
+    let given: &[u16] = if first { &args.try_ports } else { &[] };
+    let mut ports: Vec<u16> = given.iter().copied().take(count).collect();
+    ports.extend(free_ports(count - ports.len())?);
+    Ok(ports.chunks(2).map(|pair| (pair[0], pair[1])).collect())
+}
+
+/// Starts every node, then the ingress (last in the returned list), on
+/// `ports`; on a failure to start one, stops what started.
+async fn spawn_all(
+    args: &DevArgs,
+    ports: &[(u16, u16)],
+    logs: &Path,
+    signals: &mut Signals,
+) -> anyhow::Result<Vec<Process>> {
+    let (node_ports, ingress_ports) = ports.split_at(usize::from(args.nodes));
+    let grpc_ports: Vec<u16> = node_ports.iter().map(|&(grpc, _)| grpc).collect();
+    let members = members(args, &grpc_ports);
     let data_dir = args.data_dir.join("data");
     let certs = (!args.plaintext).then(|| launch::Certs(args.data_dir.join("certs")));
     let shared = launch::Shared {
@@ -153,8 +207,8 @@ async fn spawn_all(args: &DevArgs, logs: &Path) -> anyhow::Result<Vec<Node>> {
     };
     let loopback = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let transactor = sibling_binary("corium-fleet-transactor");
-    let mut nodes = Vec::new();
-    for (member, &(grpc, admin)) in members.iter().zip(&ports) {
+    let mut launches = Vec::new();
+    for (member, &(grpc, admin)) in members.iter().zip(node_ports) {
         let command_line = launch::node_args(
             &shared,
             &launch::NodeProcess {
@@ -164,39 +218,229 @@ async fn spawn_all(args: &DevArgs, logs: &Path) -> anyhow::Result<Vec<Node>> {
                 lease_ttl: Some(Duration::from_millis(args.lease_ttl_ms)),
             },
         );
-        match spawn(
-            &transactor,
-            command_line,
+        launches.push((
             member.node_id.clone(),
             (grpc, admin),
-            logs,
-        ) {
-            Ok(node) => nodes.push(node),
+            transactor.clone(),
+            command_line,
+        ));
+    }
+    let (grpc, admin) = ingress_ports[0];
+    launches.push((
+        "ingress-1".to_owned(),
+        (grpc, admin),
+        sibling_binary("corium-fleet-ingress"),
+        launch::ingress_args(&shared, loopback(grpc), loopback(admin)),
+    ));
+    let mut processes = Vec::new();
+    for (id, ports, binary, command_line) in launches {
+        let log = logs.join(format!("{id}.log"));
+        match Process::start(id, ports, binary, command_line, log) {
+            Ok(process) => processes.push(process),
             Err(error) => {
-                stop(&mut nodes).await;
+                stop(&mut processes, signals).await;
                 return Err(error);
             }
         }
     }
-    let ingress = (|| {
-        let (grpc, admin) = (free_port()?, free_port()?);
-        let command_line = launch::ingress_args(&shared, loopback(grpc), loopback(admin));
-        spawn(
-            &sibling_binary("corium-fleet-ingress"),
-            command_line,
-            "ingress-1".to_owned(),
-            (grpc, admin),
-            logs,
-        )
-    })();
-    match ingress {
-        Ok(ingress) => nodes.push(ingress),
-        Err(error) => {
-            stop(&mut nodes).await;
-            return Err(error);
+    Ok(processes)
+}
+
+/// How one start of the fleet ended.
+enum Started {
+    /// Every process answered `/readyz`.
+    Ready,
+    /// A process could not bind a port it was given: why.
+    PortTaken(String),
+    /// A signal came first.
+    Stopped(&'static str),
+}
+
+/// One look at the starting fleet: exits (a taken port ends this start; a
+/// refused configuration ends the command; anything else is started again
+/// after its back-off), restarts that are due, readiness. `Some` once the
+/// start is over; `last_exit` keeps each process's last exit for the
+/// not-ready message.
+async fn startup_pass(
+    processes: &mut [Process],
+    last_exit: &mut [Option<String>],
+) -> anyhow::Result<Option<Started>> {
+    for (process, last_exit) in processes.iter_mut().zip(last_exit.iter_mut()) {
+        if let Some(exit) = process.exited() {
+            let described = exit.describe();
+            if exit.port_taken() {
+                return Ok(Some(Started::PortTaken(format!(
+                    "{} exited ({described})",
+                    process.id
+                ))));
+            }
+            if exit.refused_configuration() {
+                bail!(
+                    "{} refused its configuration ({described}); see {}",
+                    process.id,
+                    process.log().display()
+                );
+            }
+            eprintln!(
+                "corium-fleet: {} exited while starting ({described}); starting it again in {} s",
+                process.id,
+                seconds(process.restart_in().unwrap_or_default())
+            );
+            *last_exit = Some(described);
+        }
+        if process.restart_in() == Some(Duration::ZERO) {
+            let pid = process.restart()?;
+            eprintln!("corium-fleet: {} started again (pid {pid})", process.id);
+        }
+        process.became_ready().await;
+    }
+    // A child that exited after its probe answered (another process on its
+    // port) is not ready: its exit is handled on the next pass.
+    if processes
+        .iter_mut()
+        .all(|process| process.is_ready() && !process.has_exited())
+    {
+        return Ok(Some(Started::Ready));
+    }
+    Ok(None)
+}
+
+/// Whole seconds, rounded up: how a delay is printed.
+fn seconds(delay: Duration) -> u64 {
+    u64::try_from(delay.as_millis().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// Why the fleet was not ready in time: the first process not ready, its
+/// last exit if it had one, its log.
+fn not_ready(args: &DevArgs, processes: &[Process], last_exit: &[Option<String>]) -> anyhow::Error {
+    let index = processes
+        .iter()
+        .position(|process| !process.is_ready())
+        .unwrap_or_default();
+    let Some(process) = processes.get(index) else {
+        return anyhow::anyhow!("the fleet was not ready within {} s", args.ready_timeout_secs);
+    };
+    let exited = last_exit
+        .get(index)
+        .and_then(Option::as_deref)
+        .map(|exit| format!(" (it last exited: {exit})"))
+        .unwrap_or_default();
+    anyhow::anyhow!(
+        "{} was not ready within {} s{exited}; see {}",
+        process.id,
+        args.ready_timeout_secs,
+        process.log().display()
+    )
+}
+
+/// Starts the fleet and waits until every process is ready (within
+/// `--ready-timeout-secs`); starts it again on new ports when a port was
+/// taken before a process bound it, at most [`START_ATTEMPTS`] times.
+/// `None` when a signal came first (everything is stopped).
+async fn start(args: &DevArgs, logs: &Path, signals: &mut Signals) -> anyhow::Result<Option<Vec<Process>>> {
+    let mut why = String::new();
+    for attempt in 1..=START_ATTEMPTS {
+        let ports = choose_ports(args, attempt == 1)?;
+        let mut processes = spawn_all(args, &ports, logs, signals).await?;
+        let deadline = Instant::now() + Duration::from_secs(args.ready_timeout_secs);
+        let mut last_exit = vec![None; processes.len()];
+        let outcome = loop {
+            let pass = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                startup_pass(&mut processes, &mut last_exit).await
+            };
+            let result = tokio::select! {
+                biased;
+                reason = signals.recv() => Ok(Some(Started::Stopped(reason))),
+                result = pass => result,
+            };
+            match result {
+                Ok(Some(started)) => break Ok(started),
+                Ok(None) if Instant::now() > deadline => break Err(not_ready(args, &processes, &last_exit)),
+                Ok(None) => {}
+                Err(error) => break Err(error),
+            }
+        };
+        match outcome {
+            Ok(Started::Ready) => return Ok(Some(processes)),
+            Ok(Started::Stopped(reason)) => {
+                eprintln!("corium-fleet: {reason} while starting; stopping the fleet");
+                stop(&mut processes, signals).await;
+                return Ok(None);
+            }
+            Ok(Started::PortTaken(reason)) => {
+                stop(&mut processes, signals).await;
+                if attempt < START_ATTEMPTS {
+                    eprintln!(
+                        "corium-fleet: {reason}: another process took the port before it bound it; \
+                         starting the fleet again on new ports (start {} of {START_ATTEMPTS})",
+                        attempt + 1
+                    );
+                }
+                why = reason;
+            }
+            Err(error) => {
+                stop(&mut processes, signals).await;
+                return Err(error);
+            }
         }
     }
-    Ok(nodes)
+    bail!(
+        "{why}: other processes kept taking the ports chosen for the fleet ({START_ATTEMPTS} starts on new \
+         ports); see {}",
+        logs.display()
+    )
+}
+
+/// One look at the running fleet: a process that exited is started again
+/// after its back-off, on the same command line; each exit, restart and
+/// readiness after a restart is printed.
+async fn supervise_pass(processes: &mut [Process]) {
+    for process in processes.iter_mut() {
+        if let Some(exit) = process.exited() {
+            eprintln!(
+                "corium-fleet: {} exited ({}); restarting in {} s",
+                process.id,
+                exit.describe(),
+                seconds(process.restart_in().unwrap_or_default())
+            );
+        }
+        if process.restart_in() == Some(Duration::ZERO) {
+            match process.restart() {
+                Ok(pid) => eprintln!(
+                    "corium-fleet: {} restarted (pid {pid}, restart {}, same ports)",
+                    process.id, process.restarts
+                ),
+                Err(error) => eprintln!(
+                    "corium-fleet: cannot restart {}: {error:#}; trying again in {} s",
+                    process.id,
+                    seconds(process.restart_in().unwrap_or_default())
+                ),
+            }
+        }
+        if process.became_ready().await {
+            eprintln!(
+                "corium-fleet: {} ready again (pid {})",
+                process.id,
+                process.pid().unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// Supervises the ready fleet until a signal; returns its name.
+async fn supervise(processes: &mut [Process], signals: &mut Signals) -> &'static str {
+    loop {
+        let pass = async {
+            tokio::time::sleep(TICK).await;
+            supervise_pass(processes).await;
+        };
+        tokio::select! {
+            biased;
+            reason = signals.recv() => return reason,
+            () = pass => {}
+        }
+    }
 }
 
 /// How to connect to the ready fleet at `ingress` (printed on stderr after
@@ -216,57 +460,44 @@ fn connect_hint(ingress: &str) -> [String; 4] {
     ]
 }
 
+/// What the ready fleet prints on stderr about each process: its pid and
+/// addresses.
+fn process_line(process: &Process, plaintext: bool) -> String {
+    let scheme = if process.id.starts_with("node") && !plaintext {
+        "https"
+    } else {
+        "http"
+    };
+    format!(
+        "corium-fleet: {} pid {} grpc {scheme}://127.0.0.1:{} admin http://127.0.0.1:{}/metrics",
+        process.id,
+        process.pid().unwrap_or_default(),
+        process.grpc,
+        process.admin
+    )
+}
+
 /// Runs `corium-fleet dev`: starts the nodes and the ingress, waits until
 /// each is ready, prints the client address and how to connect to it (the
-/// development token), and stops them all on SIGTERM,
-/// Ctrl-C, or when one of them exits.
+/// development token), restarts any process that exits, and stops them all
+/// on SIGTERM or Ctrl-C.
 ///
 /// # Errors
-/// A process cannot be started or is not ready in time (every started one
-/// is stopped first), or the certificates or log directory cannot be made.
+/// A process cannot be started, refuses its configuration or is not ready in
+/// time, or ports kept being taken (every started process is stopped first);
+/// the certificates or log directory cannot be made.
 pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
     let logs = args.data_dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
     if !args.plaintext {
         certs(&args)?;
     }
-    let mut nodes = spawn_all(&args, &logs).await?;
-    let deadline = Instant::now() + Duration::from_secs(args.ready_timeout_secs);
-    for index in 0..nodes.len() {
-        loop {
-            if launch::is_ready(std::net::SocketAddr::from(([127, 0, 0, 1], nodes[index].admin))).await {
-                break;
-            }
-            if let Ok(Some(status)) = nodes[index].child.try_wait() {
-                let id = nodes[index].id.clone();
-                stop(&mut nodes).await;
-                bail!(
-                    "{id} exited with {status}; see {}",
-                    logs.join(format!("{id}.log")).display()
-                );
-            }
-            if Instant::now() > deadline {
-                let id = nodes[index].id.clone();
-                stop(&mut nodes).await;
-                bail!(
-                    "{id} was not ready within {} s; see {}",
-                    args.ready_timeout_secs,
-                    logs.display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    for node in &nodes {
-        let scheme = if node.id.starts_with("node") && !args.plaintext {
-            "https"
-        } else {
-            "http"
-        };
-        eprintln!(
-            "corium-fleet: {} grpc {scheme}://127.0.0.1:{} admin http://127.0.0.1:{}/metrics",
-            node.id, node.grpc, node.admin
-        );
+    let mut signals = Signals::new()?;
+    let Some(mut processes) = start(&args, &logs, &mut signals).await? else {
+        return Ok(());
+    };
+    for process in &processes {
+        eprintln!("{}", process_line(process, args.plaintext));
     }
     if !args.plaintext {
         eprintln!(
@@ -275,34 +506,19 @@ pub(crate) async fn run(args: DevArgs) -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "corium-fleet: node logs in {}; Ctrl-C stops the fleet",
+        "corium-fleet: logs in {}; a process that exits is restarted on the same ports; Ctrl-C stops the fleet",
         logs.display()
     );
     // The ingress is the one client address.
-    let ingress = nodes.last().map_or(0, |node| node.grpc);
+    let ingress = processes.last().map_or(0, |process| process.grpc);
     println!("corium-fleet: ready at http://127.0.0.1:{ingress}");
     for line in connect_hint(&format!("http://127.0.0.1:{ingress}")) {
         eprintln!("corium-fleet: {line}");
     }
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let exited = async {
-        loop {
-            for node in &mut nodes {
-                if let Ok(Some(status)) = node.child.try_wait() {
-                    return format!("{} exited with {status}", node.id);
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    };
-    let reason = tokio::select! {
-        _ = term.recv() => "SIGTERM".to_owned(),
-        _ = int.recv() => "interrupted".to_owned(),
-        reason = exited => reason,
-    };
+    let reason = supervise(&mut processes, &mut signals).await;
     eprintln!("corium-fleet: {reason}; stopping the fleet");
-    stop(&mut nodes).await;
+    stop(&mut processes, &mut signals).await;
+    eprintln!("corium-fleet: stopped");
     Ok(())
 }
 
@@ -326,5 +542,34 @@ mod tests {
         );
         // Whoever reads stdout for "ready at " finds only the ready line.
         assert!(lines.iter().all(|line| !line.contains("ready at")));
+    }
+
+    #[test]
+    fn the_ports_of_a_start_are_distinct_and_the_first_start_takes_the_given_ones_first() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            dev: DevArgs,
+        }
+        let args = Cli::parse_from(["dev", "--nodes", "2", "--try-ports", "1111,2222,3333"]).dev;
+        let first = choose_ports(&args, true).unwrap();
+        assert_eq!(first.len(), 3, "two nodes and the ingress");
+        assert_eq!(&first[..1], &[(1111, 2222)]);
+        assert_eq!(first[1].0, 3333);
+        let again = choose_ports(&args, false).unwrap();
+        let mut all: Vec<u16> = again.iter().flat_map(|&(grpc, admin)| [grpc, admin]).collect();
+        assert!(!all.contains(&1111), "only the first start takes the given ports");
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 6, "distinct: {again:?}");
+    }
+
+    #[test]
+    fn a_delay_prints_in_whole_seconds_rounded_up() {
+        assert_eq!(seconds(Duration::from_millis(999)), 1);
+        assert_eq!(seconds(Duration::from_secs(1)), 1);
+        assert_eq!(seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(seconds(Duration::ZERO), 0);
     }
 }

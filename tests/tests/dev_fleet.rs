@@ -1,7 +1,7 @@
 //! `corium-fleet dev` as a developer runs it, over its real processes: a
-//! node killed with SIGKILL is restarted on its ports while a stock Corium
-//! client keeps writing through the ingress address, and nothing
-//! acknowledged is lost; a port taken at start makes the fleet start again
+//! node killed with SIGKILL, then the ingress, are restarted on their ports
+//! while a stock Corium client keeps writing through the ingress address,
+//! and nothing acknowledged is lost; a port taken at start makes the fleet start again
 //! on new ports; a fleet that cannot start says why and leaves no process
 //! behind; SIGTERM stops every process.
 //!
@@ -102,13 +102,14 @@ impl Dev {
     /// `within`).
     async fn line(&self, within: Duration, text: &str) -> String {
         eventually(within, format!("a dev fleet line with {text:?}"), async || {
-            self.stderr
+            let found = self
+                .stderr
                 .lock()
                 .unwrap()
                 .iter()
                 .find(|line| line.contains(text))
-                .cloned()
-                .ok_or_else(|| self.stderr())
+                .cloned();
+            found.ok_or_else(|| self.stderr())
         })
         .await
     }
@@ -177,6 +178,15 @@ fn wait(child: &mut Child, within: Duration) -> Option<ExitStatus> {
     }
 }
 
+/// The new pid in a `… restarted (pid N, restart 1, same ports)` line.
+fn restarted_pid(line: &str) -> u32 {
+    line.split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"))
+}
+
 /// What the stock writer saw: acknowledged items with their `t`, and
 /// errors (a stock client cannot safely resend a write, so it moves on).
 #[derive(Default)]
@@ -241,8 +251,9 @@ async fn acked_at_least(writes: &Mutex<Writes>, count: usize, within: Duration, 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // One scenario: start, write, kill, come back, read back, stop.
-async fn a_killed_node_comes_back_on_its_ports_while_a_stock_client_writes_and_nothing_is_lost() {
+#[allow(clippy::too_many_lines)] // One scenario: start, write, kill a node, kill the ingress, read back, stop.
+async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client_writes_and_nothing_is_lost()
+{
     let (dev, address) = Dev::start(&["--lease-ttl-ms", "1500"]).await;
     let db = "failover";
     eventually(
@@ -302,12 +313,7 @@ async fn a_killed_node_comes_back_on_its_ports_while_a_stock_client_writes_and_n
     let restarted = dev
         .line(Duration::from_secs(30), &format!("{owner} restarted (pid "))
         .await;
-    let new_pid: u32 = restarted
-        .split("(pid ")
-        .nth(1)
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|pid| pid.parse().ok())
-        .unwrap_or_else(|| panic!("no pid in {restarted:?}"));
+    let new_pid = restarted_pid(&restarted);
     assert_ne!(new_pid, pid, "a new process");
     dev.line(Duration::from_mins(1), &format!("{owner} ready again"))
         .await;
@@ -338,6 +344,36 @@ async fn a_killed_node_comes_back_on_its_ports_while_a_stock_client_writes_and_n
         acked_at_kill + 20,
         Duration::from_mins(1),
         "writes after the kill",
+    )
+    .await;
+
+    // Only the killed node was restarted; the others and the ingress ran on.
+    let stderr = dev.stderr();
+    assert_eq!(stderr.matches(" exited (").count(), 1, "one exit:\n{stderr}");
+    assert!(
+        alive(ingress_pid) && others.iter().all(|&pid| alive(pid)),
+        "{stderr}"
+    );
+
+    // The ingress too: killed, started again on the client address, and
+    // the stock client writes on through it.
+    let acked_before = writes.lock().unwrap().acked.len();
+    signal(ingress_pid, Signal::SIGKILL);
+    dev.line(
+        Duration::from_secs(15),
+        "ingress-1 exited (signal 9); restarting in 1 s",
+    )
+    .await;
+    let restarted = dev
+        .line(Duration::from_secs(30), "ingress-1 restarted (pid ")
+        .await;
+    let ingress_pid = restarted_pid(&restarted);
+    dev.line(Duration::from_mins(1), "ingress-1 ready again").await;
+    acked_at_least(
+        &writes,
+        acked_before + 10,
+        Duration::from_mins(1),
+        "writes after the ingress came back",
     )
     .await;
     let _ = stop_tx.send(true);
@@ -372,14 +408,6 @@ async fn a_killed_node_comes_back_on_its_ports_while_a_stock_client_writes_and_n
         writes.acked.len() - acked_at_kill,
         writes.errors.len(),
         writes.errors
-    );
-
-    // Only the killed node was restarted; the others and the ingress ran on.
-    let stderr = dev.stderr();
-    assert_eq!(stderr.matches(" exited (").count(), 1, "one exit:\n{stderr}");
-    assert!(
-        alive(ingress_pid) && others.iter().all(|&pid| alive(pid)),
-        "{stderr}"
     );
 
     // SIGTERM stops every process.

@@ -5,6 +5,7 @@
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corium_fleet_client::{Client, Config, ErrorKind, RetryPolicy};
@@ -106,24 +107,52 @@ async fn sdk_transactions_and_subscriptions_ride_through_an_owner_kill() {
     }
 }
 
-/// `corium-fleet dev` on a temporary directory; killed on drop.
-struct Dev(std::process::Child);
+/// `corium-fleet dev` on a temporary directory, its stderr collected (every
+/// failure message shows it); stopped with SIGTERM on drop, killed if it
+/// does not stop within 20 s.
+struct Dev {
+    child: std::process::Child,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Dev {
+    /// What it printed on stderr so far, after its exit status if it
+    /// exited (waited for up to 2 s: a failure path only).
+    fn report(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    // Let the reader thread take its last lines.
+                    std::thread::sleep(Duration::from_millis(200));
+                    break format!("corium-fleet dev exited with {status}");
+                }
+                _ if Instant::now() > deadline => break "corium-fleet dev is running".to_owned(),
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        format!(
+            "{status}; its stderr:\n{}",
+            self.stderr.lock().unwrap().join("\n")
+        )
+    }
+}
 
 impl Drop for Dev {
     fn drop(&mut self) {
         let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap()),
+            nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
             nix::sys::signal::Signal::SIGTERM,
         );
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if self.0.try_wait().ok().flatten().is_some() {
+            if self.child.try_wait().ok().flatten().is_some() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -134,11 +163,21 @@ fn the_sdk_example_runs_against_corium_fleet_dev() {
         .args(["dev", "--data-dir"])
         .arg(dir.path())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let dev = Dev(child);
+    let stderr = child.stderr.take().unwrap();
+    let mut dev = Dev {
+        child,
+        stderr: Arc::default(),
+    };
+    let lines = Arc::clone(&dev.stderr);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            lines.lock().unwrap().push(line);
+        }
+    });
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -147,7 +186,10 @@ fn the_sdk_example_runs_against_corium_fleet_dev() {
             }
         }
     });
-    let address = rx.recv_timeout(Duration::from_secs(90)).expect("dev fleet ready");
+    let address = match rx.recv_timeout(Duration::from_secs(90)) {
+        Ok(address) => address,
+        Err(error) => panic!("dev fleet not ready ({error}): {}", dev.report()),
+    };
     let example = bin_dir().join("examples").join("fleet_quickstart");
     assert!(
         example.exists(),
@@ -158,8 +200,9 @@ fn the_sdk_example_runs_against_corium_fleet_dev() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        "{stdout}\n{}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        dev.report()
     );
     assert!(stdout.contains("created"), "{stdout}");
     assert_eq!(stdout.matches("committed t=").count(), 3, "{stdout}");
