@@ -90,6 +90,21 @@ impl Metrics {
         for (name, help, value) in self.counters() {
             counter(&mut out, name, help, value.load(Ordering::Relaxed));
         }
+        {
+            use std::fmt::Write as _;
+            let name = "corium_fleet_ingress_rejected_requests_total";
+            let _ = writeln!(
+                out,
+                "# HELP {name} Requests the ingress answered itself without forwarding, by reason.\n# TYPE {name} counter"
+            );
+            for (reason, value) in self.rejections() {
+                let _ = writeln!(
+                    out,
+                    "{name}{{reason=\"{reason}\"}} {}",
+                    value.load(Ordering::Relaxed)
+                );
+            }
+        }
         self.forward_seconds.render(
             &mut out,
             "corium_fleet_ingress_forward_seconds",
@@ -106,9 +121,28 @@ impl Metrics {
         out
     }
 
+    /// Requests refused at the ingress, by `reason`: over a limit (the
+    /// concurrency or open-calls cap, the client's rate), too large, naming
+    /// no valid database, an unknown method, a route header that disagrees
+    /// with the body, a missing or wrong credential, a body that stopped
+    /// arriving, a node's learned limit, fleet-only metadata from a client.
+    fn rejections(&self) -> [(&'static str, &AtomicU64); 9] {
+        [
+            ("limit", &self.rejected_limit),
+            ("too_large", &self.rejected_too_large),
+            ("unroutable", &self.rejected_unroutable),
+            ("unknown_method", &self.rejected_unknown_method),
+            ("route_mismatch", &self.rejected_route_mismatch),
+            ("unauthenticated", &self.rejected_unauthenticated),
+            ("body_stalled", &self.rejected_body_stalled),
+            ("node_limit", &self.rejected_node_limit),
+            ("fleet_metadata", &self.loop_preventions),
+        ]
+    }
+
     /// Every counter: its metric name, its help text and its value.
     #[allow(clippy::too_many_lines)] // One entry per counter: a table, not logic.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 27] {
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 18] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -134,11 +168,6 @@ impl Metrics {
                 "corium_fleet_ingress_not_owner_retries_total",
                 "Owner-dependent requests sent again after a NotOwner or a refused connection.",
                 &self.not_owner_retries,
-            ),
-            (
-                "corium_fleet_ingress_loop_preventions_total",
-                "Requests refused for carrying fleet-internal metadata from a client.",
-                &self.loop_preventions,
             ),
             (
                 "corium_fleet_ingress_resolution_failures_total",
@@ -176,11 +205,6 @@ impl Metrics {
                 &self.suspect_marks,
             ),
             (
-                "corium_fleet_ingress_rejected_route_mismatch_total",
-                "Requests whose route header disagreed with the body.",
-                &self.rejected_route_mismatch,
-            ),
-            (
                 "corium_fleet_ingress_preface_timeouts_total",
                 "Client connections closed for sending nothing within the preface timeout.",
                 &self.preface_timeouts,
@@ -189,41 +213,6 @@ impl Metrics {
                 "corium_fleet_ingress_rejected_connections_total",
                 "Client connections closed at once over a connection cap.",
                 &self.rejected_connections,
-            ),
-            (
-                "corium_fleet_ingress_rejected_unauthenticated_total",
-                "Requests refused for a missing or wrong credential.",
-                &self.rejected_unauthenticated,
-            ),
-            (
-                "corium_fleet_ingress_rejected_unroutable_total",
-                "Requests whose body named no database, or an invalid name.",
-                &self.rejected_unroutable,
-            ),
-            (
-                "corium_fleet_ingress_rejected_too_large_total",
-                "Requests over the body size limit.",
-                &self.rejected_too_large,
-            ),
-            (
-                "corium_fleet_ingress_rejected_unknown_method_total",
-                "Requests for methods the fleet does not serve.",
-                &self.rejected_unknown_method,
-            ),
-            (
-                "corium_fleet_ingress_rejected_limit_total",
-                "Requests refused by the concurrency, open-calls or per-client rate limit.",
-                &self.rejected_limit,
-            ),
-            (
-                "corium_fleet_ingress_rejected_body_stalled_total",
-                "Requests refused because their body stopped arriving.",
-                &self.rejected_body_stalled,
-            ),
-            (
-                "corium_fleet_ingress_rejected_node_limit_total",
-                "Calls refused at the ingress: the node's learned limit of open calls was reached.",
-                &self.rejected_node_limit,
             ),
             (
                 "corium_fleet_ingress_retry_budget_exhausted_total",

@@ -223,11 +223,11 @@ async fn bad_input_gets_a_clear_status_and_changes_nothing() {
     assert_eq!(after.basis_before, before.basis_t, "nothing committed in between");
     let (_, metrics) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
     assert!(
-        metrics.contains("corium_fleet_ingress_loop_preventions_total 3"),
+        metrics.contains("corium_fleet_ingress_rejected_requests_total{reason=\"fleet_metadata\"} 3"),
         "{metrics}"
     );
     assert!(
-        metrics.contains("corium_fleet_ingress_rejected_too_large_total 1"),
+        metrics.contains("corium_fleet_ingress_rejected_requests_total{reason=\"too_large\"} 1"),
         "{metrics}"
     );
 }

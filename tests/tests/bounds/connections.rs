@@ -251,7 +251,10 @@ async fn a_body_that_stops_arriving_is_refused_after_the_progress_bound() {
     assert!(waited >= Duration::from_millis(600), "{waited:?}");
     let (_, metrics) = http_get(ingress.admin, "/metrics").await.unwrap();
     assert_eq!(
-        corium_fleet_tests::metric(&metrics, "corium_fleet_ingress_rejected_body_stalled_total"),
+        corium_fleet_tests::metric(
+            &metrics,
+            "corium_fleet_ingress_rejected_requests_total{reason=\"body_stalled\"}"
+        ),
         Some(1.0),
         "{metrics}"
     );

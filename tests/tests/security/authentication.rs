@@ -179,7 +179,14 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
             assert_eq!(code, Code::Unauthenticated, "{class} with {token:?}");
         }
     }
-    assert!(ingress_metric(&fleet, "corium_fleet_ingress_rejected_unauthenticated_total").await >= 33.0);
+    assert!(
+        ingress_metric(
+            &fleet,
+            "corium_fleet_ingress_rejected_requests_total{reason=\"unauthenticated\"}"
+        )
+        .await
+            >= 33.0
+    );
 
     // Nothing changed: the catalog holds only the database the operator
     // made, and its log only the operator's write.
