@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Upper bounds (seconds) of the duration histogram buckets: from 100 µs
 /// (a forward on loopback) to 60 s (a handoff of a long history on
-/// PostgreSQL; the longest deadline).
+/// `PostgreSQL`; the longest deadline).
 const BUCKETS: [f64; 18] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
     30.0, 60.0,

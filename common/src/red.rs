@@ -229,12 +229,8 @@ where
                     call.end(code_of(trailers).unwrap_or(2));
                 }
             }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(call) = self.call.take() {
-                    call.end(2);
-                }
-            }
-            Poll::Ready(None) => {
+            // Broken, or ended without a status.
+            Poll::Ready(Some(Err(_)) | None) => {
                 if let Some(call) = self.call.take() {
                     call.end(2);
                 }
