@@ -209,7 +209,7 @@ async fn spawn_all(
     let transactor = sibling_binary("corium-fleet-transactor");
     let mut launches = Vec::new();
     for (member, &(grpc, admin)) in members.iter().zip(node_ports) {
-        let command_line = launch::node_args(
+        let mut command_line = launch::node_args(
             &shared,
             &launch::NodeProcess {
                 member,
@@ -218,6 +218,10 @@ async fn spawn_all(
                 lease_ttl: Some(Duration::from_millis(args.lease_ttl_ms)),
             },
         );
+        // A restarted node waits for its previous registry record to
+        // expire before it serves: keep that short on a laptop (3 s, not
+        // the production 10 s), as the tests do.
+        command_line.extend(["--registry-ttl-ms", "3000", "--registry-renew-ms", "1000"].map(str::to_owned));
         launches.push((
             member.node_id.clone(),
             (grpc, admin),
