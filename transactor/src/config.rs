@@ -78,6 +78,14 @@ pub struct Args {
     /// database is still publishing, so it is never swept [default: 3600000].
     #[arg(long)]
     pub gc_min_retention_ms: Option<u64>,
+    /// How long a drain (SIGTERM) may take, in milliseconds: set it a few
+    /// seconds below the pod's `terminationGracePeriodSeconds` (the chart
+    /// does). Databases are handed to their next candidate, more at once if
+    /// the pace would miss the deadline; those not handed over in time are
+    /// released, so their successor activates them on the next request
+    /// without waiting out the lease [default: 50000].
+    #[arg(long)]
+    pub drain_deadline_ms: Option<u64>,
     /// Most `Subscribe` streams this node serves at once; more are refused
     /// `RESOURCE_EXHAUSTED` [default: 10000].
     #[arg(long)]
@@ -214,6 +222,9 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Bound on one storage call made to decide ownership.
     pub storage_timeout: Duration,
+    /// How long a drain may take before the databases not yet handed over
+    /// are only released.
+    pub drain_deadline: Duration,
     /// Idle interval after which a cell is released and dropped.
     pub idle_evict_after: Option<Duration>,
     /// The retention floor of `GcDeletedDatabases`: blobs younger than this
@@ -286,6 +297,7 @@ impl Args {
             placement_map: self.placement_map.or(file.placement_map),
             idle_evict_after_ms: self.idle_evict_after_ms.or(file.idle_evict_after_ms),
             gc_min_retention_ms: self.gc_min_retention_ms.or(file.gc_min_retention_ms),
+            drain_deadline_ms: self.drain_deadline_ms.or(file.drain_deadline_ms),
             max_subscriptions: self.max_subscriptions.or(file.max_subscriptions),
             max_subscriptions_per_database: self
                 .max_subscriptions_per_database
@@ -446,6 +458,10 @@ impl Args {
             placement_map: self.placement_map,
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
+            drain_deadline: match self.drain_deadline_ms.unwrap_or(50_000) {
+                0 => return Err(ConfigError::from("--drain-deadline-ms must be positive")),
+                ms => Duration::from_millis(ms),
+            },
             tls,
             static_members,
             registry_ttl,

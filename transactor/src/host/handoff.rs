@@ -16,8 +16,13 @@ use tonic::Status;
 
 use super::{Host, now_unix_ms};
 
-/// Databases handed off at once during a drain.
+/// Databases handed off at once when a drain starts.
 const DRAIN_PARALLELISM: usize = 16;
+/// Most databases handed off at once: the pace doubles up to this when the
+/// drain would otherwise miss its deadline.
+const MAX_DRAIN_PARALLELISM: usize = 256;
+/// How often a drain looks at its pace.
+const DRAIN_PACE_CHECK: Duration = Duration::from_millis(250);
 /// How often a handoff asks its target again when the target still saw
 /// this node's released lease (a late renewal; see `hand`).
 const RELEASE_RACE_RETRIES: usize = 5;
@@ -191,32 +196,105 @@ impl Host {
 
     /// Shutdown (drain): stop activating, then hand each owned database to
     /// its next live candidate (release, then that candidate acquires at
-    /// once), so no database waits out a TTL. A database no successor takes
-    /// is left released: its next request activates it on a candidate.
+    /// once), so no database waits out a TTL, within `--drain-deadline-ms`:
+    ///
+    /// - handoffs start 16 at a time; every 250 ms the pace is compared with
+    ///   the time left, and the number at once doubles (up to 256) while
+    ///   the rest would not be done in time;
+    /// - after the last moment to start one (the deadline less a reserve of
+    ///   a fifth of it, at least 2 s, which a handoff in progress needs to
+    ///   finish), the databases left are only released: one lease write each,
+    ///   and their next request activates them on a candidate at once;
+    /// - a database with no live successor is released as well.
     pub async fn release_all(self: &Arc<Self>) {
         self.stopping.store(true, Ordering::Release);
         let cells = self.cells();
         let started = Instant::now();
         let count = cells.len();
+        let deadline = self.config.drain_deadline;
+        let reserve = (deadline / 5).max(Duration::from_secs(2)).min(deadline);
+        let last_start = started + deadline.saturating_sub(reserve);
+        let slots = Arc::new(tokio::sync::Semaphore::new(DRAIN_PARALLELISM));
+        let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let released = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let pacer = tokio::spawn(pace(
+            Arc::clone(&slots),
+            Arc::clone(&done),
+            count,
+            started,
+            last_start,
+        ));
         futures::stream::iter(cells)
             .map(|cell| {
                 let host = Arc::clone(self);
+                let (slots, done, released) = (Arc::clone(&slots), Arc::clone(&done), Arc::clone(&released));
                 async move {
                     let successors = host.successors(&cell.db);
-                    if successors.is_empty() {
-                        host.evict(&cell).await;
+                    let slot = if successors.is_empty() {
+                        None
                     } else {
+                        slots.acquire_owned().await.ok()
+                    };
+                    if slot.is_some() && Instant::now() < last_start {
                         host.hand_to_first(&cell.db, successors, "drain").await;
+                    } else {
+                        // Too late to hand over (or no one to hand to): let
+                        // the lease go; the successor takes it on demand.
+                        host.close_and_release(&cell).await;
+                        host.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+                        released.fetch_add(1, Ordering::Relaxed);
                     }
+                    drop(slot);
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
             })
-            .buffer_unordered(DRAIN_PARALLELISM)
+            .buffer_unordered(MAX_DRAIN_PARALLELISM)
             .collect::<Vec<()>>()
             .await;
+        pacer.abort();
         tracing::info!(
             databases = count,
+            released = released.load(Ordering::Relaxed),
             elapsed_ms = started.elapsed().as_millis(),
+            deadline_ms = deadline.as_millis(),
             "drain finished"
         );
+    }
+}
+
+/// Widens a drain while its pace would miss `last_start`: doubles the
+/// handoffs at once (up to [`MAX_DRAIN_PARALLELISM`]) whenever the
+/// databases left, at the rate so far, would take longer than the time left.
+async fn pace(
+    slots: Arc<tokio::sync::Semaphore>,
+    done: Arc<std::sync::atomic::AtomicUsize>,
+    count: usize,
+    started: Instant,
+    last_start: Instant,
+) {
+    let mut width = DRAIN_PARALLELISM;
+    loop {
+        tokio::time::sleep(DRAIN_PACE_CHECK).await;
+        let now = Instant::now();
+        let finished = done.load(Ordering::Relaxed);
+        if finished >= count || now >= last_start {
+            return;
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let rate = finished as f64 / started.elapsed().as_secs_f64().max(1e-3);
+        #[allow(clippy::cast_precision_loss)]
+        let needed = (count - finished) as f64 / rate.max(1e-3);
+        let left = last_start.saturating_duration_since(now).as_secs_f64();
+        if needed > left && width < MAX_DRAIN_PARALLELISM {
+            let wider = (width * 2).min(MAX_DRAIN_PARALLELISM);
+            slots.add_permits(wider - width);
+            tracing::info!(
+                from = width,
+                to = wider,
+                left = count - finished,
+                "drain behind its deadline; handing more over at once"
+            );
+            width = wider;
+        }
     }
 }
