@@ -107,6 +107,12 @@ pub struct Args {
     /// added later; 0: never [default: 0].
     #[arg(long)]
     pub max_connection_age_ms: Option<u64>,
+    /// How long shutdown (SIGTERM) waits for calls and streams in flight
+    /// after telling every client connection to go (GOAWAY), in
+    /// milliseconds: a few seconds below the pod's
+    /// `terminationGracePeriodSeconds` [default: 20000].
+    #[arg(long)]
+    pub drain_timeout_ms: Option<u64>,
     /// Learn each node's limit of open calls from its refusals and refuse
     /// calls over it here, without the hop [default: true].
     #[arg(long, value_name = "BOOL")]
@@ -242,6 +248,8 @@ pub struct Config {
     pub max_connection_age: Option<Duration>,
     /// Whether calls over a node's learned limit are refused here.
     pub adaptive_node_limit: bool,
+    /// How long shutdown waits for calls in flight.
+    pub drain_timeout: Duration,
     /// The retry budget: retries per call taken, and retries a second
     /// always allowed.
     pub retry_budget: (f64, u32),
@@ -304,6 +312,7 @@ impl Args {
             max_connection_idle_ms: self.max_connection_idle_ms.or(file.max_connection_idle_ms),
             max_connection_age_ms: self.max_connection_age_ms.or(file.max_connection_age_ms),
             adaptive_node_limit: self.adaptive_node_limit.or(file.adaptive_node_limit),
+            drain_timeout_ms: self.drain_timeout_ms.or(file.drain_timeout_ms),
             retry_budget_ratio: self.retry_budget_ratio.or(file.retry_budget_ratio),
             retry_budget_min_per_second: self
                 .retry_budget_min_per_second
@@ -441,6 +450,7 @@ impl Args {
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
             adaptive_node_limit: self.adaptive_node_limit.unwrap_or(true),
+            drain_timeout: positive_ms("--drain-timeout-ms", self.drain_timeout_ms, 20_000)?,
             retry_budget: retry_budget(self.retry_budget_ratio, self.retry_budget_min_per_second)?,
             max_connections: connection_caps(self.max_connections, self.max_connections_per_client)?,
             preface_timeout: positive_ms("--preface-timeout-ms", self.preface_timeout_ms, 10_000)?,

@@ -146,6 +146,7 @@ pub async fn run(
             idle: config.max_connection_idle,
             age: config.max_connection_age,
         },
+        drain: config.drain_timeout,
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let members = placement_members(&config, &store, &stop_rx);

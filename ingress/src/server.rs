@@ -13,8 +13,6 @@ use crate::connection_life::{self, Activity, Closed, Life};
 use crate::connections::{Connections, Slot};
 use crate::proxy::{Caller, Proxy};
 
-/// How long shutdown waits for in-flight calls and streams.
-const DRAIN: Duration = Duration::from_secs(20);
 /// Bound on a client's TLS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// Largest header block a client may send (HTTP/2 SETTINGS).
@@ -27,6 +25,8 @@ pub struct ConnectionSettings {
     pub max_streams: u32,
     /// When connections are closed (idle, age).
     pub life: Life,
+    /// How long shutdown waits for calls and streams in flight.
+    pub drain: Duration,
 }
 
 /// Every connection task holds a clone; the drain ends when all are gone.
@@ -233,7 +233,7 @@ pub async fn serve(
     // Every connection saw the shutdown signal and sent its GOAWAY; the
     // channel closes when the last connection task ends.
     drop(draining);
-    if tokio::time::timeout(DRAIN, drained.recv()).await.is_err() {
+    if tokio::time::timeout(settings.drain, drained.recv()).await.is_err() {
         tracing::warn!("connections still open after the drain period; closing");
     }
 }
