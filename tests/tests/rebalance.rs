@@ -1,0 +1,127 @@
+//! Client connections spread over ingresses added later: with
+//! `--max-connection-age-ms`, an ingress closes old connections (GOAWAY,
+//! calls in flight finish), the client reconnects, and an L4 balancer in
+//! front (round robin, no affinity: what a Kubernetes Service does) sends the
+//! new connection to whichever ingress it picks, the new one included. A
+//! stock client's writes all succeed throughout.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use corium_fleet_tests::corium::{self, channel};
+use corium_fleet_tests::{Backend, Fleet, http_get, metric};
+use corium_protocol::pb::transactor_client::TransactorClient;
+
+/// A round-robin TCP balancer on loopback over a changing list of ports.
+struct Balancer {
+    port: u16,
+    targets: Arc<Mutex<Vec<u16>>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Balancer {
+    async fn start(targets: Vec<u16>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let targets = Arc::new(Mutex::new(targets));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let next = Arc::new(AtomicUsize::new(0));
+        let shared = Arc::clone(&targets);
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = &mut stopped => return,
+                };
+                let Ok((mut client, _)) = accepted else { continue };
+                let target = {
+                    let targets = shared.lock().unwrap();
+                    targets[next.fetch_add(1, Ordering::Relaxed) % targets.len()]
+                };
+                tokio::spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+            }
+        });
+        Self {
+            port,
+            targets,
+            _stop: stop,
+        }
+    }
+}
+
+async fn transacts_ok(admin: u16) -> f64 {
+    let (_, text) = http_get(admin, "/metrics").await.expect("metrics");
+    metric(
+        &text,
+        "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}",
+    )
+    .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lived_client_reaches_an_ingress_added_later_once_connections_age() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(Duration::from_millis(1500))
+        .nodes(1)
+        .start()
+        .await;
+    let age = ["--max-connection-age-ms", "1500"];
+    fleet.start_ingresses(1, &age).await;
+    let balancer = Balancer::start(vec![fleet.ingresses[0].grpc]).await;
+    let address = format!("http://127.0.0.1:{}", balancer.port);
+    assert!(corium::create(&address, "spread").await.unwrap());
+    // One client, one channel, for the whole test (as a long-lived service).
+    let mut client = TransactorClient::new(channel(&address).await);
+    let mut written = 0;
+    let mut write = async |client: &mut TransactorClient<tonic::transport::Channel>, until: Instant| {
+        while Instant::now() < until {
+            client
+                .transact(corium::transact_request("spread", &format!("w-{written}")))
+                .await
+                .unwrap_or_else(|status| {
+                    panic!("write {written} failed across a connection rotation: {status:?}")
+                });
+            written += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    write(&mut client, Instant::now() + Duration::from_secs(1)).await;
+    // A second ingress joins (the HPA scaled out); the balancer sends it
+    // half of the new connections.
+    fleet.start_ingresses(1, &age).await;
+    balancer.targets.lock().unwrap().push(fleet.ingresses[1].grpc);
+    let before = transacts_ok(fleet.ingresses[1].admin).await;
+    assert!(before.abs() < f64::EPSILON, "nothing reached it yet");
+    // Within a few connection ages, the client's connection lands on it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        write(&mut client, Instant::now() + Duration::from_millis(500)).await;
+        if transacts_ok(fleet.ingresses[1].admin).await > 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new ingress received nothing in 20 s"
+        );
+    }
+    let (_, first) = http_get(fleet.ingresses[0].admin, "/metrics").await.unwrap();
+    assert!(
+        metric(&first, "corium_fleet_ingress_connections_closed_aged_total")
+            .is_some_and(|count| count >= 1.0),
+        "{first}"
+    );
+    // Every acknowledged write is in the log, once.
+    let log = corium::log(&address, "spread").await.unwrap();
+    let count = log
+        .iter()
+        .flat_map(|(_, names)| names)
+        .filter(|name| name.starts_with("w-"))
+        .count();
+    assert_eq!(count, written, "every write once");
+    eprintln!("{written} writes over one client channel, none failed, the new ingress served some");
+}
