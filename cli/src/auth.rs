@@ -117,6 +117,7 @@ mod tests {
     fn every_client_command_takes_the_token_flag() {
         for command in [
             &["status"][..],
+            &["where", "orders"],
             &["handoff", "orders", "--to", "node-2"],
             &["request-status", "orders", "id"],
         ] {
@@ -126,6 +127,7 @@ mod tests {
             let cli = crate::Cli::try_parse_from(&line).unwrap();
             let node = match &cli.command {
                 crate::Command::Status(args) => &args.node,
+                crate::Command::Where(args) => &args.node,
                 crate::Command::Handoff(args) => &args.node,
                 crate::Command::RequestStatus(args) => &args.node,
                 _ => unreachable!(),

@@ -1,12 +1,15 @@
 //! `corium-fleet`: the operator and developer command.
 //!
 //! - `corium-fleet dev` runs a local fleet on loopback (see `dev.rs`);
-//! - `corium-fleet status` prints a node's owned / standby / cold databases;
+//! - `corium-fleet status` prints every node of the fleet: zone, endpoint,
+//!   owned / standby / cold counts, lease versions, load;
+//! - `corium-fleet where` tells who owns one database, its lease, basis and
+//!   candidates;
 //! - `corium-fleet handoff` moves one database to a named live candidate;
 //! - `corium-fleet request-status` tells whether a request id committed;
 //! - `corium-fleet certs` writes a development CA and mTLS certificates.
 //!
-//! `status`, `handoff` and `request-status` present a bearer token on every
+//! `status`, `where`, `handoff` and `request-status` present a bearer token on every
 //! call (`--token` / `CORIUM_TOKEN`, resolved as stock `corium` resolves it;
 //! see `auth.rs`).
 
@@ -16,6 +19,7 @@ mod dev;
 mod handoff;
 mod request_status;
 mod status;
+mod where_;
 
 use clap::{Parser, Subcommand};
 
@@ -30,8 +34,11 @@ struct Cli {
 enum Command {
     /// Run a local fleet on loopback until interrupted.
     Dev(dev::DevArgs),
-    /// Show what a node owns, stands by for and holds cold.
+    /// Show every node of the fleet: what each owns, stands by for and
+    /// holds cold, its lease versions and load.
     Status(status::StatusArgs),
+    /// Show where one database lives: owner, lease, basis, candidates.
+    Where(where_::WhereArgs),
     /// Hand one database to a named live candidate (drain, release, the
     /// candidate acquires at once); prints the write unavailability.
     Handoff(handoff::HandoffArgs),
@@ -56,6 +63,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Dev(args) => dev::run(args).await,
             Command::Status(args) => status::run(args).await,
+            Command::Where(args) => where_::run(args).await,
             Command::Handoff(args) => handoff::run(args).await,
             Command::RequestStatus(args) => request_status::run(args).await,
             Command::Certs(args) => certs::run(&args),

@@ -1,10 +1,21 @@
-//! `corium-fleet status`: one node's view of the fleet, as a table or JSON.
+//! `corium-fleet status`: the whole fleet in one table (or `--json`): every
+//! node of the node registry with its zone, endpoint, whether its record is
+//! live, what it owns and stands by for, its lease versions and its load.
+//!
+//! One `FleetAdmin.FleetStatus` call does it: the node that answers reads
+//! the registry and asks every live member for its own `NodeStatus` over
+//! the node-to-node connection. So it works through the ingress, which
+//! sends the call to any node and could not have picked each node in turn.
+//! Against a fleet that predates `FleetStatus` (`UNIMPLEMENTED`) it falls
+//! back to the one node that answers `NodeStatus`, and says so.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use corium_fleet_proto::fleet::NodeStatusRequest;
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
+use corium_fleet_proto::fleet::{
+    DatabaseView, FleetMember, FleetStatusRequest, FleetStatusResponse, NodeStatusRequest, NodeStatusResponse,
+};
 use corium_protocol::auth::TokenInterceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -89,52 +100,345 @@ impl NodeArgs {
     }
 }
 
-/// `corium-fleet status` flags: the node to ask, and the output format.
+/// `corium-fleet status` flags: the node (or ingress) to ask, and the
+/// output.
 #[derive(clap::Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) node: NodeArgs,
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table (every node, with all its databases).
     #[arg(long)]
     json: bool,
+    /// After the node table, list every owned database: owner, lease
+    /// version, basis, standbys.
+    #[arg(long)]
+    databases: bool,
+    /// Show one node's databases in full (owned, standby, cold) instead of
+    /// the fleet table.
+    #[arg(long = "node", value_name = "NODE_ID")]
+    only: Option<String>,
 }
 
-/// Runs `corium-fleet status`: prints the node's status as a table or JSON.
+/// Runs `corium-fleet status`: asks for the fleet and prints it.
 ///
 /// # Errors
-/// The node cannot be reached or answered with an error.
+/// The endpoint cannot be reached or answered with an error; `--node` names
+/// no member.
 pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let endpoint = args.node.endpoint.clone();
-    let mut client = args.node.connect(&endpoint, Duration::from_secs(15)).await?;
+    // The answering node asks each member within twice its storage timeout
+    // (10 s by default): leave room for that.
+    let mut client = args.node.connect(&endpoint, Duration::from_secs(30)).await?;
+    let fleet = match client.fleet_status(FleetStatusRequest {}).await {
+        Ok(response) => response.into_inner(),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            eprintln!(
+                "corium-fleet: {endpoint} does not serve FleetStatus (an older fleet): showing the one node that answers"
+            );
+            one_node(&mut client, &endpoint).await?
+        }
+        Err(status) => return Err(status).with_context(|| format!("fleet status from {endpoint}")),
+    };
+    if let Some(only) = &args.only {
+        let member = fleet
+            .members
+            .iter()
+            .find(|member| &member.node_id == only)
+            .with_context(|| format!("no member {only:?} in the fleet's registry"))?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&member_json(member))?);
+        } else {
+            print_node(member);
+        }
+        return Ok(());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&fleet_json(&fleet))?);
+        return Ok(());
+    }
+    print_fleet(&fleet);
+    if args.databases {
+        println!();
+        print_databases(&fleet);
+    }
+    Ok(())
+}
+
+/// The fleet as one node of an older fleet sees it: itself.
+async fn one_node(
+    client: &mut FleetAdminClient<Authorized>,
+    endpoint: &str,
+) -> anyhow::Result<FleetStatusResponse> {
     let status = client
         .node_status(NodeStatusRequest {})
         .await
         .with_context(|| format!("node status from {endpoint}"))?
         .into_inner();
-    if args.json {
-        let databases: Vec<_> = status
-            .databases
-            .iter()
-            .map(|db| {
-                serde_json::json!({
-                    "database": db.database, "state": db.state, "owner": db.owner_id,
-                    "lease_version": db.lease_version, "basis_t": db.basis_t,
-                    "owner_rank": owner_rank(db),
-                    "candidates": db.candidates.iter().map(|c| serde_json::json!({
-                        "node_id": c.node_id, "zone": c.zone, "rank": c.rank,
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        let json = serde_json::json!({
-            "node_id": status.node_id, "zone": status.zone, "incarnation": status.incarnation,
-            "endpoint": status.internal_endpoint, "storage": status.storage,
-            "owned": status.owned, "standby": status.standby, "cold": status.cold,
-            "databases": databases,
-        });
-        println!("{}", serde_json::to_string_pretty(&json)?);
-        return Ok(());
+    Ok(FleetStatusResponse {
+        answered_by: status.node_id.clone(),
+        now_unix_ms: 0,
+        members: vec![FleetMember {
+            node_id: status.node_id.clone(),
+            zone: status.zone.clone(),
+            weight: status.weight,
+            endpoint: status.internal_endpoint.clone(),
+            incarnation: status.incarnation.clone(),
+            live: true,
+            status: Some(status),
+            ..FleetMember::default()
+        }],
+    })
+}
+
+/// The databases of `status` in state `state`.
+fn in_state<'a>(status: &'a NodeStatusResponse, state: &'a str) -> impl Iterator<Item = &'a DatabaseView> {
+    status.databases.iter().filter(move |db| db.state == state)
+}
+
+/// The lowest and highest lease version of the databases `status` owns.
+fn lease_range(status: &NodeStatusResponse) -> Option<(u64, u64)> {
+    in_state(status, "owned").fold(None, |range, db| {
+        let (low, high) = range.unwrap_or((db.lease_version, db.lease_version));
+        Some((low.min(db.lease_version), high.max(db.lease_version)))
+    })
+}
+
+/// `member` as JSON: its registry record, reachability, counts, lease
+/// versions, load and every database it reported.
+fn member_json(member: &FleetMember) -> serde_json::Value {
+    let status = member.status.as_ref();
+    let names = |state: &str| -> Vec<String> {
+        status.map_or_else(Vec::new, |status| {
+            in_state(status, state).map(|db| db.database.clone()).collect()
+        })
+    };
+    let databases: Vec<_> = status
+        .map(|status| status.databases.iter().map(database_json).collect())
+        .unwrap_or_default();
+    serde_json::json!({
+        "node_id": member.node_id,
+        "zone": member.zone,
+        "weight": member.weight,
+        "endpoint": member.endpoint,
+        "incarnation": member.incarnation,
+        "live": member.live,
+        "expires_unix_ms": member.expires_unix_ms,
+        "registry_owned": member.registry_owned,
+        "reachable": status.is_some(),
+        "error": (!member.error.is_empty()).then_some(&member.error),
+        "storage": status.map(|status| &status.storage),
+        "lease_ttl_ms": status.map(|status| status.lease_ttl_ms),
+        "owned": status.map(|status| status.owned),
+        "standby": status.map(|status| status.standby),
+        "cold": status.map(|status| status.cold),
+        "owned_databases": names("owned"),
+        "standby_databases": names("standby"),
+        "lease_versions": status.and_then(lease_range).map(|(min, max)| serde_json::json!({
+            "min": min, "max": max,
+        })),
+        "load": status.and_then(|status| status.load.as_ref()).map(|load| serde_json::json!({
+            "calls_running": load.calls_running,
+            "calls_waiting": load.calls_waiting,
+            "max_inflight": load.max_inflight,
+            "subscriptions": load.subscriptions,
+            "calls_total": load.calls_total,
+        })),
+        "databases": databases,
+    })
+}
+
+/// One database as a node reported it.
+fn database_json(db: &DatabaseView) -> serde_json::Value {
+    serde_json::json!({
+        "database": db.database, "state": db.state, "owner": db.owner_id,
+        "lease_version": db.lease_version, "lease_expires_unix_ms": db.lease_expires_unix_ms,
+        "basis_t": db.basis_t, "owner_rank": owner_rank(db),
+        "candidates": db.candidates.iter().map(|c| serde_json::json!({
+            "node_id": c.node_id, "zone": c.zone, "rank": c.rank,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The whole answer as JSON.
+fn fleet_json(fleet: &FleetStatusResponse) -> serde_json::Value {
+    serde_json::json!({
+        "answered_by": fleet.answered_by,
+        "now_unix_ms": fleet.now_unix_ms,
+        "nodes": fleet.members.iter().map(member_json).collect::<Vec<_>>(),
+    })
+}
+
+/// How long ago (negative) or ahead `at_ms` is from `now_ms`, for people.
+fn relative(at_ms: i64, now_ms: i64) -> String {
+    let delta = at_ms.saturating_sub(now_ms);
+    #[allow(clippy::cast_precision_loss)]
+    let seconds = delta.unsigned_abs() as f64 / 1000.0;
+    if delta >= 0 {
+        format!("in {seconds:.1} s")
+    } else {
+        format!("{seconds:.1} s ago")
     }
+}
+
+/// One row of the node table.
+fn node_row(member: &FleetMember, now_ms: i64) -> [String; 9] {
+    let dash = || "-".to_owned();
+    let state = if member.expires_unix_ms == 0 && !member.live {
+        "no record".to_owned()
+    } else if !member.live {
+        "expired".to_owned()
+    } else if member.status.is_none() {
+        "unreachable".to_owned()
+    } else {
+        "live".to_owned()
+    };
+    let (owned, standby, cold, leases, load) = if let Some(status) = &member.status {
+        (
+            status.owned.to_string(),
+            status.standby.to_string(),
+            status.cold.to_string(),
+            match lease_range(status) {
+                Some((low, high)) if low == high => format!("v{low}"),
+                Some((low, high)) => format!("v{low}-v{high}"),
+                None => dash(),
+            },
+            status.load.as_ref().map_or_else(dash, |load| {
+                format!(
+                    "{}/{} running, {} waiting, {} subs, {} calls",
+                    load.calls_running,
+                    load.max_inflight,
+                    load.calls_waiting,
+                    load.subscriptions,
+                    load.calls_total
+                )
+            }),
+        )
+    } else {
+        // What the registry last said, and why there is nothing more.
+        let why = if member.error.is_empty() {
+            if member.expires_unix_ms == 0 {
+                "no registry record".to_owned()
+            } else {
+                format!(
+                    "record expired {}; last listed {} owned",
+                    relative(member.expires_unix_ms, now_ms),
+                    member.registry_owned.len()
+                )
+            }
+        } else {
+            member.error.clone()
+        };
+        (dash(), dash(), dash(), dash(), why)
+    };
+    [
+        member.node_id.clone(),
+        member.zone.clone(),
+        member.endpoint.clone(),
+        state,
+        owned,
+        standby,
+        cold,
+        leases,
+        load,
+    ]
+}
+
+/// Prints rows under `header`, each column as wide as its widest cell.
+fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// The node table, under one summary line.
+fn print_fleet(fleet: &FleetStatusResponse) {
+    let live = fleet.members.iter().filter(|member| member.live).count();
+    let owned: u32 = fleet
+        .members
+        .iter()
+        .filter_map(|member| member.status.as_ref().map(|status| status.owned))
+        .sum();
+    println!(
+        "fleet: {} nodes ({live} live), {owned} databases owned; asked {}",
+        fleet.members.len(),
+        fleet.answered_by
+    );
+    let rows: Vec<_> = fleet
+        .members
+        .iter()
+        .map(|member| node_row(member, fleet.now_unix_ms))
+        .collect();
+    print_table(
+        [
+            "NODE", "ZONE", "ENDPOINT", "STATE", "OWNED", "STANDBY", "COLD", "LEASES", "LOAD",
+        ],
+        &rows,
+    );
+}
+
+/// Every owned database, by name, with its standbys.
+fn print_databases(fleet: &FleetStatusResponse) {
+    let mut rows: Vec<[String; 5]> = fleet
+        .members
+        .iter()
+        .filter_map(|member| member.status.as_ref())
+        .flat_map(|status| in_state(status, "owned"))
+        .map(|db| {
+            let standbys: Vec<String> = db
+                .candidates
+                .iter()
+                .filter(|candidate| candidate.node_id != db.owner_id)
+                .map(|candidate| format!("{}:{}", candidate.rank, candidate.node_id))
+                .collect();
+            [
+                db.database.clone(),
+                db.owner_id.clone(),
+                db.lease_version.to_string(),
+                db.basis_t.to_string(),
+                standbys.join(" "),
+            ]
+        })
+        .collect();
+    rows.sort();
+    print_table(
+        ["DATABASE", "OWNER", "LEASE", "BASIS", "STANDBY (rank:node)"],
+        &rows,
+    );
+}
+
+/// One node in full: its identity, counts and every database it reported.
+fn print_node(member: &FleetMember) {
+    let Some(status) = &member.status else {
+        println!(
+            "node {} (zone {:?}, {}): {} — the registry lists {} owned: {}",
+            member.node_id,
+            member.zone,
+            member.endpoint,
+            if member.live {
+                format!("not reachable ({})", member.error)
+            } else {
+                "not live".to_owned()
+            },
+            member.registry_owned.len(),
+            member.registry_owned.join(" ")
+        );
+        return;
+    };
     println!(
         "node {} (zone {:?}, {}) storage {} — owned {}, standby {}, cold {}",
         status.node_id,
@@ -145,35 +449,105 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
         status.standby,
         status.cold
     );
-    println!(
-        "{:<32} {:<8} {:<12} {:>4} {:>8} {:>8}  CANDIDATES (rank:node)",
-        "DATABASE", "STATE", "OWNER", "RANK", "LEASE", "BASIS"
+    let rows: Vec<_> = status
+        .databases
+        .iter()
+        .map(|db| {
+            let candidates: Vec<String> = db
+                .candidates
+                .iter()
+                .map(|c| format!("{}:{}", c.rank, c.node_id))
+                .collect();
+            [
+                db.database.clone(),
+                db.state.clone(),
+                db.owner_id.clone(),
+                owner_rank(db).map_or_else(|| "-".to_owned(), |rank| rank.to_string()),
+                db.lease_version.to_string(),
+                db.basis_t.to_string(),
+                candidates.join(" "),
+            ]
+        })
+        .collect();
+    print_table(
+        [
+            "DATABASE",
+            "STATE",
+            "OWNER",
+            "RANK",
+            "LEASE",
+            "BASIS",
+            "CANDIDATES (rank:node)",
+        ],
+        &rows,
     );
-    for db in &status.databases {
-        let candidates: Vec<String> = db
-            .candidates
-            .iter()
-            .map(|c| format!("{}:{}", c.rank, c.node_id))
-            .collect();
-        println!(
-            "{:<32} {:<8} {:<12} {:>4} {:>8} {:>8}  {}",
-            db.database,
-            db.state,
-            db.owner_id,
-            owner_rank(db).map_or_else(|| "-".to_owned(), |rank| rank.to_string()),
-            db.lease_version,
-            db.basis_t,
-            candidates.join(" ")
-        );
-    }
-    Ok(())
 }
 
 /// The owner's rank among the candidates (`None`: no owner, or the owner is
 /// not a candidate — it will hand the database off).
-fn owner_rank(db: &corium_fleet_proto::fleet::DatabaseView) -> Option<u32> {
+pub(crate) fn owner_rank(db: &DatabaseView) -> Option<u32> {
     db.candidates
         .iter()
         .find(|candidate| !db.owner_id.is_empty() && candidate.node_id == db.owner_id)
         .map(|candidate| candidate.rank)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owned(db: &str, lease_version: u64) -> DatabaseView {
+        DatabaseView {
+            database: db.to_owned(),
+            state: "owned".to_owned(),
+            owner_id: "node-1".to_owned(),
+            lease_version,
+            ..DatabaseView::default()
+        }
+    }
+
+    #[test]
+    fn a_node_row_summarises_leases_and_says_why_a_member_has_no_status() {
+        let status = NodeStatusResponse {
+            owned: 2,
+            databases: vec![owned("a", 7), owned("b", 3)],
+            ..NodeStatusResponse::default()
+        };
+        let live = FleetMember {
+            node_id: "node-1".to_owned(),
+            live: true,
+            expires_unix_ms: 10_000,
+            status: Some(status),
+            ..FleetMember::default()
+        };
+        let row = node_row(&live, 9_000);
+        assert_eq!(
+            (row[3].as_str(), row[4].as_str(), row[7].as_str()),
+            ("live", "2", "v3-v7")
+        );
+        let expired = FleetMember {
+            node_id: "node-2".to_owned(),
+            expires_unix_ms: 4_000,
+            registry_owned: vec!["c".to_owned()],
+            ..FleetMember::default()
+        };
+        let row = node_row(&expired, 9_000);
+        assert_eq!(row[3], "expired");
+        assert_eq!(row[8], "record expired 5.0 s ago; last listed 1 owned");
+        let unreachable = FleetMember {
+            node_id: "node-3".to_owned(),
+            live: true,
+            expires_unix_ms: 10_000,
+            error: "Unavailable: cannot reach peer".to_owned(),
+            ..FleetMember::default()
+        };
+        let row = node_row(&unreachable, 9_000);
+        assert_eq!(
+            (row[3].as_str(), row[8].as_str()),
+            ("unreachable", "Unavailable: cannot reach peer")
+        );
+        let json = member_json(&live);
+        assert_eq!(json["owned_databases"], serde_json::json!(["a", "b"]));
+        assert_eq!(json["lease_versions"], serde_json::json!({"min": 3, "max": 7}));
+    }
 }

@@ -157,8 +157,12 @@ async fn the_token_resolves_like_stock_corium() {
 
 #[tokio::test]
 async fn every_client_command_sends_the_token_and_a_refusal_prints_the_hint() {
-    let commands: [(&[&str], &str); 3] = [
-        (STATUS, "/corium.fleet.v1.FleetAdmin/NodeStatus"),
+    let commands: [(&[&str], &str); 4] = [
+        (STATUS, "/corium.fleet.v1.FleetAdmin/FleetStatus"),
+        (
+            &["where", "orders"],
+            "/corium.fleet.v1.FleetAdmin/DatabasePlacement",
+        ),
         (
             &["handoff", "orders", "--to", "node-2"],
             "/corium.fleet.v1.FleetAdmin/Handoff",

@@ -34,12 +34,15 @@ async fn answer(
 
 /// The media type of an admin path's answer: Prometheus's text format for
 /// `/metrics` (a scrape without it is refused by Prometheus 3), JSON under
-/// `/debug/`, plain text for the probes.
+/// `/debug/` and for `/status.json`, HTML for the ingress's `/status` page,
+/// plain text for the probes.
 fn content_type(path: &str) -> &'static str {
     if path == "/metrics" {
         "text/plain; version=0.0.4; charset=utf-8"
-    } else if path.starts_with("/debug/") {
+    } else if path.starts_with("/debug/") || path == "/status.json" {
         "application/json"
+    } else if path == "/status" {
+        "text/html; charset=utf-8"
     } else {
         "text/plain; charset=utf-8"
     }
@@ -76,8 +79,13 @@ mod tests {
 
     #[test]
     fn metrics_are_served_as_the_prometheus_text_format() {
-        assert_eq!(content_type("/metrics"), "text/plain; version=0.0.4; charset=utf-8");
+        assert_eq!(
+            content_type("/metrics"),
+            "text/plain; version=0.0.4; charset=utf-8"
+        );
         assert_eq!(content_type("/debug/root-ops"), "application/json");
         assert_eq!(content_type("/readyz"), "text/plain; charset=utf-8");
+        assert_eq!(content_type("/status"), "text/html; charset=utf-8");
+        assert_eq!(content_type("/status.json"), "application/json");
     }
 }

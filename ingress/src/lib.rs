@@ -24,6 +24,7 @@
 //! - [`suspects`] — nodes whose calls hung are tried last (outlier detection);
 //! - [`upstream`] — the hop: one HTTP/2 connection per node (h2, mTLS or h2c);
 //! - [`metrics`] — cache, forwarding and rejection counters;
+//! - [`status_page`] — `/status`, the fleet as a picture, and `/status.json`;
 //! - [`server`] — HTTP/2 (h2c) client listener and graceful shutdown.
 //!
 //! [`run`] starts an ingress on given listeners until a shutdown future
@@ -42,6 +43,7 @@ pub mod retry_budget;
 pub mod route;
 pub mod server;
 pub mod stall;
+pub mod status_page;
 pub mod stream_end;
 pub mod suspects;
 pub mod upstream;
@@ -172,6 +174,7 @@ pub async fn run(
         material.clone(),
         stop_rx.clone(),
     ));
+    let status_page = status_page::StatusPage::new(&store, &members, &map, config.replicas, storage_timeout);
     let proxy = Arc::new(proxy::Proxy::new(
         config,
         members,
@@ -183,7 +186,7 @@ pub async fn run(
     ));
     tokio::spawn(corium_fleet_common::admin_http::serve(
         listeners.admin,
-        admin_handler(&metrics, &store, storage_timeout, material),
+        admin_handler(&metrics, &store, storage_timeout, material, status_page),
         stop_rx,
     ));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -275,13 +278,15 @@ async fn placement_map(
     Ok(map)
 }
 
-/// The admin HTTP answers: `/metrics`, `/healthz`, and `/readyz` (ready
-/// while storage answers within `storage_timeout`).
+/// The admin HTTP answers: `/metrics`, `/healthz`, `/readyz` (ready
+/// while storage answers within `storage_timeout`), and the status page
+/// (`/status`, `/status.json`).
 fn admin_handler(
     metrics: &Arc<metrics::Metrics>,
     store: &Arc<dyn FullStore>,
     storage_timeout: Duration,
     material: Vec<Arc<dyn Reload>>,
+    status_page: Arc<status_page::StatusPage>,
 ) -> corium_fleet_common::admin_http::Handler {
     let material = Arc::new(material);
     let metrics = Arc::clone(metrics);
@@ -290,6 +295,7 @@ fn admin_handler(
         let metrics = Arc::clone(&metrics);
         let store = Arc::clone(&store);
         let material = Arc::clone(&material);
+        let status_page = Arc::clone(&status_page);
         Box::pin(async move {
             match path.as_str() {
                 "/metrics" => (
@@ -302,7 +308,12 @@ fn admin_handler(
                     Ok(Err(error)) => (503, format!("storage unavailable: {error}\n")),
                     Err(_) => (503, "storage timed out\n".to_owned()),
                 },
-                _ => (404, "not found: try /metrics, /healthz or /readyz\n".to_owned()),
+                "/status" => status_page::StatusPage::page(),
+                "/status.json" => status_page.json().await,
+                _ => (
+                    404,
+                    "not found: try /metrics, /healthz, /readyz or /status\n".to_owned(),
+                ),
             }
         })
     })

@@ -48,7 +48,8 @@ pub fn classify(path: &str) -> Option<(Target, bool)> {
         },
         "corium.fleet.v1.FleetAdmin" => match method {
             "DatabasePlacement" => Some((Target::AnyNode, true)),
-            "NodeStatus" => Some((Target::AnyNode, false)),
+            // `FleetStatus`: the node that answers asks the others itself.
+            "NodeStatus" | "FleetStatus" => Some((Target::AnyNode, false)),
             // Run by the database's owner, which checks the caller is an
             // operator. `Activate` is node-to-node only: not served here.
             "Handoff" => Some((Target::Owner, true)),
@@ -204,6 +205,10 @@ mod tests {
         );
         assert_eq!(
             classify("/corium.fleet.v1.FleetAdmin/NodeStatus"),
+            Some((Target::AnyNode, false))
+        );
+        assert_eq!(
+            classify("/corium.fleet.v1.FleetAdmin/FleetStatus"),
             Some((Target::AnyNode, false))
         );
         assert_eq!(

@@ -233,7 +233,10 @@ pub async fn serve(
     // Every connection saw the shutdown signal and sent its GOAWAY; the
     // channel closes when the last connection task ends.
     drop(draining);
-    if tokio::time::timeout(settings.drain, drained.recv()).await.is_err() {
+    if tokio::time::timeout(settings.drain, drained.recv())
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open after the drain period; closing");
     }
 }

@@ -42,6 +42,25 @@ pub struct Record {
     /// active databases, not the size of the catalog.
     #[serde(default)]
     pub owned: Vec<String>,
+    /// How busy the node was at its last renewal (`None` from nodes that
+    /// predate it). Status views read it; nothing decides on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
+}
+
+/// How busy a node was when it renewed its record: its client calls and
+/// subscriptions. One reading every renewal; a rate is the difference of
+/// two readings' `calls_total` over their records' expiry difference.
+#[derive(Clone, Copy, Debug, Default, Eq, PartialEq, Serialize, Deserialize)]
+pub struct Load {
+    /// Client calls running.
+    pub calls_running: u32,
+    /// Client calls waiting for a place.
+    pub calls_waiting: u32,
+    /// Open subscriptions.
+    pub subscriptions: u32,
+    /// Client calls admitted since the process started.
+    pub calls_total: u64,
 }
 
 impl Record {
@@ -233,14 +252,15 @@ pub async fn follow(
     }
 }
 
-/// Renews this node's record every `renew` (expiry `ttl` ahead) until
+/// Renews this node's record every `renew` (expiry `ttl` ahead), with what
+/// it `published` at that moment (its owned databases and its load), until
 /// `stop`, then deletes it so the others drop this node at once.
 pub async fn keep(
     store: Arc<dyn FullStore>,
     mut record: Record,
     ttl: Duration,
     renew: Duration,
-    owned: impl Fn() -> Vec<String> + Send + Sync,
+    published: impl Fn() -> (Vec<String>, Option<Load>) + Send + Sync,
     changed: Arc<tokio::sync::Notify>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -256,7 +276,7 @@ pub async fn keep(
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         record.expires_unix_ms = now_unix_ms().saturating_add(ttl_ms);
-        record.owned = owned();
+        (record.owned, record.load) = published();
         record.owned.sort();
         let write = async {
             let current = store.get_root(&record.name()).await?;
@@ -305,6 +325,7 @@ mod tests {
             endpoint: format!("http://{id}"),
             expires_unix_ms: expires,
             owned: Vec::new(),
+            load: None,
         }
     }
 

@@ -72,7 +72,15 @@ fn tempid_keys(response: &pb::TransactResponse) -> Vec<String> {
     }
 }
 
+/// `node`'s `/metrics` has `series` at `expected`.
+async fn assert_metric(node: &corium_fleet_tests::Node, series: &str, expected: f64) {
+    let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
+    assert_eq!(metric(&metrics, series), Some(expected), "{metrics}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario, step by step: long, and clearer whole.
+#[allow(clippy::too_many_lines)]
 async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() {
     for backend in Backend::all() {
         let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
@@ -105,6 +113,8 @@ async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() 
         let reused = with_id(&address, db, "b", &id).await.unwrap_err();
         assert_eq!(reused.code(), tonic::Code::InvalidArgument, "{reused:?}");
         assert!(reused.message().contains("already used"), "{reused:?}");
+        let conflicts = "corium_fleet_request_id_conflicts_total";
+        assert_metric(&fleet.nodes[fleet.candidates(db)[0]], conflicts, 1.0).await;
         // Malformed ids: refused before anything is validated.
         for bad in ["", "not-a-uuid", &"7".repeat(60)] {
             let status = with_id(&address, db, "c", bad).await.unwrap_err();
@@ -163,11 +173,12 @@ async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() 
             answers[0]
         );
         let successor = fleet.candidates(db)[1];
-        let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
-        assert!(
-            metrics.contains("corium_fleet_request_id_replays_total 2"),
-            "{metrics}"
-        );
+        assert_metric(
+            &fleet.nodes[successor],
+            "corium_fleet_request_id_replays_total",
+            2.0,
+        )
+        .await;
         // Restarted, the old owner does not preempt; a handoff back and the
         // record still holds.
         fleet.nodes[owner].restart().await;

@@ -218,7 +218,11 @@ fn promtool(text: &str) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    if output.status.success() { findings } else { format!("promtool failed: {findings}") }
+    if output.status.success() {
+        findings
+    } else {
+        format!("promtool failed: {findings}")
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,13 +236,19 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
     let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "metered").await.unwrap());
     for i in 0..5 {
-        corium::transact(&address, "metered", &format!("m-{i}"), &[]).await.unwrap();
+        corium::transact(&address, "metered", &format!("m-{i}"), &[])
+            .await
+            .unwrap();
     }
-    let refused = corium::transact(&address, "junk name", "x", &[]).await.unwrap_err();
+    let refused = corium::transact(&address, "junk name", "x", &[])
+        .await
+        .unwrap_err();
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     // A database that does not exist: the ingress answers from storage;
     // asked directly, the node answers.
-    let absent = corium::transact(&address, "absent-db", "x", &[]).await.unwrap_err();
+    let absent = corium::transact(&address, "absent-db", "x", &[])
+        .await
+        .unwrap_err();
     assert_eq!(absent.code(), tonic::Code::NotFound);
     let absent = corium::transact(&fleet.nodes[0].endpoint(), "absent-db", "x", &[])
         .await
@@ -253,10 +263,17 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
         let (content_type, text) = scrape(port).await;
         assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8", "{tier}");
         let findings = promtool(&text);
-        assert!(findings.trim().is_empty(), "{tier}: promtool check metrics:\n{findings}\n{text}");
-        let transacts = format!("{prefix}_requests_total{{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}}");
+        assert!(
+            findings.trim().is_empty(),
+            "{tier}: promtool check metrics:\n{findings}\n{text}"
+        );
+        let transacts =
+            format!("{prefix}_requests_total{{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}}");
         let value = corium_fleet_tests::metric(&text, &transacts);
-        assert!(value.is_some_and(|count| count >= 5.0), "{tier}: {transacts} = {value:?}\n{text}");
+        assert!(
+            value.is_some_and(|count| count >= 5.0),
+            "{tier}: {transacts} = {value:?}\n{text}"
+        );
         assert!(text.contains(&format!("{prefix}_build_info{{")), "{tier}");
         assert!(text.contains("process_resident_memory_bytes "), "{tier}");
         assert!(text.contains(&format!("{prefix}_request_duration_seconds_bucket{{method=\"/corium.v1.Transactor/Transact\",le=\"60\"}}")), "{tier}");
@@ -264,11 +281,19 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
     // Errors by code at each tier.
     let (_, ingress) = scrape(fleet.ingresses[0].admin).await;
     let invalid = "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"INVALID_ARGUMENT\"}";
-    assert_eq!(corium_fleet_tests::metric(&ingress, invalid), Some(1.0), "{ingress}");
+    assert_eq!(
+        corium_fleet_tests::metric(&ingress, invalid),
+        Some(1.0),
+        "{ingress}"
+    );
     let (_, node) = scrape(fleet.nodes[0].admin).await;
-    let not_found = "corium_fleet_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"NOT_FOUND\"}";
+    let not_found =
+        "corium_fleet_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"NOT_FOUND\"}";
     assert_eq!(corium_fleet_tests::metric(&node, not_found), Some(1.0), "{node}");
     // The subscription that read the log ended CANCELLED or OK, and is not
     // in flight any more.
-    assert!(ingress.contains("corium_fleet_ingress_requests_in_flight "), "{ingress}");
+    assert!(
+        ingress.contains("corium_fleet_ingress_requests_in_flight "),
+        "{ingress}"
+    );
 }

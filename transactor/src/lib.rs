@@ -90,11 +90,7 @@ fn call_span(request: &tonic::codegen::http::Request<()>) -> tracing::Span {
         .get(corium_fleet_wire::metadata::X_REQUEST_ID)
         .and_then(|value| value.to_str().ok())
         .unwrap_or("");
-    let span = tracing::info_span!(
-        "call",
-        method = request.uri().path(),
-        x_request_id = correlation,
-    );
+    let span = tracing::info_span!("call", method = request.uri().path(), x_request_id = correlation,);
     corium_fleet_common::telemetry::propagation::adopt(&span, request.headers());
     span
 }
@@ -229,6 +225,7 @@ async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_stor
         expires_unix_ms: corium_fleet_common::owner::now_unix_ms()
             .saturating_add(i64::try_from(host.config.registry_ttl.as_millis()).unwrap_or(i64::MAX)),
         owned: Vec::new(),
+        load: None,
     };
     registry::register(host.base.as_ref(), &record)
         .await
@@ -319,7 +316,10 @@ pub async fn start(
         record,
         host.config.registry_ttl,
         host.config.registry_renew,
-        move || owner_of.cells().iter().map(|cell| cell.db.clone()).collect(),
+        move || {
+            let owned = owner_of.cells().iter().map(|cell| cell.db.clone()).collect();
+            (owned, Some(owner_of.load()))
+        },
         Arc::clone(&host.owned_changed),
         stop_rx.clone(),
     ));

@@ -39,6 +39,9 @@ pub struct Metrics {
     /// `Transact` calls with a request id already committed: answered from
     /// the durable record.
     pub request_id_replays: AtomicU64,
+    /// `Transact` calls whose request id was already used by a different
+    /// transaction, or fenced by a status query: refused, nothing committed.
+    pub request_id_conflicts: AtomicU64,
     /// `Subscribe` calls refused at a subscription limit.
     pub subscriptions_refused: AtomicU64,
     /// Calls refused `PERMISSION_DENIED` by the fleet's own authorization
@@ -177,6 +180,12 @@ impl Metrics {
             "corium_fleet_request_id_replays_total",
             "Transactions with an already-committed corium-request-id, answered from the durable record.",
             load(&self.request_id_replays),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_request_id_conflicts_total",
+            "Transactions refused because their corium-request-id was used by a different transaction or fenced.",
+            load(&self.request_id_conflicts),
         );
         counter(
             &mut out,

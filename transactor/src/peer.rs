@@ -1,11 +1,12 @@
 //! Calls from one node to another: the fleet admin service of a peer, over
 //! the same mTLS the ingress uses (this node's certificate, the fleet CA).
-//! Used by handoff and drain to ask the receiving candidate to activate.
+//! Used by handoff and drain to ask the receiving candidate to activate,
+//! and by `FleetStatus` to ask every live member for its `NodeStatus`.
 
 use std::time::Duration;
 
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
-use corium_fleet_proto::fleet::{ActivateRequest, ActivateResponse};
+use corium_fleet_proto::fleet::{ActivateRequest, ActivateResponse, NodeStatusRequest, NodeStatusResponse};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
@@ -155,6 +156,23 @@ impl Peer {
         self.client
             .clone()
             .activate(request)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// Asks the peer for its own status.
+    ///
+    /// # Errors
+    /// The peer's status.
+    pub async fn node_status(&self) -> Result<NodeStatusResponse, Status> {
+        let mut request = Request::new(NodeStatusRequest {});
+        request.set_timeout(self.timeout);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        self.client
+            .clone()
+            .node_status(request)
             .await
             .map(tonic::Response::into_inner)
     }

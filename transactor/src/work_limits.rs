@@ -111,6 +111,8 @@ pub struct WorkLimits {
     buckets: moka::sync::Cache<String, Arc<Mutex<Bucket>>>,
     /// Calls refused, by [`Shed`] reason (in [`Shed::ALL`] order).
     shed: [std::sync::atomic::AtomicU64; 4],
+    /// Calls given a place since start.
+    admitted: std::sync::atomic::AtomicU64,
 }
 
 /// A call's place; dropping it frees the place (and the database's count).
@@ -154,6 +156,7 @@ impl WorkLimits {
                 .time_to_idle(Duration::from_mins(1))
                 .build(),
             shed: Default::default(),
+            admitted: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -201,6 +204,18 @@ impl WorkLimits {
         self.config.max_inflight.max(1) - self.places.available_permits()
     }
 
+    /// Calls given a place since start (status views derive a rate).
+    #[must_use]
+    pub fn admitted(&self) -> u64 {
+        self.admitted.load(Ordering::Relaxed)
+    }
+
+    /// The limit of calls running at once.
+    #[must_use]
+    pub fn max_inflight(&self) -> usize {
+        self.config.max_inflight.max(1)
+    }
+
     /// A place for a call of `principal` on `db`, waiting at most
     /// `max_queue_wait` (or `deadline`, if sooner) for one.
     ///
@@ -225,9 +240,14 @@ impl WorkLimits {
             })
         }
         .await;
-        if let Err((shed, _)) = &entered {
-            let index = Shed::ALL.iter().position(|reason| reason == shed).unwrap_or(0);
-            self.shed[index].fetch_add(1, Ordering::Relaxed);
+        match &entered {
+            Ok(_) => {
+                self.admitted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((shed, _)) => {
+                let index = Shed::ALL.iter().position(|reason| reason == shed).unwrap_or(0);
+                self.shed[index].fetch_add(1, Ordering::Relaxed);
+            }
         }
         entered
     }

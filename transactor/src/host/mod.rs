@@ -258,6 +258,19 @@ impl Host {
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
     }
+
+    /// How busy this node is now: what its registry record carries and
+    /// `NodeStatus` reports.
+    #[must_use]
+    pub fn load(&self) -> corium_fleet_store::registry::Load {
+        let count = |value: usize| u32::try_from(value).unwrap_or(u32::MAX);
+        corium_fleet_store::registry::Load {
+            calls_running: count(self.work.running()),
+            calls_waiting: count(self.work.waiting()),
+            subscriptions: count(self.subscriptions.load(Ordering::Relaxed)),
+            calls_total: self.work.admitted(),
+        }
+    }
 }
 
 /// Clears a database's closing mark when dropped.

@@ -1,13 +1,16 @@
 //! `corium.fleet.v1.FleetAdmin`: what this node owns, stands by for and
-//! holds cold, one database's placement and lease holder, and handoff
-//! (the sending end, `Handoff`, and the receiving end, `Activate`).
+//! holds cold, the whole fleet (the node registry, and every live member's
+//! own status, asked node to node), one database's placement and lease
+//! holder, and handoff (the sending end, `Handoff`, and the receiving end,
+//! `Activate`).
 
 use std::sync::Arc;
 
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdmin;
 use corium_fleet_proto::fleet::{
     ActivateRequest, ActivateResponse, DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView,
-    HandoffRequest, HandoffResponse, NodeStatusRequest, NodeStatusResponse,
+    FleetMember, FleetStatusRequest, FleetStatusResponse, HandoffRequest, HandoffResponse, NodeLoad,
+    NodeStatusRequest, NodeStatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -66,43 +69,152 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
     ))
 }
 
+/// This node's own status: identity, load, and every database it owns,
+/// stands by for or holds cold, read from storage.
+///
+/// # Errors
+/// `UNAVAILABLE` when storage cannot be read.
+async fn own_status(host: &Host) -> Result<NodeStatusResponse, Status> {
+    let load = host.load();
+    let mut response = NodeStatusResponse {
+        node_id: host.config.node_id.clone(),
+        zone: host.config.zone.clone(),
+        weight: host.config.weight,
+        incarnation: host.incarnation.clone(),
+        internal_endpoint: host.config.advertise.clone(),
+        storage: host.config.storage.describe(),
+        lease_ttl_ms: i64::try_from(host.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+        load: Some(NodeLoad {
+            calls_running: load.calls_running,
+            calls_waiting: load.calls_waiting,
+            max_inflight: u32::try_from(host.work.max_inflight()).unwrap_or(u32::MAX),
+            subscriptions: load.subscriptions,
+            calls_total: load.calls_total,
+        }),
+        ..NodeStatusResponse::default()
+    };
+    for db in catalog(host).await? {
+        if host.cell(&db).is_none() && host.rank(&db).is_none() {
+            // Not a candidate: its roots are not this node's to read.
+            continue;
+        }
+        let (standing, view) = match database_view(host, &db).await {
+            Ok(found) => found,
+            // Deleted between the listing and the read.
+            Err(status) => return Err(status),
+        };
+        match standing {
+            Standing::Owned => response.owned += 1,
+            Standing::Standby => response.standby += 1,
+            Standing::Cold => response.cold += 1,
+            Standing::Elsewhere => continue,
+        }
+        response.databases.push(view);
+    }
+    Ok(response)
+}
+
+/// The fleet as this node finds it: every registry record (expired ones
+/// included; with static `--member`s, members without a record too), and
+/// each live member's own `NodeStatus`, asked concurrently over the
+/// node-to-node connection, each bounded by twice the storage timeout. A
+/// member that cannot be asked in time is listed with the reason.
+///
+/// # Errors
+/// `UNAVAILABLE` when the registry cannot be read within the storage
+/// timeout.
+async fn fleet_status(host: &Host) -> Result<FleetStatusResponse, Status> {
+    let now = now_unix_ms();
+    let records = tokio::time::timeout(
+        host.config.storage_timeout,
+        corium_fleet_store::registry::records(host.base.as_ref()),
+    )
+    .await
+    .map_err(|_| Status::unavailable("cannot read the node registry: storage timed out"))?
+    .map_err(|error| Status::unavailable(format!("cannot read the node registry: {error}")))?;
+    let mut members = std::collections::BTreeMap::new();
+    for record in records {
+        members.insert(
+            record.node_id.clone(),
+            FleetMember {
+                live: record.expires_unix_ms > now,
+                node_id: record.node_id,
+                zone: record.zone,
+                weight: record.weight,
+                endpoint: record.endpoint,
+                incarnation: record.incarnation,
+                expires_unix_ms: record.expires_unix_ms,
+                registry_owned: record.owned,
+                status: None,
+                error: String::new(),
+            },
+        );
+    }
+    if host.config.static_members {
+        // A static member with no record is down (or never started): list
+        // it, so a fleet of five shows five.
+        for member in host.members.get().iter() {
+            members
+                .entry(member.node_id.clone())
+                .or_insert_with(|| FleetMember {
+                    node_id: member.node_id.clone(),
+                    zone: member.zone.clone(),
+                    weight: member.weight,
+                    endpoint: member.endpoint.clone(),
+                    ..FleetMember::default()
+                });
+        }
+    }
+    let bound = host.config.storage_timeout * 2;
+    let asks = members.values().filter(|member| member.live).map(|member| {
+        let (node_id, endpoint) = (member.node_id.clone(), member.endpoint.clone());
+        async move {
+            let ask = async {
+                if node_id == host.config.node_id {
+                    own_status(host).await
+                } else {
+                    host.peers.connect(&endpoint, &node_id).await?.node_status().await
+                }
+            };
+            let answer = match tokio::time::timeout(bound, ask).await {
+                Ok(Ok(status)) => Ok(status),
+                Ok(Err(status)) => Err(format!("{:?}: {}", status.code(), status.message())),
+                Err(_) => Err(format!("no answer within {} ms", bound.as_millis())),
+            };
+            (node_id, answer)
+        }
+    });
+    for (node_id, answer) in futures::future::join_all(asks).await {
+        if let Some(member) = members.get_mut(&node_id) {
+            match answer {
+                Ok(status) => member.status = Some(status),
+                Err(error) => member.error = error,
+            }
+        }
+    }
+    Ok(FleetStatusResponse {
+        answered_by: host.config.node_id.clone(),
+        now_unix_ms: now,
+        members: members.into_values().collect(),
+    })
+}
+
 #[tonic::async_trait]
 impl FleetAdmin for FleetAdminSvc {
     async fn node_status(
         &self,
         request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatusResponse>, Status> {
-        let host = &self.0;
-        super::authorize::operator(host, &request, "NodeStatus")?;
-        let mut response = NodeStatusResponse {
-            node_id: host.config.node_id.clone(),
-            zone: host.config.zone.clone(),
-            weight: host.config.weight,
-            incarnation: host.incarnation.clone(),
-            internal_endpoint: host.config.advertise.clone(),
-            storage: host.config.storage.describe(),
-            lease_ttl_ms: i64::try_from(host.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
-            ..NodeStatusResponse::default()
-        };
-        for db in catalog(host).await? {
-            if host.cell(&db).is_none() && host.rank(&db).is_none() {
-                // Not a candidate: its roots are not this node's to read.
-                continue;
-            }
-            let (standing, view) = match database_view(host, &db).await {
-                Ok(found) => found,
-                // Deleted between the listing and the read.
-                Err(status) => return Err(status),
-            };
-            match standing {
-                Standing::Owned => response.owned += 1,
-                Standing::Standby => response.standby += 1,
-                Standing::Cold => response.cold += 1,
-                Standing::Elsewhere => continue,
-            }
-            response.databases.push(view);
-        }
-        Ok(Response::new(response))
+        super::authorize::operator(&self.0, &request, "NodeStatus")?;
+        own_status(&self.0).await.map(Response::new)
+    }
+
+    async fn fleet_status(
+        &self,
+        request: Request<FleetStatusRequest>,
+    ) -> Result<Response<FleetStatusResponse>, Status> {
+        super::authorize::operator(&self.0, &request, "FleetStatus")?;
+        fleet_status(&self.0).await.map(Response::new)
     }
 
     async fn database_placement(

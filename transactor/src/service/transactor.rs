@@ -72,6 +72,15 @@ impl Transactor for FleetTransactor {
             .transact(permit, request, id.map(|id| (id, origin)), host.base.as_ref())
             .await;
         host.reset_if_failed(&cell);
+        if let Err(crate::cell::TransactError::Ledger {
+            error: crate::request_id::LedgerError::Invalid(_),
+            ..
+        }) = &answered
+        {
+            host.metrics
+                .request_id_conflicts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let transacted = answered.map_err(|error| error.into_status(&db))?;
         if let Some(id) = id {
             let counter = match transacted.outcome {
