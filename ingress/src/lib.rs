@@ -17,6 +17,7 @@
 //! - [`retry_budget`] — the retries the ingress may add, as a fraction of calls;
 //! - [`connections`] — caps on client connections, in total and per address;
 //! - [`connection_life`] — idle and maximum-age closing of client connections;
+//! - [`storage_health`] — storage probed in the background; readiness;
 //! - [`stall`] — a stream whose client stops reading is ended;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
 //! - [`proxy`] — the forwarding path: intake, one hop, the owner's retry rules;
@@ -44,6 +45,7 @@ pub mod route;
 pub mod server;
 pub mod stall;
 pub mod status_page;
+pub mod storage_health;
 pub mod stream_end;
 pub mod suspects;
 pub mod upstream;
@@ -142,14 +144,7 @@ pub async fn run(
     let tls_listen = config.tls_listen.clone();
     let max_connections = config.max_connections;
     let preface_timeout = config.preface_timeout;
-    let settings = server::ConnectionSettings {
-        max_streams: config.max_streams_per_connection,
-        life: connection_life::Life {
-            idle: config.max_connection_idle,
-            age: config.max_connection_age,
-        },
-        drain: config.drain_timeout,
-    };
+    let settings = connection_settings(&config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let members = placement_members(&config, &store, &stop_rx);
     let map = placement_map(&config, &store, &members, &stop_rx).await?;
@@ -162,14 +157,10 @@ pub async fn run(
     // TLS material follows its files (polled, and on SIGHUP).
     let upstream_tls = upstream_tls(config.upstream.as_ref())?;
     let tls = client_tls(tls_listen, config.tls_clients.clone(), listeners.tls)?;
-    let material: Vec<Arc<dyn Reload>> = upstream_tls
-        .iter()
-        .map(|reloading| Arc::clone(reloading) as Arc<dyn Reload>)
-        .chain(
-            tls.iter()
-                .map(|(_, reloading)| Arc::clone(reloading) as Arc<dyn Reload>),
-        )
-        .collect();
+    let material = reloadable(
+        upstream_tls.as_ref(),
+        tls.as_ref().map(|(_, reloading)| reloading),
+    );
     tokio::spawn(corium_fleet_common::cert_reload::watch(
         material.clone(),
         stop_rx.clone(),
@@ -186,7 +177,12 @@ pub async fn run(
     ));
     tokio::spawn(corium_fleet_common::admin_http::serve(
         listeners.admin,
-        admin_handler(&metrics, &store, storage_timeout, material, status_page),
+        admin_handler(
+            &metrics,
+            storage_health(&store, storage_timeout, &metrics, &stop_rx),
+            material,
+            status_page,
+        ),
         stop_rx,
     ));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
@@ -278,22 +274,63 @@ async fn placement_map(
     Ok(map)
 }
 
-/// The admin HTTP answers: `/metrics`, `/healthz`, `/readyz` (ready
-/// while storage answers within `storage_timeout`), and the status page
-/// (`/status`, `/status.json`).
+/// How client connections are served, from `config`.
+fn connection_settings(config: &Config) -> server::ConnectionSettings {
+    server::ConnectionSettings {
+        max_streams: config.max_streams_per_connection,
+        life: connection_life::Life {
+            idle: config.max_connection_idle,
+            age: config.max_connection_age,
+        },
+        drain: config.drain_timeout,
+    }
+}
+
+/// The TLS material that follows its files: the hop's client identity and
+/// the client listener's certificate, where configured.
+fn reloadable<A, B>(upstream: Option<&Arc<A>>, listener: Option<&Arc<B>>) -> Vec<Arc<dyn Reload>>
+where
+    A: Reload + 'static,
+    B: Reload + 'static,
+{
+    let mut material: Vec<Arc<dyn Reload>> = Vec::new();
+    if let Some(upstream) = upstream {
+        material.push(Arc::clone(upstream) as Arc<dyn Reload>);
+    }
+    if let Some(listener) = listener {
+        material.push(Arc::clone(listener) as Arc<dyn Reload>);
+    }
+    material
+}
+
+/// Probes `store` in the background (until `stop`) for readiness and the
+/// `corium_fleet_ingress_storage_up` gauge.
+fn storage_health(
+    store: &Arc<dyn FullStore>,
+    timeout: Duration,
+    metrics: &Arc<metrics::Metrics>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Arc<storage_health::StorageHealth> {
+    let health = Arc::new(storage_health::StorageHealth::default());
+    tokio::spawn(Arc::clone(&health).follow(Arc::clone(store), timeout, Arc::clone(metrics), stop.clone()));
+    health
+}
+
+/// The admin HTTP answers: `/metrics`, `/healthz`, `/readyz` (ready once
+/// storage was reached after start: later storage trouble is a metric, not
+/// an outage; see `storage_health.rs`), and the status page (`/status`,
+/// `/status.json`).
 fn admin_handler(
     metrics: &Arc<metrics::Metrics>,
-    store: &Arc<dyn FullStore>,
-    storage_timeout: Duration,
+    health: Arc<storage_health::StorageHealth>,
     material: Vec<Arc<dyn Reload>>,
     status_page: Arc<status_page::StatusPage>,
 ) -> corium_fleet_common::admin_http::Handler {
     let material = Arc::new(material);
     let metrics = Arc::clone(metrics);
-    let store = Arc::clone(store);
     Arc::new(move |path: String| {
         let metrics = Arc::clone(&metrics);
-        let store = Arc::clone(&store);
+        let health = Arc::clone(&health);
         let material = Arc::clone(&material);
         let status_page = Arc::clone(&status_page);
         Box::pin(async move {
@@ -303,11 +340,13 @@ fn admin_handler(
                     metrics.render() + &corium_fleet_common::cert_reload::render(&material),
                 ),
                 "/healthz" => (200, "ok\n".to_owned()),
-                "/readyz" => match tokio::time::timeout(storage_timeout, store.get_root("meta:")).await {
-                    Ok(Ok(_)) => (200, "ready\n".to_owned()),
-                    Ok(Err(error)) => (503, format!("storage unavailable: {error}\n")),
-                    Err(_) => (503, "storage timed out\n".to_owned()),
-                },
+                "/readyz" => {
+                    if health.ready() {
+                        (200, "ready\n".to_owned())
+                    } else {
+                        (503, "storage not reached yet since start\n".to_owned())
+                    }
+                }
                 "/status" => status_page::StatusPage::page(),
                 "/status.json" => status_page.json().await,
                 _ => (

@@ -13,6 +13,10 @@ pub struct Metrics {
     pub cache_misses: AtomicU64,
     /// A cached owner answered `NotOwner`: the cache was stale.
     pub cache_stale: AtomicU64,
+    /// Storage could not be read, and the last owner seen was used.
+    pub stale_owner_served: AtomicU64,
+    /// 1 while the last storage probe answered in time, else 0 (a gauge).
+    pub storage_up: AtomicU64,
     /// Attempts sent to a transactor (one hop each).
     pub forwarded: AtomicU64,
     /// Owner-dependent calls sent again after an attempt that provably did
@@ -110,6 +114,12 @@ impl Metrics {
             "corium_fleet_ingress_forward_seconds",
             "Time from receiving a request to the owner's response headers.",
         );
+        corium_fleet_common::prometheus::gauge(
+            &mut out,
+            "corium_fleet_ingress_storage_up",
+            "1 while the ingress's storage probe answers in time (routing goes on from the last owners seen when 0).",
+            self.storage_up.load(Ordering::Relaxed),
+        );
         self.calls.render(&mut out, "corium_fleet_ingress");
         corium_fleet_common::prometheus::build_info(
             &mut out,
@@ -142,7 +152,7 @@ impl Metrics {
 
     /// Every counter: its metric name, its help text and its value.
     #[allow(clippy::too_many_lines)] // One entry per counter: a table, not logic.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 18] {
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 19] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -153,6 +163,11 @@ impl Metrics {
                 "corium_fleet_ingress_owner_cache_misses_total",
                 "Owner-cache misses (storage reads, coalesced per database).",
                 &self.cache_misses,
+            ),
+            (
+                "corium_fleet_ingress_stale_owner_served_total",
+                "Calls routed on the last owner seen because storage could not be read.",
+                &self.stale_owner_served,
             ),
             (
                 "corium_fleet_ingress_owner_cache_stale_total",

@@ -5,6 +5,12 @@
 //! database makes one storage read (`moka`'s `try_get_with` coalesces
 //! concurrent misses). Every entry is a hint: the hinted node checks its
 //! own lease and answers `NotOwner` when the hint is stale.
+//!
+//! When storage cannot be read, the last owner seen (within
+//! [`LAST_KNOWN_TTL`]) is used instead of failing the call: it is a hint
+//! like any other, which the node fences by its lease version, so a storage
+//! outage at the ingress does not stop calls to databases whose owner is
+//! still serving.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -50,9 +56,15 @@ pub struct ResolveError {
     pub detail: String,
 }
 
+/// How long the last owner seen is kept for when storage cannot be read.
+pub const LAST_KNOWN_TTL: Duration = Duration::from_mins(10);
+
 /// The owner cache.
 pub struct Cache {
     entries: moka::future::Cache<String, Resolution>,
+    /// The last owner read from storage or learned, per database, for when
+    /// storage cannot be read.
+    last_known: moka::sync::Cache<String, Owner>,
     store: Arc<dyn FullStore>,
     storage_timeout: Duration,
     metrics: Arc<Metrics>,
@@ -75,6 +87,10 @@ impl Cache {
                 .max_capacity(capacity)
                 .time_to_live(ttl)
                 .build(),
+            last_known: moka::sync::Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(LAST_KNOWN_TTL)
+                .build(),
             store,
             storage_timeout,
             metrics,
@@ -90,13 +106,24 @@ impl Cache {
             self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
         }
-        self.entries
-            .try_get_with(db.to_owned(), self.read(db))
-            .await
-            .map_err(|error: Arc<ResolveError>| {
+        match self.entries.try_get_with(db.to_owned(), self.read(db)).await {
+            Ok(resolution) => {
+                if let Resolution::Owned(owner) = &resolution {
+                    self.last_known.insert(db.to_owned(), owner.clone());
+                }
+                Ok(resolution)
+            }
+            Err(error) => {
                 self.metrics.resolution_failures.fetch_add(1, Ordering::Relaxed);
-                (*error).clone()
-            })
+                // Storage is unreachable: the last owner seen is still the
+                // best hint (the node fences it by lease version).
+                if let Some(owner) = self.last_known.get(db) {
+                    self.metrics.stale_owner_served.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Resolution::Owned(owner));
+                }
+                Err((*error).clone())
+            }
+        }
     }
 
     async fn read(&self, db: &str) -> Result<Resolution, ResolveError> {
@@ -132,6 +159,7 @@ impl Cache {
                 lease_version: hint.lease_version,
                 endpoint: hint.route_endpoint.clone(),
             };
+            self.last_known.insert(hint.database.clone(), owner.clone());
             self.entries
                 .insert(hint.database.clone(), Resolution::Owned(owner))
                 .await;

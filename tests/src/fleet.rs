@@ -345,10 +345,33 @@ impl Fleet {
     /// # Panics
     /// When an ingress does not become ready within 60 s.
     pub async fn start_ingresses_with_env(&mut self, count: usize, extra: &[&str], env: &[(&str, &str)]) {
+        self.start_ingress_processes(count, extra, env, None).await;
+    }
+
+    /// Starts one ingress (with `extra` flags) whose storage is reached
+    /// through a cuttable path of its own, and returns the path.
+    ///
+    /// # Panics
+    /// On a filesystem fleet, or when the ingress is not ready in 60 s.
+    pub async fn start_ingress_behind_partition(&mut self, extra: &[&str]) -> Partition {
+        let probe = self.backend.through(0).expect("a PostgreSQL fleet");
+        let partition = Partition::start(probe.0).await;
+        let (_, url) = self.backend.through(partition.port).expect("a PostgreSQL fleet");
+        self.start_ingress_processes(1, extra, &[], Some(url)).await;
+        partition
+    }
+
+    async fn start_ingress_processes(
+        &mut self,
+        count: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        storage: Option<String>,
+    ) {
         for _ in 0..count {
             let (grpc, admin) = (free_port(), free_port());
             let id = format!("ingress-{}", self.ingresses.len() + 1);
-            let storage = self.backend.flag();
+            let storage = storage.clone().unwrap_or_else(|| self.backend.flag());
             let data_dir = self.dir.path().join("data");
             let certs = self.certs().map(launch::Certs);
             let shared = launch::Shared {
