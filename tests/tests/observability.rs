@@ -290,6 +290,12 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
     let not_found =
         "corium_fleet_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"NOT_FOUND\"}";
     assert_eq!(corium_fleet_tests::metric(&node, not_found), Some(1.0), "{node}");
+    // Corium's own counters of the database, from its cell.
+    let corium_transactions = "corium_fleet_database_transactions_total{db=\"metered\"}";
+    assert!(
+        corium_fleet_tests::metric(&node, corium_transactions).is_some_and(|count| count >= 5.0),
+        "{node}"
+    );
     // The subscription that read the log ended CANCELLED or OK, and is not
     // in flight any more.
     assert!(

@@ -9,6 +9,65 @@ use corium_fleet_common::admin_http::Handler;
 
 use crate::host::Host;
 
+/// Most databases with series of their own in `/metrics`: the busiest by
+/// transactions (a node owning many more would otherwise grow the
+/// exposition with its catalog).
+const MAX_DATABASE_SERIES: usize = 256;
+
+/// One per-database series: name, type, help, and how to read it.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&corium_transactor::metrics::Snapshot) -> u64,
+);
+
+/// Corium's own counters of each owned database (its cell's
+/// `TransactorNode::metrics`), labelled by database, for the busiest
+/// [`MAX_DATABASE_SERIES`]. They start again when a database's cell is
+/// opened again (a move, an idle eviction), as Prometheus counters may.
+fn render_corium(out: &mut String, cells: &[Arc<crate::cell::Cell>]) {
+    use std::fmt::Write as _;
+    let mut snapshots: Vec<(&str, corium_transactor::metrics::Snapshot)> = cells
+        .iter()
+        .map(|cell| (cell.db.as_str(), cell.node.metrics().snapshot()))
+        .collect();
+    snapshots.sort_by(|a, b| b.1.tx_total.cmp(&a.1.tx_total).then(a.0.cmp(b.0)));
+    snapshots.truncate(MAX_DATABASE_SERIES);
+    let series: [Series; 4] = [
+        (
+            "corium_fleet_database_transactions_total",
+            "counter",
+            "Transactions Corium attempted on this database since its cell opened here.",
+            |s| s.tx_total,
+        ),
+        (
+            "corium_fleet_database_transaction_failures_total",
+            "counter",
+            "Transactions Corium failed on this database since its cell opened here.",
+            |s| s.tx_failed,
+        ),
+        (
+            "corium_fleet_database_queue_depth",
+            "gauge",
+            "Transactions waiting for this database's commit lock.",
+            |s| s.queue_depth,
+        ),
+        (
+            "corium_fleet_database_index_runs_total",
+            "counter",
+            "Index runs Corium completed on this database since its cell opened here.",
+            |s| s.index_runs,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (db, snapshot) in &snapshots {
+            let _ = writeln!(out, "{name}{{db=\"{db}\"}} {}", value(snapshot));
+        }
+    }
+}
+
 async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
     match path.as_str() {
         "/metrics" => {
@@ -30,6 +89,7 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
                 host.subscriptions.load(std::sync::atomic::Ordering::Relaxed) as u64,
             );
             host.work.render(&mut text);
+            render_corium(&mut text, &cells);
             if let Some(material) = host.tls_material.get() {
                 text.push_str(&corium_fleet_common::cert_reload::render(material));
             }
