@@ -35,12 +35,14 @@ async fn an_ingress_without_storage_stays_ready_and_routes_to_the_owners_it_has_
     assert_eq!(gauge().await, Some(1.0));
 
     partition.cut();
-    corium_fleet_tests::eventually(Duration::from_secs(20), "the storage gauge drops", async || {
-        match gauge().await {
+    corium_fleet_tests::eventually(
+        Duration::from_secs(20),
+        "the storage gauge drops",
+        async || match gauge().await {
             Some(up) if up < 1.0 => Ok(()),
             other => Err(format!("{other:?}")),
-        }
-    })
+        },
+    )
     .await;
     let (code, body) = http_get(ingress.admin, "/readyz").await.unwrap();
     assert_eq!(code, 200, "still ready without storage: {body}");
@@ -56,15 +58,20 @@ async fn an_ingress_without_storage_stays_ready_and_routes_to_the_owners_it_has_
         metric(&text, "corium_fleet_ingress_stale_owner_served_total").is_some_and(|served| served >= 1.0),
         "{text}"
     );
-    assert!(ingress.log().contains("storage unreachable"), "a log line says so");
+    assert!(
+        ingress.log().contains("storage unreachable"),
+        "a log line says so"
+    );
 
     partition.heal();
-    corium_fleet_tests::eventually(Duration::from_secs(20), "the storage gauge recovers", async || {
-        match gauge().await {
+    corium_fleet_tests::eventually(
+        Duration::from_secs(20),
+        "the storage gauge recovers",
+        async || match gauge().await {
             Some(up) if up >= 1.0 => Ok(()),
             other => Err(format!("{other:?}")),
-        }
-    })
+        },
+    )
     .await;
     let log = corium::log(&address, "steady").await.unwrap();
     let names: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();

@@ -93,6 +93,11 @@ pub struct Args {
     /// Most `Subscribe` streams one database serves at once [default: 1000].
     #[arg(long)]
     pub max_subscriptions_per_database: Option<usize>,
+    /// Most `Subscribe` streams one principal has open on this node at once
+    /// (every anonymous caller is the one anonymous principal)
+    /// [default: 5000].
+    #[arg(long)]
+    pub max_subscriptions_per_principal: Option<usize>,
     /// Client calls running at once on this node; more wait in a queue
     /// [default: 256].
     #[arg(long)]
@@ -230,10 +235,10 @@ pub struct Config {
     /// The retention floor of `GcDeletedDatabases`: blobs younger than this
     /// are never swept (an index being published references them soon).
     pub gc_min_retention: Duration,
-    /// Most subscriptions served at once by this node, and per database:
-    /// each holds a task, a 64-item buffer and keeps its cell from idle
-    /// eviction.
-    pub max_subscriptions: (usize, usize),
+    /// Most subscriptions served at once by this node, per database and per
+    /// principal: each holds a task, a 64-item buffer and keeps its cell
+    /// from idle eviction.
+    pub max_subscriptions: crate::service::subscribe::Limits,
     /// Overload shedding: calls running and waiting, per database, per
     /// principal.
     pub work_limits: crate::work_limits::WorkLimitsConfig,
@@ -302,6 +307,9 @@ impl Args {
             max_subscriptions_per_database: self
                 .max_subscriptions_per_database
                 .or(file.max_subscriptions_per_database),
+            max_subscriptions_per_principal: self
+                .max_subscriptions_per_principal
+                .or(file.max_subscriptions_per_principal),
             max_inflight_calls: self.max_inflight_calls.or(file.max_inflight_calls),
             max_queued_calls: self.max_queued_calls.or(file.max_queued_calls),
             max_queue_wait_ms: self.max_queue_wait_ms.or(file.max_queue_wait_ms),
@@ -471,10 +479,11 @@ impl Args {
                 ms => Some(Duration::from_millis(ms)),
             },
             gc_min_retention: Duration::from_millis(self.gc_min_retention_ms.unwrap_or(3_600_000)),
-            max_subscriptions: (
-                self.max_subscriptions.unwrap_or(10_000),
-                self.max_subscriptions_per_database.unwrap_or(1_000),
-            ),
+            max_subscriptions: crate::service::subscribe::Limits {
+                per_node: self.max_subscriptions.unwrap_or(10_000),
+                per_database: self.max_subscriptions_per_database.unwrap_or(1_000),
+                per_principal: self.max_subscriptions_per_principal.unwrap_or(5_000),
+            },
             work_limits: {
                 let default = crate::work_limits::WorkLimitsConfig::default();
                 crate::work_limits::WorkLimitsConfig {

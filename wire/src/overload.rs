@@ -29,6 +29,10 @@ pub enum Scope {
     Database,
     /// One caller (a principal's rate, a client's open calls).
     Caller,
+    /// Places for long-lived streams (subscriptions) on a node or a
+    /// database: not a load the node sheds, so a proxy does not back off
+    /// from the node for its other calls.
+    Streams,
     /// The ingress itself, or its view of a node.
     Ingress,
 }
@@ -41,6 +45,7 @@ impl Scope {
             Self::Node => "node",
             Self::Database => "database",
             Self::Caller => "caller",
+            Self::Streams => "streams",
             Self::Ingress => "ingress",
         }
     }
@@ -48,9 +53,15 @@ impl Scope {
     /// The scope a metadata value names.
     #[must_use]
     pub fn parse(value: &[u8]) -> Option<Self> {
-        [Self::Node, Self::Database, Self::Caller, Self::Ingress]
-            .into_iter()
-            .find(|scope| scope.as_str().as_bytes() == value)
+        [
+            Self::Node,
+            Self::Database,
+            Self::Caller,
+            Self::Streams,
+            Self::Ingress,
+        ]
+        .into_iter()
+        .find(|scope| scope.as_str().as_bytes() == value)
     }
 }
 

@@ -123,7 +123,11 @@ impl World {
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
             gc_min_retention: Duration::from_hours(1),
-            max_subscriptions: (10_000, 1_000),
+            max_subscriptions: corium_fleet_transactor::service::subscribe::Limits {
+                per_node: 10_000,
+                per_database: 1_000,
+                per_principal: 5_000,
+            },
             work_limits: corium_fleet_transactor::work_limits::WorkLimitsConfig::default(),
             tls: None,
             ingress_identities: Vec::new(),

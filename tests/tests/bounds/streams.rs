@@ -146,3 +146,57 @@ async fn subscribers_that_never_read_do_not_stall_other_calls_to_their_node() {
     assert!(status.message().contains("took no message"), "{status:?}");
     drop(stalled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_are_capped_per_principal_with_a_hint() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .nodes(1)
+        .node_flags(&["--max-subscriptions-per-principal", "2"])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "watched").await.unwrap());
+    let request = || pb::SubscribeRequest {
+        db: "watched".to_owned(),
+        from_basis_t: 0,
+        protocol_version: corium_protocol::PROTOCOL_VERSION,
+    };
+    // Two anonymous subscriptions take the anonymous principal's places.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            TransactorClient::new(channel(&address).await)
+                .subscribe(request())
+                .await
+                .unwrap(),
+        );
+    }
+    let refused = TransactorClient::new(channel(&address).await)
+        .subscribe(request())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        corium_fleet_wire::overload::retry_after(&refused).is_some(),
+        "{refused:?}"
+    );
+    assert_eq!(
+        corium_fleet_wire::overload::scope(refused.metadata()),
+        Some(corium_fleet_wire::overload::Scope::Streams),
+        "not a node-wide overload: the ingress must not back off from the node"
+    );
+    // Another principal (the development token) has places of its own.
+    let mut other = TransactorClient::with_interceptor(channel(&address).await, corium::with_dev_token);
+    let _theirs = other.subscribe(request()).await.unwrap();
+    // A place comes back when a subscriber leaves.
+    drop(held.pop());
+    corium_fleet_tests::eventually(Duration::from_secs(10), "a place came back", async || {
+        TransactorClient::new(channel(&address).await)
+            .subscribe(request())
+            .await
+            .map(drop)
+    })
+    .await;
+}

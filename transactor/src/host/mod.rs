@@ -81,6 +81,9 @@ pub struct Host {
     /// `Subscribe` streams open on this node (bounded by
     /// `--max-subscriptions`).
     pub subscriptions: Arc<std::sync::atomic::AtomicUsize>,
+    /// `Subscribe` streams open per principal (bounded by
+    /// `--max-subscriptions-per-principal`).
+    pub subscriptions_by_principal: crate::service::subscribe::ByPrincipal,
     /// Overload shedding for client calls (`--max-inflight-calls` and the
     /// limits beside it).
     pub work: Arc<crate::work_limits::WorkLimits>,
@@ -123,6 +126,7 @@ impl Host {
             guard,
             tls_material: std::sync::OnceLock::new(),
             subscriptions: Arc::default(),
+            subscriptions_by_principal: Arc::default(),
         })
     }
 

@@ -31,9 +31,28 @@ fn moved(db: &str) -> Status {
     ))
 }
 
+/// Subscriptions open per principal on this node; an entry lives while it
+/// is above zero.
+pub type ByPrincipal = Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>;
+
+/// How many subscriptions this node serves at once: in all, per database,
+/// per principal.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct Limits {
+    /// On this node.
+    pub per_node: usize,
+    /// For one database.
+    pub per_database: usize,
+    /// For one principal (every anonymous caller is the one anonymous
+    /// principal).
+    pub per_principal: usize,
+}
+
 /// A place among the node's subscriptions, given back when dropped.
 pub struct Admission {
     node: Arc<AtomicUsize>,
+    by_principal: ByPrincipal,
+    principal: String,
     /// Keeps the cell from idle eviction, and counts it per database.
     _cell: crate::cell::Subscribed,
 }
@@ -41,37 +60,80 @@ pub struct Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         self.node.fetch_sub(1, Ordering::AcqRel);
+        let mut open = self
+            .by_principal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.principal) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.principal);
+            }
+        }
     }
 }
 
-/// Admits one more subscription on `cell`, within `limits` (this node's,
-/// this database's).
+/// A subscription refused for want of a place: retry later (a place comes
+/// back when a subscriber leaves).
+fn full(message: String) -> Status {
+    corium_fleet_wire::overload::refused_for(
+        corium_fleet_wire::overload::Scope::Streams,
+        message,
+        std::time::Duration::from_secs(1),
+    )
+}
+
+/// Admits one more subscription of `principal` on `cell`, within `limits`.
 ///
 /// # Errors
-/// `RESOURCE_EXHAUSTED` when either limit is reached.
+/// `RESOURCE_EXHAUSTED` with a retry hint when a limit is reached.
 pub fn admit(
     cell: &Arc<Cell>,
-    node: &Arc<AtomicUsize>,
-    (per_node, per_database): (usize, usize),
+    (node, by_principal): (&Arc<AtomicUsize>, &ByPrincipal),
+    principal: &str,
+    limits: Limits,
 ) -> Result<Admission, Status> {
     let cell_guard = cell.subscribed();
-    if cell.subscribers() > per_database {
-        return Err(Status::resource_exhausted(format!(
-            "{:?} has {per_database} subscriptions on this node, its limit \
+    if cell.subscribers() > limits.per_database {
+        return Err(full(format!(
+            "{:?} has {} subscriptions on this node, its limit \
              (--max-subscriptions-per-database); retry later",
-            cell.db
+            cell.db, limits.per_database
         )));
     }
-    if node.fetch_add(1, Ordering::AcqRel) >= per_node {
-        node.fetch_sub(1, Ordering::AcqRel);
-        return Err(Status::resource_exhausted(format!(
-            "this node serves {per_node} subscriptions, its limit (--max-subscriptions); retry later"
-        )));
+    {
+        let mut open = by_principal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = open.entry(principal.to_owned()).or_insert(0);
+        if *count >= limits.per_principal {
+            if *count == 0 {
+                open.remove(principal);
+            }
+            return Err(full(format!(
+                "principal {principal} has {} subscriptions on this node, its limit \
+                 (--max-subscriptions-per-principal); retry later",
+                limits.per_principal
+            )));
+        }
+        *count += 1;
     }
-    Ok(Admission {
+    // From here the admission (and its drop) owns the principal's place.
+    let admission = Admission {
         node: Arc::clone(node),
+        by_principal: Arc::clone(by_principal),
+        principal: principal.to_owned(),
         _cell: cell_guard,
-    })
+    };
+    if node.fetch_add(1, Ordering::AcqRel) >= limits.per_node {
+        // Dropping the admission gives back both places.
+        drop(admission);
+        return Err(full(format!(
+            "this node serves {} subscriptions, its limit (--max-subscriptions); retry later",
+            limits.per_node
+        )));
+    }
+    Ok(admission)
 }
 
 /// Starts a subscription on `cell` from `from_basis_t`, holding `admission`

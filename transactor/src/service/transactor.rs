@@ -146,6 +146,8 @@ impl Transactor for FleetTransactor {
         // The place is held while the stream is set up (its backfill read),
         // not for the stream's life: subscriptions have their own limits.
         let work = super::enter(&self.0, &request, &db).await?;
+        let principal = corium_protocol::authz::principal(&request);
+        let principal = format!("{}:{}", principal.provider, principal.subject);
         let request = request.into_inner();
         let supported = corium_protocol::MIN_SUPPORTED_PROTOCOL_VERSION..=corium_protocol::PROTOCOL_VERSION;
         if !supported.contains(&request.protocol_version) {
@@ -156,14 +158,14 @@ impl Transactor for FleetTransactor {
                 supported.end()
             )));
         }
-        let admission =
-            super::subscribe::admit(&cell, &self.0.subscriptions, self.0.config.max_subscriptions)
-                .inspect_err(|_| {
-                    self.0
-                        .metrics
-                        .subscriptions_refused
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                })?;
+        let places = (&self.0.subscriptions, &self.0.subscriptions_by_principal);
+        let admission = super::subscribe::admit(&cell, places, &principal, self.0.config.max_subscriptions)
+            .inspect_err(|_| {
+            self.0
+                .metrics
+                .subscriptions_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })?;
         let heartbeat_ms = u64::try_from(cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
         let stream = super::subscribe::stream(&cell, admission, request.from_basis_t, heartbeat_ms).await;
         drop(work);
