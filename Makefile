@@ -1,7 +1,7 @@
 # Corium Fleet — the two commands a fresh machine needs:
 #   make run    builds and runs a local fleet on loopback
 #   make test   installs what the tests need, starts PostgreSQL, runs every test
-# Others: make bench, make soak, make lint, make fmt, make chart-test, make clean-run.
+# Others: make bench, make soak, make lint, make fmt, make chart-test, make images, make clean-run.
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -9,7 +9,7 @@ WORK ?= $(CURDIR)/target/ci-services
 PG_PORT ?= 54329
 export PG_PORT
 
-.PHONY: run test bench soak lint fmt tools chart-test clean-run
+.PHONY: run test bench soak lint fmt tools chart-test clean-run images
 
 run:
 	$(CARGO) build --bins
@@ -77,3 +77,12 @@ fmt:
 
 clean-run:
 	rm -rf .corium-fleet
+
+## Container images (needs Docker with BuildKit): both targets of docker/Dockerfile, tagged
+## IMAGE_PREFIX/corium-fleet-{transactor,ingress}:IMAGE_TAG. Push with `docker push` afterwards.
+IMAGE_PREFIX ?= corium-fleet
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+images:
+	@command -v docker >/dev/null || { echo "make images needs docker (with BuildKit)"; exit 2; }
+	docker build -f docker/Dockerfile --target transactor -t $(IMAGE_PREFIX)/corium-fleet-transactor:$(IMAGE_TAG) .
+	docker build -f docker/Dockerfile --target ingress -t $(IMAGE_PREFIX)/corium-fleet-ingress:$(IMAGE_TAG) .
