@@ -5,15 +5,18 @@ use corium_fleet_common::process::{self, Failure};
 use corium_fleet_ingress::{Args, Listeners};
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    // Flags, environment and the --config file, merged before logging
+    // starts, so `log` and `log_format` in the file apply too.
+    let merged = Args::parse().merged();
+    let settings = merged.as_ref().ok();
     let _telemetry = corium_fleet_common::telemetry::init(
-        args.log.as_deref(),
-        args.log_format.unwrap_or_default(),
+        settings.and_then(|args| args.log.as_deref()),
+        settings.and_then(|args| args.log_format).unwrap_or_default(),
         "corium-fleet-ingress",
     );
     process::main(
         "corium-fleet-ingress",
-        args.merged().and_then(Args::validate),
+        merged.and_then(Args::validate),
         |config| async move {
             let tls = match config.tls_listen.as_ref().map(|(addr, _)| *addr) {
                 Some(addr) => Some(process::bind(addr).await?),

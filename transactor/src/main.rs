@@ -23,15 +23,18 @@ fn seams() -> corium_fleet_transactor::Seams {
 }
 
 fn main() -> std::process::ExitCode {
-    let args = Args::parse();
+    // Flags, environment and the --config file, merged before logging
+    // starts, so `log` and `log_format` in the file apply too.
+    let merged = Args::parse().merged();
+    let settings = merged.as_ref().ok();
     let _telemetry = corium_fleet_common::telemetry::init(
-        args.log.as_deref(),
-        args.log_format.unwrap_or_default(),
+        settings.and_then(|args| args.log.as_deref()),
+        settings.and_then(|args| args.log_format).unwrap_or_default(),
         "corium-fleet-transactor",
     );
     process::main(
         "corium-fleet-transactor",
-        args.merged().and_then(Args::validate),
+        merged.and_then(Args::validate),
         |config| async move {
             let listeners = Listeners {
                 grpc: process::bind(config.listen).await?,
