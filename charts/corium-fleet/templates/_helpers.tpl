@@ -475,6 +475,7 @@ Otherwise: the shared Secret.
 - name: CORIUM_FLEET_S3_ENDPOINT
   value: {{ $s3.endpoint | quote }}
 {{- end }}
+{{- if ne $s3.credentials "workloadIdentity" }}
 - name: AWS_ACCESS_KEY_ID
   valueFrom:
     secretKeyRef:
@@ -485,6 +486,7 @@ Otherwise: the shared Secret.
     secretKeyRef:
       name: {{ $secret }}
       key: {{ if $s3.existingSecret }}{{ $s3.secretAccessKeyKey }}{{ else }}AWS_SECRET_ACCESS_KEY{{ end }}
+{{- end }}
 {{- else }}
 {{- fail "storage.type must be postgres or s3" }}
 {{- end }}
@@ -533,6 +535,10 @@ topologySpreadConstraints:
 {{- if lt (int $t.terminationGracePeriodSeconds) (add (int $t.preStopSleepSeconds) 10 | int) }}
 {{- fail (printf "transactor.terminationGracePeriodSeconds (%d) must be at least transactor.preStopSleepSeconds (%d) + 10 so the SIGTERM drain has time to release the leases" (int $t.terminationGracePeriodSeconds) (int $t.preStopSleepSeconds)) }}
 {{- end }}
+{{- $i := .Values.ingress }}
+{{- if lt (int $i.terminationGracePeriodSeconds) (add (int $i.preStopSleepSeconds) 10 | int) }}
+{{- fail (printf "ingress.terminationGracePeriodSeconds (%d) must be at least ingress.preStopSleepSeconds (%d) + 10 so calls in flight have time to finish after the sleep" (int $i.terminationGracePeriodSeconds) (int $i.preStopSleepSeconds)) }}
+{{- end }}
 {{- $f := .Values.fleet }}
 {{- if ge (int64 $f.registryRenewMs) (int64 $f.registryTtlMs) }}
 {{- fail (printf "fleet.registryRenewMs (%d) must be below fleet.registryTtlMs (%d): a transactor renews its registry record before it expires" (int64 $f.registryRenewMs) (int64 $f.registryTtlMs)) }}
@@ -545,4 +551,192 @@ topologySpreadConstraints:
 {{- if and .Values.ingress.publicTls.enabled (eq .Values.tls.mode "existingSecret") (not .Values.ingress.publicTls.secretName) }}
 {{- fail "ingress.publicTls.secretName is required when ingress.publicTls.enabled and tls.mode is existingSecret" }}
 {{- end }}
+{{- $s3 := .Values.storage.s3 }}
+{{- if and (eq .Values.storage.type "s3") (eq $s3.credentials "workloadIdentity") (or $s3.existingSecret $s3.accessKeyId $s3.secretAccessKey) }}
+{{- fail "storage.s3.credentials is workloadIdentity: the pods get no static keys, so leave storage.s3.existingSecret, accessKeyId and secretAccessKey empty (or set credentials: secret)" }}
+{{- end }}
+{{- $tr := .Values.tracing }}
+{{- if and (not $tr.otlpEndpoint) (or $tr.sampler $tr.samplerArg $tr.resourceAttributes) }}
+{{- fail "tracing.sampler, tracing.samplerArg and tracing.resourceAttributes need tracing.otlpEndpoint: without it no span is exported" }}
+{{- end }}
+{{- end }}
+
+{{/* Settings for node.toml ----------------------------------------------------- */}}
+
+{{/*
+`key = value` lines for node.toml from a values map, one per entry that is not null, so an unset
+value leaves the binary's own default in force (nothing here restates a default).
+Args: (list $values $keys) with $keys a dict valueKey -> toml_key.
+*/}}
+{{- define "corium-fleet.tomlSettings" -}}
+{{- $values := index . 0 }}
+{{- $keys := index . 1 }}
+{{- range $key := keys $keys | sortAlpha }}
+{{- $value := get $values $key }}
+{{- if not (kindIs "invalid" $value) }}
+{{- if kindIs "bool" $value }}
+{{ get $keys $key }} = {{ $value }}
+{{- else if eq $key "retryBudgetRatio" }}
+{{- $text := float64 $value | toString }}
+{{ get $keys $key }} = {{ $text }}{{ if not (regexMatch "[.eE]" $text) }}.0{{ end }}
+{{- else }}
+{{ get $keys $key }} = {{ int64 $value }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.transactor.limitKeys" -}}
+{{- toJson (dict
+  "maxInflightCalls" "max_inflight_calls"
+  "maxQueuedCalls" "max_queued_calls"
+  "maxQueueWaitMs" "max_queue_wait_ms"
+  "maxInflightPerDatabase" "max_inflight_per_database"
+  "rateLimitPerPrincipal" "rate_limit_per_principal"
+  "maxSubscriptions" "max_subscriptions"
+  "maxSubscriptionsPerDatabase" "max_subscriptions_per_database") }}
+{{- end }}
+
+{{- define "corium-fleet.ingress.limitKeys" -}}
+{{- toJson (dict
+  "maxConcurrentRequests" "max_concurrent_requests"
+  "rateLimitPerClient" "rate_limit_per_client"
+  "maxStreamsPerClient" "max_streams_per_client"
+  "maxStreamsPerConnection" "max_streams_per_connection"
+  "bodyProgressTimeoutMs" "body_progress_timeout_ms"
+  "streamStallTimeoutMs" "stream_stall_timeout_ms"
+  "maxConnectionIdleMs" "max_connection_idle_ms"
+  "maxConnectionAgeMs" "max_connection_age_ms"
+  "adaptiveNodeLimit" "adaptive_node_limit"
+  "retryBudgetRatio" "retry_budget_ratio"
+  "retryBudgetMinPerSecond" "retry_budget_min_per_second"
+  "maxConnections" "max_connections"
+  "maxConnectionsPerClient" "max_connections_per_client"
+  "prefaceTimeoutMs" "preface_timeout_ms") }}
+{{- end }}
+
+{{/*
+Logging of one pool: the filter (`log`) and the line format (logFormat, the same on both pools),
+as CORIUM_FLEET_LOG and CORIUM_FLEET_LOG_FORMAT (the flags' environment variables). Not in
+node.toml: the binaries set up logging from their flags and environment before they read the
+--config file, so `log` and `log_format` there have no effect.
+Args: (list $ctx $filter).
+*/}}
+{{- define "corium-fleet.log.env" -}}
+{{- $ctx := index . 0 -}}
+- name: CORIUM_FLEET_LOG
+  value: {{ index . 1 | quote }}
+{{- with $ctx.Values.logFormat }}
+- name: CORIUM_FLEET_LOG_FORMAT
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The transactor's drain deadline (`drain_deadline_ms`): SIGTERM comes after the preStop sleep, and
+the kubelet kills the process terminationGracePeriodSeconds after the pod began to stop, so the
+drain gets the grace period minus the sleep minus 5 s for the exit itself (releasing what is
+left, deleting the registry record). The validation keeps it at least 5 s.
+*/}}
+{{- define "corium-fleet.transactor.drainDeadlineMs" -}}
+{{- $t := .Values.transactor }}
+{{- mul (sub (sub (int $t.terminationGracePeriodSeconds) (int $t.preStopSleepSeconds)) 5) 1000 }}
+{{- end }}
+
+{{/* The ingress's drain time (`drain_timeout_ms`), on the same rule: grace - preStop sleep - 5 s. */}}
+{{- define "corium-fleet.ingress.drainTimeoutMs" -}}
+{{- $i := .Values.ingress }}
+{{- mul (sub (sub (int $i.terminationGracePeriodSeconds) (int $i.preStopSleepSeconds)) 5) 1000 }}
+{{- end }}
+
+{{/* Tracing --------------------------------------------------------------------- */}}
+
+{{/*
+OpenTelemetry span export (both pools): the standard OTEL_* variables the binaries read, only when
+tracing.otlpEndpoint is set. The pod name reaches OTEL_RESOURCE_ATTRIBUTES through the downward
+API (Kubernetes substitutes $(CORIUM_FLEET_POD_NAME) when the container starts).
+*/}}
+{{- define "corium-fleet.tracing.env" -}}
+{{- $tr := .Values.tracing }}
+{{- if $tr.otlpEndpoint -}}
+{{- $attrs := list (printf "k8s.namespace.name=%s" .Release.Namespace) "k8s.pod.name=$(CORIUM_FLEET_POD_NAME)" }}
+{{- range $key := keys $tr.resourceAttributes | sortAlpha }}
+{{- $attrs = append $attrs (printf "%s=%s" $key (get $tr.resourceAttributes $key)) }}
+{{- end -}}
+- name: CORIUM_FLEET_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ $tr.otlpEndpoint | quote }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attrs | quote }}
+{{- with $tr.sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- with $tr.samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Escape hatches ---------------------------------------------------------------- */}}
+
+{{/*
+Fails when a name repeats in a list the chart merges with the user's (env, volumes, mounts,
+containers): a repeated name would silently shadow, or be refused by the API server.
+Args: (list WHAT FIELD ITEMS).
+*/}}
+{{- define "corium-fleet.uniqueNames" -}}
+{{- $what := index . 0 }}
+{{- $field := index . 1 }}
+{{- $seen := dict }}
+{{- range $item := index . 2 }}
+{{- $name := toString (get $item $field) }}
+{{- if hasKey $seen $name }}
+{{- fail (printf "%s: %s %q is already used (by the chart, or earlier in the list); pick another" $what $field $name) }}
+{{- end }}
+{{- $_ := set $seen $name true }}
+{{- end }}
+{{- end }}
+
+{{/* Monitoring ---------------------------------------------------------------------- */}}
+
+{{/* PromQL label matchers for this release's series (metrics.selectors). Args: (list $ctx "transactor"|"ingress"). */}}
+{{- define "corium-fleet.metrics.selector" -}}
+{{- $ctx := index . 0 }}
+{{- $pool := index . 1 }}
+{{- $given := get $ctx.Values.metrics.selectors $pool }}
+{{- if $given }}
+{{- $given }}
+{{- else if eq $pool "transactor" }}
+{{- printf "namespace=%q,job=%q" $ctx.Release.Namespace (include "corium-fleet.transactor.headless" $ctx) }}
+{{- else }}
+{{- printf "namespace=%q,job=%q" $ctx.Release.Namespace (printf "%s-admin" (include "corium-fleet.ingress.fullname" $ctx)) }}
+{{- end }}
+{{- end }}
+
+{{/* The test Pod ---------------------------------------------------------------------- */}}
+
+{{- define "corium-fleet.test.image" -}}
+{{- $img := .Values.test.image }}
+{{- printf "%s:%s" (default .Values.ingress.image.repository $img.repository) (default (default .Chart.AppVersion .Values.ingress.image.tag) $img.tag) }}
+{{- end }}
+
+{{/* The Secret and key of the token the test presents, as JSON ({} for the CLI's default). */}}
+{{- define "corium-fleet.test.token" -}}
+{{- if .Values.test.existingSecret }}
+{{- toJson (dict "name" .Values.test.existingSecret "key" .Values.test.existingSecretKey) }}
+{{- else if .Values.auth.existingSecret }}
+{{- toJson (dict "name" .Values.auth.existingSecret "key" .Values.auth.existingSecretKey) }}
+{{- else }}
+{{- toJson dict }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.test.selectorLabels" -}}
+{{ include "corium-fleet.selectorLabels" . }}
+app.kubernetes.io/component: test
 {{- end }}
