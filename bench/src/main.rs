@@ -9,6 +9,8 @@
 //! - `recovery`: handoff unavailability against a database's history length;
 //! - `auth`: the ingress's per-call authentication and principal-envelope
 //!   CPU, in-process;
+//! - `tracing`: the ingress's per-call span and trace-context work, export
+//!   off, on, and sampled at 10 %, in-process;
 //! - `overload`: four times the fleet's capacity offered open-loop, with
 //!   the node's shedding on and off: goodput and admitted latency;
 //! - `scaling`: aggregate throughput over many databases, fleet with 1–3
@@ -35,7 +37,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, overload, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, tracing, overload, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -120,6 +122,17 @@ async fn main() -> anyhow::Result<()> {
         println!("development token (operator)   {}", result.token);
         println!("wrong token, strict (refused)  {}", result.refused);
         report.insert("auth".into(), serde_json::to_value(&result)?);
+    }
+    if wants("tracing") {
+        let result = scenario::tracing::run(args.rounds);
+        println!(
+            "\n== tracing: the ingress's per-call spans and trace context, process CPU ns per call, median (min–max) of {} rounds ==",
+            args.rounds
+        );
+        println!("export off (the default)        {}", result.off);
+        println!("export on, every trace sampled  {}", result.sampled_all);
+        println!("export on, 10 % sampled         {}", result.sampled_tenth);
+        report.insert("tracing".into(), serde_json::to_value(&result)?);
     }
     if wants("overload") {
         overload(&args, &mut report).await?;

@@ -8,6 +8,7 @@ pub(crate) mod owner_cache;
 pub(crate) mod real_path;
 pub(crate) mod recovery;
 pub(crate) mod scaling;
+pub(crate) mod tracing;
 
 /// One counter from a Prometheus text exposition (0 when absent).
 #[must_use]
