@@ -166,6 +166,10 @@ pub struct Args {
     /// PEM private key of --upstream-cert.
     #[arg(long)]
     pub upstream_key: Option<PathBuf>,
+    /// Connections in this process's `PostgreSQL` pool, shared by every
+    /// database it serves [default: 16].
+    #[arg(long)]
+    pub storage_pool_size: Option<usize>,
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
@@ -227,6 +231,8 @@ pub struct Config {
     pub assign_request_ids: bool,
     /// Bound on one storage read made to resolve an owner.
     pub storage_timeout: Duration,
+    /// Connections in the `PostgreSQL` pool (at least 1).
+    pub storage_pool_size: usize,
     /// Bound on connecting to a transactor.
     pub connect_timeout: Duration,
     /// Most requests in flight at once (at least 1); more are refused.
@@ -298,6 +304,7 @@ impl Args {
             placement_map: self.placement_map.or(file.placement_map),
             max_deadline_ms: self.max_deadline_ms.or(file.max_deadline_ms),
             assign_request_ids: self.assign_request_ids.or(file.assign_request_ids),
+            storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
             log: self.log.or(file.log),
             log_format: self.log_format.or(file.log_format),
             tls_listen: self.tls_listen.or(file.tls_listen),
@@ -412,6 +419,11 @@ impl Args {
             max_deadline,
             assign_request_ids: self.assign_request_ids.unwrap_or(true),
             storage_timeout: Duration::from_secs(5),
+            storage_pool_size: at_least_one(
+                "--storage-pool-size",
+                self.storage_pool_size,
+                corium_fleet_store::DEFAULT_POOL_SIZE,
+            )?,
             connect_timeout: Duration::from_secs(2),
             tls_listen,
             tls_clients,

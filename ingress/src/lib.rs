@@ -123,8 +123,13 @@ pub async fn run(
     let describe = config.storage.describe();
     // The same bounded, retrying open as a node's (fresh stores race to
     // initialise their schema).
-    let store =
-        corium_fleet_store::open(&config.storage, &config.data_dir, config.storage_timeout * 2).await?;
+    let store = corium_fleet_store::open_with_pool(
+        &config.storage,
+        &config.data_dir,
+        config.storage_timeout * 2,
+        config.storage_pool_size,
+    )
+    .await?;
     let metrics = Arc::new(metrics::Metrics::default());
     let cache = owner_cache::Cache::new(
         Arc::clone(&store),

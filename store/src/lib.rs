@@ -8,6 +8,8 @@
 //!   its backend configuration;
 //! - [`open`](mod@open) — opening it through Corium's backend registry, with
 //!   bounded retries;
+//! - [`postgres`] — `PostgreSQL` over a pool of a stated size, with the
+//!   listing index created at start;
 //! - [`roots`] — the one reader of a database's catalog entry and lease;
 //! - [`registry`] — node records in storage: live members, unique node ids,
 //!   the databases each node owns;
@@ -15,11 +17,12 @@
 
 pub mod delegate;
 pub mod open;
+pub mod postgres;
 pub mod registry;
 pub mod roots;
 pub mod storage;
 
-pub use open::{OpenError, open};
+pub use open::{DEFAULT_POOL_SIZE, OpenError, open, open_with_pool};
 pub use roots::{ReadError, RootView};
 pub use storage::{Storage, StorageFlagError};
 

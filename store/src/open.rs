@@ -59,15 +59,29 @@ pub fn backend_config(storage: &Storage, data_dir: &Path) -> Result<StorageConfi
     Ok(config)
 }
 
-async fn open_once(storage: &Storage, data_dir: &Path) -> Result<Arc<dyn FullStore>, StoreError> {
+/// Connections in a process's `PostgreSQL` pool unless `--storage-pool-size`
+/// says otherwise: shared by every database the process serves.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+async fn open_once(
+    storage: &Storage,
+    data_dir: &Path,
+    pool_size: usize,
+) -> Result<Arc<dyn FullStore>, StoreError> {
     register_backends();
+    if let Storage::Postgres { url } = storage {
+        // Corium's store over a pool of the stated size, with the listing
+        // index in place (`postgres.rs`).
+        return crate::postgres::open(url, pool_size).await;
+    }
     let backend = storage_backend(storage.kind())
         .ok_or_else(|| StoreError::BackendUnavailable(storage.kind().to_owned()))?;
     backend.open(&backend_config(storage, data_dir)?).await
 }
 
-/// Opens `storage` (bounded by `timeout` per attempt), retrying a bounded
-/// number of times so a supervisor sees a failure that persists.
+/// Opens `storage` (bounded by `timeout` per attempt) with the default pool
+/// size, retrying a bounded number of times so a supervisor sees a failure
+/// that persists.
 ///
 /// # Errors
 /// The last attempt's failure.
@@ -76,11 +90,24 @@ pub async fn open(
     data_dir: &Path,
     timeout: Duration,
 ) -> Result<Arc<dyn FullStore>, OpenError> {
+    open_with_pool(storage, data_dir, timeout, DEFAULT_POOL_SIZE).await
+}
+
+/// [`open`], with a `PostgreSQL` pool of `pool_size` connections.
+///
+/// # Errors
+/// The last attempt's failure.
+pub async fn open_with_pool(
+    storage: &Storage,
+    data_dir: &Path,
+    timeout: Duration,
+    pool_size: usize,
+) -> Result<Arc<dyn FullStore>, OpenError> {
     const ATTEMPTS: u32 = 8;
     let describe = storage.describe();
     let mut attempt = 1;
     loop {
-        let error = match tokio::time::timeout(timeout, open_once(storage, data_dir)).await {
+        let error = match tokio::time::timeout(timeout, open_once(storage, data_dir, pool_size)).await {
             Ok(Ok(store)) => return Ok(store),
             Ok(Err(source)) => OpenError::Store {
                 storage: describe.clone(),

@@ -153,6 +153,10 @@ pub struct Args {
     /// `corium-principal` is trusted; repeatable [default: corium-fleet-ingress].
     #[arg(long = "ingress-identity")]
     pub ingress_identities: Option<Vec<String>>,
+    /// Connections in this process's `PostgreSQL` pool, shared by every
+    /// database it serves [default: 16].
+    #[arg(long)]
+    pub storage_pool_size: Option<usize>,
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,
@@ -227,6 +231,8 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Bound on one storage call made to decide ownership.
     pub storage_timeout: Duration,
+    /// Connections in the `PostgreSQL` pool (at least 1).
+    pub storage_pool_size: usize,
     /// How long a drain may take before the databases not yet handed over
     /// are only released.
     pub drain_deadline: Duration,
@@ -317,6 +323,7 @@ impl Args {
             rate_limit_per_principal: self.rate_limit_per_principal.or(file.rate_limit_per_principal),
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
+            storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
             log: self.log.or(file.log),
             log_format: self.log_format.or(file.log_format),
         })
@@ -466,6 +473,13 @@ impl Args {
             placement_map: self.placement_map,
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
+            storage_pool_size: match self
+                .storage_pool_size
+                .unwrap_or(corium_fleet_store::DEFAULT_POOL_SIZE)
+            {
+                0 => return Err(ConfigError::from("--storage-pool-size must be at least 1")),
+                n => n,
+            },
             drain_deadline: match self.drain_deadline_ms.unwrap_or(50_000) {
                 0 => return Err(ConfigError::from("--drain-deadline-ms must be positive")),
                 ms => Duration::from_millis(ms),

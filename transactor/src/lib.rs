@@ -380,9 +380,14 @@ pub async fn run_with(
     })?;
     let Listeners { grpc, admin } = listeners;
     let ready = async {
-        let opened = corium_fleet_store::open(&config.storage, &config.data_dir, config.storage_timeout * 2)
-            .await
-            .map_err(Error::Open)?;
+        let opened = corium_fleet_store::open_with_pool(
+            &config.storage,
+            &config.data_dir,
+            config.storage_timeout * 2,
+            config.storage_pool_size,
+        )
+        .await
+        .map_err(Error::Open)?;
         let store = match wrap_store {
             Some(wrap) => wrap(opened).map_err(Error::Config)?,
             None => opened,

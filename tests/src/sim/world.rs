@@ -120,6 +120,7 @@ impl World {
             placement_map: None,
             drain_timeout: Duration::from_secs(2),
             drain_deadline: Duration::from_secs(50),
+            storage_pool_size: 16,
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
             gc_min_retention: Duration::from_hours(1),
