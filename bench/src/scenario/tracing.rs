@@ -65,18 +65,25 @@ fn cpu() -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
-/// One call's tracing work, as the ingress does it.
-fn one_call(incoming: &HeaderMap, correlation: &str) {
+/// One call's tracing work, as the ingress does it: with export off only
+/// the call's own span (its correlation id on its log lines); with export
+/// on, the trace context and the child spans too.
+fn one_call(incoming: &HeaderMap, correlation: &str, exporting: bool) {
     let span = tracing::info_span!(
         "forward",
         method = "/corium.v1.Transactor/Transact",
         x_request_id = tracing::field::Empty,
         db = tracing::field::Empty,
     );
-    propagation::adopt(&span, incoming);
+    if exporting {
+        propagation::adopt(&span, incoming);
+    }
     let _entered = span.enter();
     span.record("x_request_id", correlation);
     span.record("db", "orders");
+    if !exporting {
+        return;
+    }
     {
         let resolving = tracing::info_span!("resolve_owner", db = "orders");
         let _resolving = resolving.enter();
@@ -90,14 +97,14 @@ fn one_call(incoming: &HeaderMap, correlation: &str) {
 }
 
 /// CPU nanoseconds per call under `subscriber`, with `incoming` headers.
-fn per_call<S>(subscriber: S, incoming: &HeaderMap) -> f64
+fn per_call<S>(subscriber: S, incoming: &HeaderMap, exporting: bool) -> f64
 where
     S: tracing::Subscriber + Send + Sync + 'static,
 {
     tracing::subscriber::with_default(subscriber, || {
         let started = cpu();
         for i in 0..CALLS {
-            one_call(incoming, if i % 2 == 0 { "corr-a" } else { "corr-b" });
+            one_call(incoming, if i % 2 == 0 { "corr-a" } else { "corr-b" }, exporting);
         }
         let used = cpu().saturating_sub(started);
         used.as_secs_f64() * 1e9 / f64::from(CALLS)
@@ -133,6 +140,7 @@ pub(crate) fn run(rounds: usize) -> Result {
         off.push(per_call(
             tracing_subscriber::registry().with(lines()),
             &with_parent,
+            false,
         ));
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
@@ -145,6 +153,7 @@ pub(crate) fn run(rounds: usize) -> Result {
                 .with(lines())
                 .with(tracing_opentelemetry::layer().with_tracer(everything.tracer("bench"))),
             &with_parent,
+            true,
         ));
         let _ = everything.shutdown();
         let a_tenth = provider(opentelemetry_sdk::trace::Sampler::ParentBased(Box::new(
@@ -155,6 +164,7 @@ pub(crate) fn run(rounds: usize) -> Result {
                 .with(lines())
                 .with(tracing_opentelemetry::layer().with_tracer(a_tenth.tracer("bench"))),
             &without_parent,
+            true,
         ));
         let _ = a_tenth.shutdown();
         opentelemetry::global::set_text_map_propagator(

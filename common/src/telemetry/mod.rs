@@ -29,6 +29,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether spans are exported (set once, by [`init`]).
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether spans are exported. Spans that only matter to a trace (each
+/// hop, each owner resolution) are made only then: with export off, the
+/// call's own span, which puts its correlation id on its log lines, is all
+/// a call pays for.
+#[must_use]
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Keeps span export running; dropping it flushes what is buffered.
 #[must_use = "dropping the guard stops span export"]
 pub struct Telemetry {
@@ -61,7 +73,7 @@ fn export_configured() -> bool {
 
 /// The OTLP exporter and provider for `service` (`OTEL_SERVICE_NAME`
 /// wins), or why not.
-fn exporting(service: &str) -> Result<Exporting, String> {
+fn start_export(service: &str) -> Result<Exporting, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("otlp-export")
@@ -110,7 +122,7 @@ pub fn init(filter: Option<&str>, format: LogFormat, service: &str) -> Telemetry
             .boxed(),
     };
     let (spans, exporting) = if export_configured() {
-        match exporting(service) {
+        match start_export(service) {
             Ok(exporting) => {
                 let tracer = exporting.provider.tracer("corium-fleet");
                 opentelemetry::global::set_text_map_propagator(
@@ -119,6 +131,7 @@ pub fn init(filter: Option<&str>, format: LogFormat, service: &str) -> Telemetry
                 let layer = tracing_opentelemetry::layer()
                     .with_tracer(tracer)
                     .with_filter(filter());
+                EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
                 (Some(layer), Some(exporting))
             }
             Err(error) => {

@@ -80,8 +80,7 @@ impl Proxy {
             headers.insert(metadata::LEASE_VERSION, HeaderValue::from(version));
         }
         // The node's span is a child of this attempt's.
-        let span = tracing::info_span!("hop", endpoint = %hop.endpoint, lease_version = hop.lease_version);
-        corium_fleet_common::telemetry::propagation::inject(&span, headers);
+        let span = hop_span(hop, headers);
         let millis = remaining.as_millis().clamp(1, 99_999_999);
         headers.insert(
             "grpc-timeout",
@@ -159,6 +158,18 @@ impl Proxy {
         self.suspects.mark(endpoint);
         self.metrics.suspect_marks.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// The span of one attempt, its trace context written into the hop's
+/// `headers` — made only when spans are exported (a trace needs it; a log
+/// line has the call's own span).
+fn hop_span(hop: &Hop, headers: &mut hyper::http::HeaderMap) -> tracing::Span {
+    if !corium_fleet_common::telemetry::exporting() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!("hop", endpoint = %hop.endpoint, lease_version = hop.lease_version);
+    corium_fleet_common::telemetry::propagation::inject(&span, headers);
+    span
 }
 
 /// Whether a client's header goes on to the node: not `host` (the hop

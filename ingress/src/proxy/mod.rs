@@ -168,7 +168,9 @@ impl Proxy {
             x_request_id = tracing::field::Empty,
             db = tracing::field::Empty,
         );
-        corium_fleet_common::telemetry::propagation::adopt(&span, request.headers());
+        if corium_fleet_common::telemetry::exporting() {
+            corium_fleet_common::telemetry::propagation::adopt(&span, request.headers());
+        }
         let call = self.metrics.calls.begin(request.uri().path());
         let response = self.serve(client, request).instrument(span).await?;
         // Counted by method and status when the status passes: now for a

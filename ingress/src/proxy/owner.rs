@@ -267,7 +267,11 @@ impl Retries {
 
 impl Proxy {
     async fn hops_for(&self, db: &str) -> Result<Vec<Hop>, Status> {
-        let resolving = tracing::info_span!("resolve_owner", db);
+        let resolving = if corium_fleet_common::telemetry::exporting() {
+            tracing::info_span!("resolve_owner", db)
+        } else {
+            tracing::Span::none()
+        };
         match tracing::Instrument::instrument(self.cache.resolve(db), resolving).await {
             Ok(Resolution::Owned(owner)) => Ok(vec![Hop {
                 endpoint: owner.endpoint,
