@@ -9,6 +9,8 @@
 //! - `recovery`: handoff unavailability against a database's history length;
 //! - `auth`: the ingress's per-call authentication and principal-envelope
 //!   CPU, in-process;
+//! - `drain`: SIGTERM of a node owning 500 databases on `PostgreSQL`, a
+//!   roomy and a tight deadline;
 //! - `tracing`: the ingress's per-call span and trace-context work, export
 //!   off, on, and sampled at 10 %, in-process;
 //! - `overload`: four times the fleet's capacity offered open-loop, with
@@ -37,7 +39,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, tracing, overload, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, tracing, drain, overload, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -122,6 +124,24 @@ async fn main() -> anyhow::Result<()> {
         println!("development token (operator)   {}", result.token);
         println!("wrong token, strict (refused)  {}", result.refused);
         report.insert("auth".into(), serde_json::to_value(&result)?);
+    }
+    if wants("drain")
+        && let Some(base) = args.postgres.as_deref()
+    {
+        let databases = if args.quick { 50 } else { 500 };
+        let result = scenario::drain::run(base, databases).await;
+        println!("\n== drain: SIGTERM of a node owning {databases} databases on PostgreSQL ==");
+        println!(
+            "{:>12} {:>10} {:>8} {:>9} {:>14}",
+            "deadline ms", "exit ms", "handed", "released", "all back ms"
+        );
+        for run in &result.runs {
+            println!(
+                "{:>12} {:>10} {:>8} {:>9} {:>14}",
+                run.deadline_ms, run.exit_ms, run.handed, run.released, run.all_back_ms
+            );
+        }
+        report.insert("drain".into(), serde_json::to_value(&result)?);
     }
     if wants("tracing") {
         let result = scenario::tracing::run(args.rounds);

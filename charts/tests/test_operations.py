@@ -1,6 +1,7 @@
 """Assertions on the chart's operational values: the escape hatches of both pools, service-account
 and workload identity, extraObjects, the `helm test` Pod, resource bounds, logging, tracing,
-drain deadlines, and the monitoring resources (PrometheusRule, Grafana dashboard).
+drain deadlines, the PostgreSQL pool size, and the monitoring resources (PrometheusRule, Grafana
+dashboard).
 
 Run with test_rendered.py by scripts/chart-test.sh (the bad values files in charts/tests/bad/
 cover the refusals; check_monitoring.py runs promtool and compares metric names).
@@ -310,6 +311,62 @@ def test_a_whole_number_ratio_stays_a_float_and_big_numbers_stay_integers(tmp_pa
     assert config["ingress"]["retry_budget_ratio"] == 2.0
     assert isinstance(config["ingress"]["retry_budget_ratio"], float)
     assert config["ingress"]["max_connection_age_ms"] == 86400000
+
+
+def test_limits_given_as_null_are_not_rendered(tmp_path):
+    # a user's null removes the key from the merged values (e.g. a copy of values.yaml); it must
+    # still mean "the binary's default", not 0 (refused) or an integer for a bool
+    config = configs(with_values(tmp_path, {
+        "transactor": {"limits": dict.fromkeys(TRANSACTOR_LIMITS)},
+        "ingress": {"limits": dict.fromkeys(INGRESS_LIMITS)},
+        "storage": {"postgres": {"poolSize": {"transactor": None, "ingress": None}}}}))
+    assert not (set(TRANSACTOR_LIMITS.values()) | {"storage_pool_size"}) & set(config["transactor"])
+    assert not (set(INGRESS_LIMITS.values()) | {"storage_pool_size"}) & set(config["ingress"])
+
+
+# --- PostgreSQL pool size --------------------------------------------------------------------
+
+def _node_toml(docs, component):
+    return one(docs, "ConfigMap", config_map_of(pool(docs, component)))["data"]["node.toml"]
+
+
+def test_storage_pool_size_is_not_rendered_unless_set():
+    docs = template(*POSTGRES)
+    for component in POOLS:
+        assert "storage_pool_size" not in _node_toml(docs, component)
+
+
+def test_storage_pool_size_reaches_each_pool_config(tmp_path):
+    docs = with_values(tmp_path, {"storage": {"postgres": {"poolSize": {
+        "transactor": 32, "ingress": 4}}}})
+    for component, size in (("transactor", 32), ("ingress", 4)):
+        lines = _node_toml(docs, component).splitlines()
+        assert f"storage_pool_size = {size}" in [line.strip() for line in lines], component
+    config = configs(docs)
+    assert config["transactor"]["storage_pool_size"] == 32
+    assert config["ingress"]["storage_pool_size"] == 4
+    # one pool set, the other left to the binary's default
+    docs = template(*POSTGRES, "--set", "storage.postgres.poolSize.ingress=2")
+    assert "storage_pool_size" not in _node_toml(docs, "transactor")
+    assert "storage_pool_size = 2" in _node_toml(docs, "ingress")
+
+
+def test_storage_pool_size_from_the_ci_set():
+    path = CI / "monitoring-limits-values.yaml"
+    sizes = yaml.safe_load(path.read_text())["storage"]["postgres"]["poolSize"]
+    assert set(sizes) == set(POOLS), "the CI set sizes both pools"
+    docs = render(path)
+    for component in POOLS:
+        assert f"storage_pool_size = {sizes[component]}" in _node_toml(docs, component)
+
+
+def test_storage_pool_size_is_postgres_only():
+    docs = template("--set", "storage.type=s3", "--set", "storage.s3.bucket=fleet",
+                    "--set", "storage.s3.credentials=workloadIdentity",
+                    "--set", "storage.postgres.poolSize.transactor=8",
+                    "--set", "storage.postgres.poolSize.ingress=8")
+    for component in POOLS:
+        assert "storage_pool_size" not in _node_toml(docs, component)
 
 
 def test_logging_goes_through_the_environment():

@@ -137,7 +137,7 @@ TRANSACTOR_KEYS = {"zone", "weight", "listen", "admin_listen", "advertise", "sto
                    "registry_ttl_ms", "registry_renew_ms", "placement_map", "drain_deadline_ms",
                    "max_inflight_calls", "max_queued_calls", "max_queue_wait_ms",
                    "max_inflight_per_database", "rate_limit_per_principal", "max_subscriptions",
-                   "max_subscriptions_per_database"}
+                   "max_subscriptions_per_database", "storage_pool_size"}
 INGRESS_KEYS = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
                 "members", "replicas", "placement_map", "owner_cache_ttl_ms",
                 "owner_cache_capacity", "max_request_bytes", "max_deadline_ms", "log",
@@ -146,7 +146,7 @@ INGRESS_KEYS = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", 
                 "body_progress_timeout_ms", "stream_stall_timeout_ms", "max_connection_idle_ms",
                 "max_connection_age_ms", "adaptive_node_limit", "retry_budget_ratio",
                 "retry_budget_min_per_second", "max_connections", "max_connections_per_client",
-                "preface_timeout_ms"}
+                "preface_timeout_ms", "storage_pool_size"}
 
 
 # --- every CI values set ----------------------------------------------------------------------
@@ -404,6 +404,14 @@ def test_storage_from_values_and_secrets(values_file):
             assert ref["name"] in rendered_secrets or ref["name"] in (
                 storage["postgres"]["existingSecret"], storage["s3"]["existingSecret"],
                 values["auth"]["existingSecret"])
+        # storage_pool_size only when set, and only for PostgreSQL (S3 has no pool)
+        component = pod_labels(w)["app.kubernetes.io/component"]
+        pool_size = storage["postgres"]["poolSize"].get(component)
+        config = toml_of(docs, config_map_of(w))
+        if storage["type"] == "postgres" and pool_size is not None:
+            assert config["storage_pool_size"] == pool_size
+        else:
+            assert "storage_pool_size" not in config
 
 
 @pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))

@@ -18,6 +18,7 @@
 //! - [`http`] — [`http_get`] on an admin port and [`metric`] from its
 //!   `/metrics`;
 //! - [`corium`] — small helpers over the stock `corium.v1` clients;
+//! - [`drain`](mod@drain) — one drain measured (tests and the `drain` benchmark);
 //! - [`load`] — a write load over many databases and its check;
 //! - [`otlp`] — a real OTLP/gRPC trace receiver on loopback;
 //! - [`proxy`] — a cuttable TCP path between a node and `PostgreSQL`;
@@ -31,6 +32,7 @@
 pub mod backend;
 pub mod checker;
 pub mod corium;
+pub mod drain;
 pub mod eventually;
 pub mod fleet;
 pub mod http;

@@ -28,7 +28,9 @@ async fn the_listing_index_is_created_at_start_and_serves_prefix_listings() {
         "CORIUM_FLEET_TEST_PG_URL is not set: run the suite with `make test`, which starts PostgreSQL",
     );
     let backend = Backend::postgres(&base);
-    let Backend::Postgres { url } = &backend else { unreachable!() };
+    let Backend::Postgres { url } = &backend else {
+        unreachable!()
+    };
     let url = url.clone();
     let mut fleet = Fleet::builder(backend)
         .lease_ttl(Duration::from_millis(1500))
@@ -42,7 +44,9 @@ async fn the_listing_index_is_created_at_start_and_serves_prefix_listings() {
         "SELECT indexname FROM pg_indexes WHERE tablename = 'corium_roots' ORDER BY indexname",
     );
     assert!(
-        indexes.lines().any(|name| name == corium_fleet_store::postgres::LISTING_INDEX),
+        indexes
+            .lines()
+            .any(|name| name == corium_fleet_store::postgres::LISTING_INDEX),
         "{indexes}"
     );
     let valid = psql(
@@ -71,7 +75,10 @@ async fn the_listing_index_is_created_at_start_and_serves_prefix_listings() {
 #[test]
 fn a_pool_of_no_connections_is_refused() {
     for (binary, args) in [
-        ("corium-fleet-transactor", &["--storage-pool-size", "0", "--node-id", "n1"][..]),
+        (
+            "corium-fleet-transactor",
+            &["--storage-pool-size", "0", "--node-id", "n1"][..],
+        ),
         ("corium-fleet-ingress", &["--storage-pool-size", "0"][..]),
     ] {
         let output = Command::new(bin_dir().join(binary))

@@ -565,14 +565,16 @@ topologySpreadConstraints:
 
 {{/*
 `key = value` lines for node.toml from a values map, one per entry that is not null, so an unset
-value leaves the binary's own default in force (nothing here restates a default).
+value leaves the binary's own default in force (nothing here restates a default). A null given in
+the user's values removes the key from the merged values, so a missing key counts as null (`index`
+gives nil for it; `get` would give "", which rendered as 0).
 Args: (list $values $keys) with $keys a dict valueKey -> toml_key.
 */}}
 {{- define "corium-fleet.tomlSettings" -}}
 {{- $values := index . 0 }}
 {{- $keys := index . 1 }}
 {{- range $key := keys $keys | sortAlpha }}
-{{- $value := get $values $key }}
+{{- $value := index $values $key }}
 {{- if not (kindIs "invalid" $value) }}
 {{- if kindIs "bool" $value }}
 {{ get $keys $key }} = {{ $value }}
@@ -583,6 +585,20 @@ Args: (list $values $keys) with $keys a dict valueKey -> toml_key.
 {{ get $keys $key }} = {{ int64 $value }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Connections in one pool's PostgreSQL pool (`storage_pool_size`), from
+storage.postgres.poolSize.<pool>: the number when the store is PostgreSQL and the value is set,
+else nothing (the binary's default applies; the setting means nothing to S3).
+Args: (list $ctx "transactor"|"ingress").
+*/}}
+{{- define "corium-fleet.storagePoolSize" -}}
+{{- $ctx := index . 0 }}
+{{- $size := index (default dict $ctx.Values.storage.postgres.poolSize) (index . 1) }}
+{{- if and (eq $ctx.Values.storage.type "postgres") (not (kindIs "invalid" $size)) }}
+{{- int64 $size }}
 {{- end }}
 {{- end }}
 
