@@ -74,6 +74,11 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
+/// The channel every SDK call is made on: the fleet address's channel, with
+/// the configured bearer token attached to each request.
+pub(crate) type Authorized =
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, Bearer>;
+
 #[cfg(test)]
 mod tests {
     use tonic::service::Interceptor as _;

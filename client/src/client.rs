@@ -10,15 +10,11 @@ use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use crate::auth::Bearer;
+use crate::auth::{Authorized, Bearer};
 use crate::config::Config;
 use crate::error::{Error, status_kind};
 use crate::retry::Backoff;
 use crate::subscription::Subscription;
-
-/// The channel every SDK call is made on: the fleet address's channel, with
-/// the configured bearer token attached to each request.
-pub(crate) type Authorized = InterceptedService<Channel, Bearer>;
 
 /// A connection to one fleet address. Cheap to clone.
 #[derive(Clone)]

@@ -7,7 +7,7 @@ use corium_fleet_wire::kind::ErrorKind;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 
-use crate::client::Authorized;
+use crate::auth::Authorized;
 use crate::config::Config;
 use crate::error::{Error, status_kind};
 use crate::retry::Backoff;
