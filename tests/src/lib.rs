@@ -17,6 +17,7 @@
 //!   waits for a condition;
 //! - [`http`] — [`http_get`] on an admin port and [`metric`] from its
 //!   `/metrics`;
+//! - [`cli`] — the `corium-fleet` operator CLI run as an operator would;
 //! - [`corium`] — small helpers over the stock `corium.v1` clients;
 //! - [`drain`](mod@drain) — one drain measured (tests and the `drain` benchmark);
 //! - [`load`] — a write load over many databases and its check;
@@ -31,6 +32,7 @@
 
 pub mod backend;
 pub mod checker;
+pub mod cli;
 pub mod corium;
 pub mod drain;
 pub mod eventually;

@@ -7,38 +7,18 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use corium_fleet_tests::cli::Run;
+
 use corium_fleet_tests::corium;
-use corium_fleet_tests::{Backend, Fleet, bin_dir, eventually};
+use corium_fleet_tests::{Backend, Fleet, eventually};
 use serde_json::Value;
 
 const DBS: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
 
-/// What one run of the `corium-fleet` binary printed.
-struct Run {
-    success: bool,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `corium-fleet ARGS --endpoint ENDPOINT` (the development token, as
-/// an operator of a development fleet would), bounded by 60 s.
+/// an operator of a development fleet would).
 async fn cli(args: &[&str], endpoint: &str) -> Run {
-    let mut command = tokio::process::Command::new(bin_dir().join("corium-fleet"));
-    command
-        .args(args)
-        .args(["--endpoint", endpoint])
-        .env_remove("CORIUM_TOKEN")
-        .env_remove("CORIUM_FLEET_ENDPOINT")
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_mins(1), command.output())
-        .await
-        .expect("corium-fleet finishes within a minute")
-        .expect("corium-fleet runs");
-    Run {
-        success: output.status.success(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    corium_fleet_tests::cli::run(args, endpoint).await
 }
 
 /// `corium-fleet ARGS --json` at `endpoint`, parsed.

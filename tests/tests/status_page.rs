@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corium_fleet_tests::corium;
-use corium_fleet_tests::{Backend, Fleet, bin_dir, eventually, http_get};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get};
 
 const DBS: [&str; 3] = ["orders", "ledger", "inventory"];
 
@@ -78,27 +78,11 @@ fn drawn_owner(dom: &str, db: &str) -> Option<String> {
     Some(dom[start..].split('"').next()?.to_owned())
 }
 
-/// Runs `corium-fleet ARGS --endpoint ENDPOINT`, bounded by 60 s.
+/// Runs `corium-fleet ARGS --endpoint ENDPOINT`: whether it succeeded,
+/// and all it printed.
 async fn cli(args: &[&str], endpoint: &str) -> (bool, String) {
-    let mut command = tokio::process::Command::new(bin_dir().join("corium-fleet"));
-    command
-        .args(args)
-        .args(["--endpoint", endpoint])
-        .env_remove("CORIUM_TOKEN")
-        .env_remove("CORIUM_FLEET_ENDPOINT")
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_mins(1), command.output())
-        .await
-        .expect("corium-fleet finishes within a minute")
-        .expect("corium-fleet runs");
-    (
-        output.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ),
-    )
+    let run = corium_fleet_tests::cli::run(args, endpoint).await;
+    (run.success, format!("{}{}", run.stdout, run.stderr))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

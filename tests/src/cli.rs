@@ -1,0 +1,42 @@
+//! Running the `corium-fleet` operator CLI as an operator would: the real
+//! binary, against an endpoint, with the development token (no
+//! `CORIUM_TOKEN` or `CORIUM_FLEET_ENDPOINT` from the test's environment),
+//! bounded by a minute.
+
+use std::time::Duration;
+
+use crate::bin_dir;
+
+/// What one run of the `corium-fleet` binary printed.
+#[derive(Debug)]
+pub struct Run {
+    /// Whether it exited successfully.
+    pub success: bool,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+/// Runs `corium-fleet ARGS --endpoint ENDPOINT`.
+///
+/// # Panics
+/// When the binary cannot run or does not finish within a minute.
+pub async fn run(args: &[&str], endpoint: &str) -> Run {
+    let mut command = tokio::process::Command::new(bin_dir().join("corium-fleet"));
+    command
+        .args(args)
+        .args(["--endpoint", endpoint])
+        .env_remove("CORIUM_TOKEN")
+        .env_remove("CORIUM_FLEET_ENDPOINT")
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_mins(1), command.output())
+        .await
+        .expect("corium-fleet finishes within a minute")
+        .expect("corium-fleet runs");
+    Run {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
