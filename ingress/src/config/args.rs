@@ -1,0 +1,189 @@
+//! `corium-fleet-ingress`'s flags, as clap parses them and as the
+//! `--config` file spells them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// `corium-fleet-ingress` flags. Every flag can also be set in the file given
+/// to `--config` (same names, `snake_case`); a flag on the command line wins.
+#[derive(Debug, Default, clap::Parser, Deserialize)]
+#[command(
+    name = "corium-fleet-ingress",
+    version,
+    about = "The Corium Fleet ingress: one client address"
+)]
+#[serde(deny_unknown_fields, default)]
+pub struct Args {
+    /// TOML file with any of the settings below.
+    #[arg(long, env = "CORIUM_FLEET_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Client listen address (gRPC over HTTP/2 cleartext) [default: 127.0.0.1:4334].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin HTTP listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Storage the transactors share, read here to find lease holders:
+    /// `filesystem` (under --data-dir), `postgres://…` or `s3://BUCKET[/PREFIX]`.
+    #[arg(long, env = "CORIUM_FLEET_STORAGE")]
+    pub storage: Option<String>,
+    /// Data directory of a filesystem fleet [default: ./.corium-fleet/data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// S3 endpoint URL (S3-compatible servers).
+    #[arg(long, env = "CORIUM_FLEET_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region [default: us-east-1].
+    #[arg(long, env = "AWS_REGION")]
+    pub s3_region: Option<String>,
+    /// Transactor member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`
+    /// (the same list the transactors get). Without any, the live members
+    /// are read from the node registry in storage.
+    #[arg(long = "member")]
+    pub members: Option<Vec<String>>,
+    /// Candidates per database (as configured on the transactors) [default: 2].
+    #[arg(long)]
+    pub replicas: Option<usize>,
+    /// The transactors' placement map file (same file, same checks), so cold
+    /// databases are routed straight to their mapped candidates.
+    #[arg(long)]
+    pub placement_map: Option<PathBuf>,
+    /// How long an owner-cache entry is trusted, in milliseconds [default: 2000].
+    #[arg(long)]
+    pub owner_cache_ttl_ms: Option<u64>,
+    /// Owner-cache capacity in databases [default: 100000].
+    #[arg(long)]
+    pub owner_cache_capacity: Option<u64>,
+    /// Largest request body buffered (and so replayable) [default: 4194304].
+    #[arg(long)]
+    pub max_request_bytes: Option<usize>,
+    /// Longest deadline given to a forwarded unary call, in milliseconds;
+    /// shorter client deadlines are kept [default: 60000].
+    #[arg(long)]
+    pub max_deadline_ms: Option<u64>,
+    /// Give a `Transact` that arrives without `corium-request-id` one of the
+    /// ingress's own, so the owner commits it at most once and a failure on
+    /// the hop to the owner (an owner killed after its log append, a broken
+    /// connection) is retried with the same id and answered with the
+    /// committed result: exactly-once for stock clients [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub assign_request_ids: Option<bool>,
+    /// Most requests in flight at once; more are refused `RESOURCE_EXHAUSTED`
+    /// [default: 4096].
+    #[arg(long)]
+    pub max_concurrent_requests: Option<usize>,
+    /// Requests a second allowed per client: its principal when it
+    /// authenticated, else its address (0: unlimited) [default: 0].
+    #[arg(long)]
+    pub rate_limit_per_client: Option<u32>,
+    /// Calls open at once from one client address, streams included until
+    /// they end; more are refused `RESOURCE_EXHAUSTED` [default: 1000].
+    #[arg(long)]
+    pub max_streams_per_client: Option<usize>,
+    /// HTTP/2 streams one client connection may open at once (the
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` the ingress announces) [default: 256].
+    #[arg(long)]
+    pub max_streams_per_connection: Option<u32>,
+    /// Refuse a request whose body stops arriving for this many
+    /// milliseconds (within its deadline) [default: 10000].
+    #[arg(long)]
+    pub body_progress_timeout_ms: Option<u64>,
+    /// Reset a forwarded stream (a subscription) whose client has not taken
+    /// the next message for this many milliseconds, freeing its place at the
+    /// node [default: 60000].
+    #[arg(long)]
+    pub stream_stall_timeout_ms: Option<u64>,
+    /// Close (GOAWAY) a client connection with no call open for this many
+    /// milliseconds; 0: never [default: 300000].
+    #[arg(long)]
+    pub max_connection_idle_ms: Option<u64>,
+    /// Close (GOAWAY, calls in flight finish) a client connection this many
+    /// milliseconds old, ±10 % jitter, so clients spread over ingress pods
+    /// added later; 0: never [default: 0].
+    #[arg(long)]
+    pub max_connection_age_ms: Option<u64>,
+    /// How long shutdown (SIGTERM) waits for calls and streams in flight
+    /// after telling every client connection to go (GOAWAY), in
+    /// milliseconds: a few seconds below the pod's
+    /// `terminationGracePeriodSeconds` [default: 20000].
+    #[arg(long)]
+    pub drain_timeout_ms: Option<u64>,
+    /// Learn each node's limit of open calls from its refusals and refuse
+    /// calls over it here, without the hop [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub adaptive_node_limit: Option<bool>,
+    /// Retries the ingress may add, as a fraction of the calls it takes,
+    /// for attempts that reached a node and failed (a typed `NotOwner` or a
+    /// refused connection cost no budget) [default: 0.2].
+    #[arg(long)]
+    pub retry_budget_ratio: Option<f64>,
+    /// Retries a second the ingress may always make, whatever the ratio
+    /// [default: 10].
+    #[arg(long)]
+    pub retry_budget_min_per_second: Option<u32>,
+    /// Most client connections open at once; more are closed as soon as
+    /// they are accepted [default: 10000].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Most client connections from one address (behind a load balancer,
+    /// every client may share one) [default: 1000].
+    #[arg(long)]
+    pub max_connections_per_client: Option<usize>,
+    /// Close a cleartext client connection that sends nothing (no HTTP/2
+    /// preface) within this many milliseconds [default: 10000].
+    #[arg(long)]
+    pub preface_timeout_ms: Option<u64>,
+    /// Client listen address for gRPC over TLS (ALPN h2); needs --tls-cert and --tls-key.
+    #[arg(long)]
+    pub tls_listen: Option<SocketAddr>,
+    /// PEM certificate served to clients on --tls-listen.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA whose client certificates --tls-listen accepts. A client that
+    /// presents one (verified) and no bearer token is the principal
+    /// `client-cert/<certificate name>`.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With --tls-client-ca: refuse TLS clients without a certificate at the
+    /// handshake [default: false, a certificate is optional].
+    #[arg(long, value_name = "BOOL")]
+    pub tls_require_client_cert: Option<bool>,
+    /// PEM fleet CA that transactor certificates must chain to (mTLS hop).
+    #[arg(long)]
+    pub upstream_ca: Option<PathBuf>,
+    /// PEM client certificate this ingress presents to transactors; its name
+    /// must be one the transactors list with --ingress-identity.
+    #[arg(long)]
+    pub upstream_cert: Option<PathBuf>,
+    /// PEM private key of --upstream-cert.
+    #[arg(long)]
+    pub upstream_key: Option<PathBuf>,
+    /// Connections in this process's `PostgreSQL` pool, shared by every
+    /// database it serves [default: 16].
+    #[arg(long)]
+    pub storage_pool_size: Option<usize>,
+    /// Log filter (tracing `EnvFilter` syntax) [default: info].
+    #[arg(long, env = "CORIUM_FLEET_LOG")]
+    pub log: Option<String>,
+    /// Log line format: `text`, or `json` (one object a line, with the
+    /// current span's fields: the correlation id of a call) [default: text].
+    #[arg(long, value_enum, env = "CORIUM_FLEET_LOG_FORMAT")]
+    pub log_format: Option<corium_fleet_common::telemetry::LogFormat>,
+    /// With the mTLS hop: a node's certificate must name its node id (as a
+    /// DNS name), so a registry record pointing one node's id at another
+    /// endpoint is refused. Turn off only for certificates shared by all
+    /// nodes (the chart's shared-certificate modes) [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub verify_node_identity: Option<bool>,
+    /// Client authentication: stock Corium's flags (flags and environment
+    /// only; secrets stay out of the configuration file).
+    #[command(flatten)]
+    #[serde(skip)]
+    pub auth: corium_fleet_common::auth::AuthFlags,
+}

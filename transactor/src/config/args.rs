@@ -1,0 +1,180 @@
+//! `corium-fleet-transactor`'s flags, as clap parses them and as the
+//! `--config` file spells them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// `corium-fleet-transactor` flags. Every flag can also be set in the file
+/// given to `--config` (same names, `snake_case`); a flag given on the command
+/// line wins over the file.
+#[derive(Debug, Default, clap::Parser, Deserialize)]
+#[command(
+    name = "corium-fleet-transactor",
+    version,
+    about = "A Corium Fleet transactor node"
+)]
+#[serde(deny_unknown_fields, default)]
+pub struct Args {
+    /// TOML file with any of the settings below.
+    #[arg(long, env = "CORIUM_FLEET_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Stable node id, unique in the fleet (e.g. the `StatefulSet` pod name).
+    #[arg(long, env = "CORIUM_FLEET_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Failure domain (zone); candidates spread across zones.
+    #[arg(long, env = "CORIUM_FLEET_ZONE")]
+    pub zone: Option<String>,
+    /// File holding the zone (e.g. written by an init container from the
+    /// Kubernetes node's `topology.kubernetes.io/zone` label); used when
+    /// --zone is not given. Surrounding whitespace is ignored.
+    #[arg(long)]
+    pub zone_file: Option<PathBuf>,
+    /// Relative capacity for placement [default: 1].
+    #[arg(long)]
+    pub weight: Option<u32>,
+    /// gRPC listen address [default: 127.0.0.1:7001].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Admin HTTP listen address for /metrics, /healthz, /readyz
+    /// [default: 127.0.0.1:9101].
+    #[arg(long)]
+    pub admin_listen: Option<SocketAddr>,
+    /// Internal endpoint other fleet members and the ingress use to reach this
+    /// node; written into the lease record [default: `http://LISTEN`].
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Storage: `filesystem` (under --data-dir), `postgres://…`, or
+    /// `s3://BUCKET[/PREFIX]` (with --s3-endpoint / AWS_* credentials)
+    /// [default: filesystem].
+    #[arg(long, env = "CORIUM_FLEET_STORAGE")]
+    pub storage: Option<String>,
+    /// Data directory: the filesystem store and logs, shared by every node of
+    /// a filesystem fleet [default: ./.corium-fleet/data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// S3 endpoint URL (for S3-compatible servers).
+    #[arg(long, env = "CORIUM_FLEET_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region [default: us-east-1].
+    #[arg(long, env = "AWS_REGION")]
+    pub s3_region: Option<String>,
+    /// Write-lease time to live in milliseconds; renewals run every third of
+    /// it, and it bounds failover time after a crash [default: 5000].
+    #[arg(long)]
+    pub lease_ttl_ms: Option<i64>,
+    /// Release and drop a database's cell after this long with no call and
+    /// no subscription (0: never); its next request activates it again
+    /// [default: 600000].
+    #[arg(long)]
+    pub idle_evict_after_ms: Option<u64>,
+    /// Smallest `retention_millis` a `GcDeletedDatabases` call may ask for:
+    /// an unreachable blob younger than this may belong to an index a live
+    /// database is still publishing, so it is never swept [default: 3600000].
+    #[arg(long)]
+    pub gc_min_retention_ms: Option<u64>,
+    /// How long a drain (SIGTERM) may take, in milliseconds: set it a few
+    /// seconds below the pod's `terminationGracePeriodSeconds` (the chart
+    /// does). Databases are handed to their next candidate, more at once if
+    /// the pace would miss the deadline; those not handed over in time are
+    /// released, so their successor activates them on the next request
+    /// without waiting out the lease [default: 50000].
+    #[arg(long)]
+    pub drain_deadline_ms: Option<u64>,
+    /// Most `Subscribe` streams this node serves at once; more are refused
+    /// `RESOURCE_EXHAUSTED` [default: 10000].
+    #[arg(long)]
+    pub max_subscriptions: Option<usize>,
+    /// Most `Subscribe` streams one database serves at once [default: 1000].
+    #[arg(long)]
+    pub max_subscriptions_per_database: Option<usize>,
+    /// Most `Subscribe` streams one principal has open on this node at once
+    /// (every anonymous caller is the one anonymous principal)
+    /// [default: 5000].
+    #[arg(long)]
+    pub max_subscriptions_per_principal: Option<usize>,
+    /// Client calls running at once on this node; more wait in a queue
+    /// [default: 256].
+    #[arg(long)]
+    pub max_inflight_calls: Option<usize>,
+    /// Client calls waiting for a place at once; more are refused
+    /// `RESOURCE_EXHAUSTED` at once [default: 1024].
+    #[arg(long)]
+    pub max_queued_calls: Option<usize>,
+    /// How long a call waits for a place before it is refused
+    /// `RESOURCE_EXHAUSTED`, in milliseconds [default: 500].
+    #[arg(long)]
+    pub max_queue_wait_ms: Option<u64>,
+    /// Client calls running or waiting at once for one database, so one hot
+    /// database cannot take every place [default: 128].
+    #[arg(long)]
+    pub max_inflight_per_database: Option<usize>,
+    /// Calls a second one principal may start on this node (the burst is one
+    /// second's worth); 0: no limit. Every caller without credentials is the
+    /// one anonymous principal [default: 0].
+    #[arg(long)]
+    pub rate_limit_per_principal: Option<u32>,
+    /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
+    /// This node is added from its own flags when not listed.
+    #[arg(long = "member")]
+    pub members: Option<Vec<String>>,
+    /// Node-registry record time to live in milliseconds [default: 10000].
+    #[arg(long)]
+    pub registry_ttl_ms: Option<u64>,
+    /// How often the registry record is renewed and the live members re-read,
+    /// in milliseconds [default: 3000].
+    #[arg(long)]
+    pub registry_renew_ms: Option<u64>,
+    /// Candidates per database [default: 2].
+    #[arg(long)]
+    pub replicas: Option<usize>,
+    /// Operator placement map: lines `database = node, node` (best first)
+    /// that override rendezvous placement. Checked at start (exit 2 with the
+    /// line at fault) and re-read every few seconds; a bad edit is refused
+    /// and the previous map stays in force.
+    #[arg(long)]
+    pub placement_map: Option<PathBuf>,
+    /// PEM certificate this node serves with. With --tls-key and
+    /// --tls-client-ca the gRPC port speaks mTLS only.
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// PEM fleet CA: every client must present a certificate it signed.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Certificate name (CN or DNS name) that marks an ingress peer, whose
+    /// `corium-principal` is trusted; repeatable [default: corium-fleet-ingress].
+    #[arg(long = "ingress-identity")]
+    pub ingress_identities: Option<Vec<String>>,
+    /// Connections in this process's `PostgreSQL` pool, shared by every
+    /// database it serves [default: 16].
+    #[arg(long)]
+    pub storage_pool_size: Option<usize>,
+    /// Log filter (tracing `EnvFilter` syntax) [default: info].
+    #[arg(long, env = "CORIUM_FLEET_LOG")]
+    pub log: Option<String>,
+    /// Log line format: `text`, or `json` (one object a line, with the
+    /// current span's fields: the correlation id of a call) [default: text].
+    #[arg(long, value_enum, env = "CORIUM_FLEET_LOG_FORMAT")]
+    pub log_format: Option<corium_fleet_common::telemetry::LogFormat>,
+    /// With mTLS: a peer node's certificate must name its node id (as a DNS
+    /// name) when this node dials it (handoff, drain). Turn off only for
+    /// certificates shared by all nodes (the chart's shared-certificate
+    /// modes) [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub verify_node_identity: Option<bool>,
+    /// Client authentication: stock Corium's flags, the same as the
+    /// ingress's (flags and environment only; secrets stay out of the
+    /// configuration file).
+    #[command(flatten)]
+    #[serde(skip)]
+    pub auth: corium_fleet_common::auth::AuthFlags,
+    /// Policy authorization: stock Corium's `--authz-*` flags.
+    #[command(flatten)]
+    #[serde(skip)]
+    pub authz: crate::authz::AuthzFlags,
+}
