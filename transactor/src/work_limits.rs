@@ -192,6 +192,13 @@ impl WorkLimits {
         }
     }
 
+    /// Whether calls count against a per-principal rate
+    /// (`--rate-limit-per-principal`); when not, the principal is not needed.
+    #[must_use]
+    pub const fn rates_principals(&self) -> bool {
+        self.config.rate_per_principal > 0
+    }
+
     /// Calls waiting for a place now.
     #[must_use]
     pub fn waiting(&self) -> usize {

@@ -51,8 +51,14 @@ pub(crate) async fn enter<T>(
     request: &Request<T>,
     db: &str,
 ) -> Result<crate::work_limits::WorkPermit, Status> {
-    let principal = corium_protocol::authz::principal(request);
-    let key = format!("{}:{}", principal.provider, principal.subject);
+    // The principal is read (and its key built) only when a rate counts
+    // against it: every call passes here.
+    let key = if host.work.rates_principals() {
+        let principal = corium_protocol::authz::principal(request);
+        format!("{}:{}", principal.provider, principal.subject)
+    } else {
+        String::new()
+    };
     let admitted = host.work.enter(&key, db, None).await.map_err(|(shed, status)| {
         tracing::debug!(db, principal = %key, reason = shed.label(), "call shed");
         status
