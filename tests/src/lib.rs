@@ -7,6 +7,8 @@
 //! - [`backend`] — [`Backend`]: the filesystem store, or `PostgreSQL` (a fresh
 //!   database per test on the server named by `CORIUM_FLEET_TEST_PG_URL`,
 //!   which `make test` starts);
+//! - [`balancer`] — a round-robin TCP balancer without affinity in front of
+//!   several ingresses (a Kubernetes Service);
 //! - [`ports`] — [`free_port`] (reserved across test processes) and
 //!   [`bin_dir`];
 //! - [`node`] — [`Node`]: one process (spawn, signal, SIGKILL, SIGTERM,
@@ -31,6 +33,7 @@
 //!   sharing one store through `FaultyStore`s.
 
 pub mod backend;
+pub mod balancer;
 pub mod checker;
 pub mod cli;
 pub mod corium;

@@ -5,54 +5,12 @@
 //! new connection to whichever ingress it picks, the new one included. A
 //! stock client's writes all succeed throughout.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use corium_fleet_tests::balancer::Balancer;
 use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::{Backend, Fleet, http_get, metric};
 use corium_protocol::pb::transactor_client::TransactorClient;
-
-/// A round-robin TCP balancer on loopback over a changing list of ports.
-struct Balancer {
-    port: u16,
-    targets: Arc<Mutex<Vec<u16>>>,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-impl Balancer {
-    async fn start(targets: Vec<u16>) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let targets = Arc::new(Mutex::new(targets));
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let next = Arc::new(AtomicUsize::new(0));
-        let shared = Arc::clone(&targets);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = &mut stopped => return,
-                };
-                let Ok((mut client, _)) = accepted else { continue };
-                let target = {
-                    let targets = shared.lock().unwrap();
-                    targets[next.fetch_add(1, Ordering::Relaxed) % targets.len()]
-                };
-                tokio::spawn(async move {
-                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                    }
-                });
-            }
-        });
-        Self {
-            port,
-            targets,
-            _stop: stop,
-        }
-    }
-}
 
 async fn transacts_ok(admin: u16) -> f64 {
     let (_, text) = http_get(admin, "/metrics").await.expect("metrics");
@@ -73,7 +31,7 @@ async fn a_long_lived_client_reaches_an_ingress_added_later_once_connections_age
     let age = ["--max-connection-age-ms", "1500"];
     fleet.start_ingresses(1, &age).await;
     let balancer = Balancer::start(vec![fleet.ingresses[0].grpc]).await;
-    let address = format!("http://127.0.0.1:{}", balancer.port);
+    let address = balancer.endpoint();
     assert!(corium::create(&address, "spread").await.unwrap());
     // One client, one channel, for the whole test (as a long-lived service).
     let mut client = TransactorClient::new(channel(&address).await);
@@ -94,7 +52,7 @@ async fn a_long_lived_client_reaches_an_ingress_added_later_once_connections_age
     // A second ingress joins (the HPA scaled out); the balancer sends it
     // half of the new connections.
     fleet.start_ingresses(1, &age).await;
-    balancer.targets.lock().unwrap().push(fleet.ingresses[1].grpc);
+    balancer.add(fleet.ingresses[1].grpc);
     let before = transacts_ok(fleet.ingresses[1].admin).await;
     assert!(before.abs() < f64::EPSILON, "nothing reached it yet");
     // Within a few connection ages, the client's connection lands on it.

@@ -6,7 +6,11 @@
 //! databases is killed with SIGKILL (and restarted) and paused past its lease; on top,
 //! every incarnation is armed to abort on its own as owner, right after a
 //! commit or (`PostgreSQL`) right after a log append lands, and loses some log
-//! acknowledgements before that. The checker then counts
+//! acknowledgements before that. Routing has no affinity: two ingresses
+//! sit behind a round-robin TCP balancer (a Kubernetes Service) and close
+//! connections older than 2 s, so a stock connection moves between them;
+//! the raw stub sends each attempt through the other ingress than the last.
+//! The checker then counts
 //! every item committed twice — acknowledged or not — and every
 //! acknowledgement the durable log does not hold.
 //!
@@ -17,9 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corium_fleet_faults::Rng;
+use corium_fleet_tests::balancer::Balancer;
 use corium_fleet_tests::checker::{self, Ack, Durable, History};
 use corium_fleet_tests::corium;
-use corium_fleet_tests::{Backend, Fleet, eventually};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::outcome;
 use corium_peer::{ConnectConfig, Connection, PeerError};
 use corium_protocol::pb::transactor_client::TransactorClient;
@@ -115,18 +120,25 @@ fn record(
 
 /// A raw stub writing unique items with no request id, resending exactly
 /// what a stock peer resends (its rule, `outcome::stock_peer_resends`) and
-/// nothing else.
+/// nothing else; each attempt goes to the next of `addresses`, so a resend
+/// never reaches the ingress that saw the first attempt.
 async fn raw_writer(
-    address: String,
+    addresses: Vec<String>,
     db: String,
     started: Instant,
     history: Arc<Mutex<History>>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let endpoint = tonic::transport::Endpoint::from_shared(address)
-        .unwrap()
-        .connect_timeout(Duration::from_secs(2));
-    let mut client = TransactorClient::new(endpoint.connect_lazy());
+    let mut clients: Vec<_> = addresses
+        .into_iter()
+        .map(|address| {
+            let endpoint = tonic::transport::Endpoint::from_shared(address)
+                .unwrap()
+                .connect_timeout(Duration::from_secs(2));
+            TransactorClient::new(endpoint.connect_lazy())
+        })
+        .collect();
+    let mut attempt = 0;
     for n in 0.. {
         if *stop.borrow() {
             break;
@@ -142,6 +154,9 @@ async fn raw_writer(
             let mut request = tonic::Request::new(corium::transact_request(&db, &item));
             request.set_timeout(Duration::from_mins(1));
             history.lock().unwrap().attempts += 1;
+            attempt += 1;
+            let next = attempt % clients.len();
+            let client = &mut clients[next];
             match client.transact(request).await {
                 Ok(answer) => {
                     let ack = Ack::answered(&db, &item, "", &answer, started.elapsed());
@@ -264,8 +279,12 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
         }
         fleet.nodes[index].restart().await;
     }
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    fleet
+        .start_ingresses(2, &["--max-connection-age-ms", "2000"])
+        .await;
+    let balancer = Balancer::start(fleet.ingresses.iter().map(|ingress| ingress.grpc).collect()).await;
+    let address = balancer.endpoint();
+    let direct: Vec<String> = fleet.ingresses.iter().map(|ingress| ingress.endpoint()).collect();
     // Two databases with the same top candidate, so every fault lands on
     // the owner of both.
     let first = "stock-0".to_owned();
@@ -294,7 +313,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
             stop.clone(),
         )));
         writers.push(tokio::spawn(raw_writer(
-            address.clone(),
+            direct.clone(),
             db.clone(),
             started,
             Arc::clone(&history),
@@ -364,6 +383,16 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
     eprintln!(
         "{kills_done} SIGKILLs, {aborted} self-aborts after a commit or an append, {pauses_done} pauses past the lease"
     );
+    // No affinity: both ingresses carried writes.
+    for ingress in &fleet.ingresses {
+        let (_, text) = http_get(ingress.admin, "/metrics").await.expect("metrics");
+        let served = metric(
+            &text,
+            "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}",
+        )
+        .unwrap_or(0.0);
+        assert!(served >= 1.0, "ingress {} carried no write", ingress.grpc);
+    }
     let mut durable = Durable::default();
     for db in &dbs {
         durable
