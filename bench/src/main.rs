@@ -381,19 +381,31 @@ async fn recovery(args: &Args, server: Option<&str>, label: &str, report: &mut R
     } else {
         &[0, 1000, 4000, 16000]
     };
-    let points = scenario::recovery::run(backend(server), lengths, args.rounds).await?;
-    println!("\n== recovery ({label}): handoff unavailability against history length ==");
-    for point in &points {
-        // Milliseconds of one handoff: far inside f64's exact integers (2^53).
-        #[allow(clippy::cast_precision_loss)]
-        let ms: Vec<f64> = point.handoff_ms.iter().map(|ms| *ms as f64).collect();
-        println!(
-            "{:>6} transactions: {} ms",
-            point.transactions,
-            stats::spread(&ms)
-        );
+    // The activation read-ahead off (record by record, as Corium reads) and
+    // on (the default), in one run.
+    for (variant, flags) in [
+        ("read-ahead off", &["--activation-read-ahead-mib", "0"][..]),
+        ("read-ahead on", &[][..]),
+    ] {
+        let points = scenario::recovery::run(backend(server), lengths, args.rounds, flags).await?;
+        println!("\n== recovery ({label}, {variant}): handoff unavailability against history length ==");
+        for point in &points {
+            // Milliseconds of one handoff: far inside f64's exact integers (2^53).
+            #[allow(clippy::cast_precision_loss)]
+            let ms: Vec<f64> = point.handoff_ms.iter().map(|ms| *ms as f64).collect();
+            println!(
+                "{:>6} transactions: {} ms",
+                point.transactions,
+                stats::spread(&ms)
+            );
+        }
+        let key = if flags.is_empty() {
+            "read_ahead"
+        } else {
+            "record_by_record"
+        };
+        report.insert(format!("recovery_{label}_{key}"), serde_json::to_value(&points)?);
     }
-    report.insert(format!("recovery_{label}"), serde_json::to_value(&points)?);
     Ok(())
 }
 

@@ -8,6 +8,8 @@
 //!   its backend configuration;
 //! - [`open`](mod@open) — opening it through Corium's backend registry, with
 //!   bounded retries;
+//! - [`prefix_read`] — every root under a prefix with its bytes, in one
+//!   query on `PostgreSQL` (a database's log records on activation);
 //! - [`postgres`] — `PostgreSQL` over a pool of a stated size, with the
 //!   listing index created at start;
 //! - [`roots`] — the one reader of a database's catalog entry and lease;
@@ -18,11 +20,12 @@
 pub mod delegate;
 pub mod open;
 pub mod postgres;
+pub mod prefix_read;
 pub mod registry;
 pub mod roots;
 pub mod storage;
 
-pub use open::{DEFAULT_POOL_SIZE, OpenError, open, open_with_pool};
+pub use open::{DEFAULT_POOL_SIZE, OpenError, Opened, open, open_store, open_with_pool};
 pub use roots::{ReadError, RootView};
 pub use storage::{Storage, StorageFlagError};
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use corium_store::{FullStore, StorageConfig, StoreError, storage_backend};
 
 use crate::Storage;
+use crate::prefix_read::{ListThenRead, PrefixRead};
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -63,11 +64,17 @@ pub fn backend_config(storage: &Storage, data_dir: &Path) -> Result<StorageConfi
 /// says otherwise: shared by every database the process serves.
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
-async fn open_once(
-    storage: &Storage,
-    data_dir: &Path,
-    pool_size: usize,
-) -> Result<Arc<dyn FullStore>, StoreError> {
+/// An opened store and the way to read many of its roots at once.
+#[derive(Clone)]
+pub struct Opened {
+    /// The store, as Corium's backend opened it.
+    pub store: Arc<dyn FullStore>,
+    /// Bulk reads of the roots under a prefix: one query on `PostgreSQL`,
+    /// listing and concurrent reads elsewhere.
+    pub prefix_read: Arc<dyn PrefixRead>,
+}
+
+async fn open_once(storage: &Storage, data_dir: &Path, pool_size: usize) -> Result<Opened, StoreError> {
     register_backends();
     if let Storage::Postgres { url } = storage {
         // Corium's store over a pool of the stated size, with the listing
@@ -76,7 +83,11 @@ async fn open_once(
     }
     let backend = storage_backend(storage.kind())
         .ok_or_else(|| StoreError::BackendUnavailable(storage.kind().to_owned()))?;
-    backend.open(&backend_config(storage, data_dir)?).await
+    let store = backend.open(&backend_config(storage, data_dir)?).await?;
+    Ok(Opened {
+        prefix_read: Arc::new(ListThenRead(Arc::clone(&store))),
+        store,
+    })
 }
 
 /// Opens `storage` (bounded by `timeout` per attempt) with the default pool
@@ -103,6 +114,21 @@ pub async fn open_with_pool(
     timeout: Duration,
     pool_size: usize,
 ) -> Result<Arc<dyn FullStore>, OpenError> {
+    open_store(storage, data_dir, timeout, pool_size)
+        .await
+        .map(|opened| opened.store)
+}
+
+/// [`open_with_pool`], with the store's bulk prefix reader.
+///
+/// # Errors
+/// The last attempt's failure.
+pub async fn open_store(
+    storage: &Storage,
+    data_dir: &Path,
+    timeout: Duration,
+    pool_size: usize,
+) -> Result<Opened, OpenError> {
     const ATTEMPTS: u32 = 8;
     let describe = storage.describe();
     let mut attempt = 1;

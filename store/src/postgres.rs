@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use corium_store::{FullStore, StoreError};
+use corium_store::StoreError;
 use corium_store_postgres::PostgresBlobStore;
 
 /// The index that serves `LIKE 'prefix%'` listings of `corium_roots`.
@@ -79,13 +79,17 @@ async fn ensure_listing_index(pool: &deadpool_postgres::Pool) -> Result<(), Stor
 }
 
 /// Opens the store at `url` over a pool of `pool_size` connections, with
-/// its tables and the listing index in place.
+/// its tables and the listing index in place, and its bulk prefix reader
+/// over the same pool.
 ///
 /// # Errors
 /// `PostgreSQL` unreachable, the tables or the index cannot be made.
-pub async fn open(url: &str, pool_size: usize) -> Result<Arc<dyn FullStore>, StoreError> {
+pub async fn open(url: &str, pool_size: usize) -> Result<crate::Opened, StoreError> {
     let pool = pool(url, pool_size)?;
     let store = PostgresBlobStore::from_pool(pool.clone()).await?;
     ensure_listing_index(&pool).await?;
-    Ok(Arc::new(store))
+    Ok(crate::Opened {
+        store: Arc::new(store),
+        prefix_read: Arc::new(crate::prefix_read::PostgresPrefixRead(pool)),
+    })
 }

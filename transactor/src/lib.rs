@@ -7,6 +7,7 @@
 //! Layout:
 //! - [`config`] — flags, config file, validation;
 //! - [`view`] — the storage view backend that scopes a cell to its database;
+//! - [`read_ahead`] — a database's log read in one go while its cell opens;
 //! - [`cell`] — opening, draining, evicting one database's cell;
 //! - [`fork`] — fleet-wide reservation of fork target names;
 //! - [`host`] — all cells of a node and the ownership decision;
@@ -46,6 +47,7 @@ pub mod incoming;
 pub mod metrics;
 pub mod peer;
 pub mod principal;
+pub mod read_ahead;
 pub mod request_id;
 pub mod seams;
 pub mod service;
@@ -240,7 +242,9 @@ async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_stor
 }
 
 /// Starts a node's host over `store` (already opened, and wrapped as the
-/// caller wants), with cells opened through the storage view `view_kind`.
+/// caller wants), with cells opened through the storage view `view_kind`,
+/// their logs read ahead through `prefix_read` (`None`: listing and reads
+/// through `store`).
 ///
 /// # Errors
 /// A bad placement map, or the registry refuses this node (a live duplicate
@@ -248,6 +252,7 @@ async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_stor
 pub async fn start(
     config: Config,
     store: Arc<dyn corium_store::FullStore>,
+    prefix_read: Option<Arc<dyn corium_fleet_store::prefix_read::PrefixRead>>,
     view_kind: &'static str,
     admin: Option<TcpListener>,
     after_commit: Option<seams::CommitObserver>,
@@ -264,6 +269,12 @@ pub async fn start(
         generation: std::sync::atomic::AtomicU64::new(1),
         advertise: config.advertise.clone(),
         lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+        read_ahead: read_ahead::Budget::new(
+            config.activation_read_ahead_mib,
+            prefix_read.unwrap_or_else(|| {
+                Arc::new(corium_fleet_store::prefix_read::ListThenRead(Arc::clone(&base)))
+            }),
+        ),
     };
     let peers = peer::Peers::new(
         config.tls.as_ref(),
@@ -380,7 +391,7 @@ pub async fn run_with(
     })?;
     let Listeners { grpc, admin } = listeners;
     let ready = async {
-        let opened = corium_fleet_store::open_with_pool(
+        let opened = corium_fleet_store::open_store(
             &config.storage,
             &config.data_dir,
             config.storage_timeout * 2,
@@ -388,16 +399,18 @@ pub async fn run_with(
         )
         .await
         .map_err(Error::Open)?;
-        let store = match wrap_store {
-            Some(wrap) => wrap(opened).map_err(Error::Config)?,
-            None => opened,
+        // A wrapped store (fault injection) is read ahead through the
+        // wrapper, so its faults reach the read-ahead too.
+        let (store, prefix_read) = match wrap_store {
+            Some(wrap) => (wrap(opened.store).map_err(Error::Config)?, None),
+            None => (opened.store, Some(opened.prefix_read)),
         };
         let kind = config.storage.kind();
         let placement = corium_store::storage_backend(kind)
             .map(|backend| backend.capabilities().log_placement)
             .ok_or_else(|| Error::Config(format!("storage backend {kind:?} is not compiled in")))?;
         let view_kind = view::kind_for(placement)?;
-        start(config, store, view_kind, Some(admin), after_commit).await
+        start(config, store, prefix_read, view_kind, Some(admin), after_commit).await
     };
     let (grpc, started) = refuse_until(grpc, ready).await;
     let Running {

@@ -8,6 +8,9 @@
 //!   database (activation is O(1), never a catalog scan);
 //! - fences writes (`cas_root`, `delete_root`) to root names the database
 //!   owns, so a cell can never write another database's roots;
+//! - answers the first listing of the cell's log during its activation with
+//!   one bulk read, and Corium's reads of those records from memory
+//!   ([`read_ahead`](crate::read_ahead));
 //! - passes every other call through: blobs are content-addressed and shared,
 //!   and `list_roots("db:")` must stay unfiltered for garbage collection to
 //!   see every live root (design note 0002 has the negative control).
@@ -20,6 +23,8 @@
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+
+use crate::read_ahead::ReadAhead;
 use corium_store::{
     BackendCapabilities, FullStore, LogPlacement, ReadStore, RootStore, StorageBackend, StorageConfig,
     StoreError,
@@ -83,6 +88,8 @@ pub struct CellView {
     db: Option<String>,
     /// Fork targets the cell is currently allowed to write.
     fork_targets: ForkTargets,
+    /// The activation's read-ahead of the log, while the cell opens.
+    read_ahead: Option<Arc<ReadAhead>>,
 }
 
 /// Whether root `name` belongs to database `db` (its saga branches included).
@@ -126,6 +133,9 @@ corium_fleet_store::delegate_blobs!(CellView, base);
 #[async_trait]
 impl RootStore for CellView {
     async fn get_root(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(record) = self.read_ahead.as_ref().and_then(|ahead| ahead.get(name)) {
+            return Ok(Some(record));
+        }
         self.base.get_root(name).await
     }
 
@@ -144,6 +154,11 @@ impl RootStore for CellView {
     }
 
     async fn list_roots(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        if let Some(ahead) = &self.read_ahead
+            && let Some(listed) = ahead.list(prefix, self.base.as_ref()).await
+        {
+            return listed;
+        }
         if prefix != "meta:" {
             return self.base.list_roots(prefix).await;
         }
@@ -211,6 +226,9 @@ impl ViewBackend {
                 .extension::<ForkTargets>()
                 .map(|targets| (*targets).clone())
                 .unwrap_or_default(),
+            read_ahead: config
+                .extension::<Arc<ReadAhead>>()
+                .map(|ahead| Arc::clone(&*ahead)),
         })
     }
 }
@@ -251,13 +269,22 @@ pub fn kind_for(placement: LogPlacement) -> Result<&'static str, MemoryNotShared
 }
 
 /// The `StorageConfig` of a view over `base` for `db` (`None`: the GC view),
-/// allowed to write `fork_targets` too.
+/// allowed to write `fork_targets` too, reading its log ahead with
+/// `read_ahead` while it opens.
 #[must_use]
-pub fn config(base: &Arc<dyn FullStore>, db: Option<&str>, fork_targets: &ForkTargets) -> StorageConfig {
+pub fn config(
+    base: &Arc<dyn FullStore>,
+    db: Option<&str>,
+    fork_targets: &ForkTargets,
+    read_ahead: Option<&Arc<ReadAhead>>,
+) -> StorageConfig {
     let mut config = StorageConfig::from_value(serde_json::json!({ "db": db }))
         .unwrap_or_else(|_| unreachable!("a JSON object"));
     config.insert_extension(BaseStore(Arc::clone(base)));
     config.insert_extension(fork_targets.clone());
+    if let Some(read_ahead) = read_ahead {
+        config.insert_extension(Arc::clone(read_ahead));
+    }
     config
 }
 
@@ -271,6 +298,7 @@ mod tests {
             base,
             db: Some(db.into()),
             fork_targets: ForkTargets::default(),
+            read_ahead: None,
         }
     }
 

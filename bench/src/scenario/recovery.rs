@@ -22,9 +22,15 @@ pub(crate) struct Point {
 ///
 /// # Errors
 /// A failed request or handoff.
-pub(crate) async fn run(backend: Backend, lengths: &[usize], reps: usize) -> anyhow::Result<Vec<Point>> {
+pub(crate) async fn run(
+    backend: Backend,
+    lengths: &[usize],
+    reps: usize,
+    node_flags: &[&str],
+) -> anyhow::Result<Vec<Point>> {
     let mut fleet = Fleet::builder(backend)
         .lease_ttl(Duration::from_secs(5))
+        .node_flags(node_flags)
         .start()
         .await;
     fleet.start_ingresses(1, &[]).await;

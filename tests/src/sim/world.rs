@@ -121,6 +121,7 @@ impl World {
             drain_timeout: Duration::from_secs(2),
             drain_deadline: Duration::from_secs(50),
             storage_pool_size: 16,
+            activation_read_ahead_mib: 256,
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
             gc_min_retention: Duration::from_hours(1),
@@ -153,6 +154,7 @@ impl World {
         let running = corium_fleet_transactor::start(
             config,
             Arc::clone(&store) as Arc<dyn FullStore>,
+            None,
             view_kind,
             None,
             None,

@@ -113,7 +113,14 @@ impl Cell {
     /// [`OpenError::Held`] when another owner holds an unexpired lease.
     pub async fn open(template: &Template, db: &str) -> Result<Arc<Self>, OpenError> {
         let fork_targets = view::ForkTargets::default();
-        let node = match TransactorNode::open(template.node_config(Some(db), &fork_targets)).await {
+        // The log is read in one go for the two recovery passes, then dropped.
+        let read_ahead = template.read_ahead.start(db);
+        let opened =
+            TransactorNode::open(template.node_config(Some(db), &fork_targets, read_ahead.as_ref())).await;
+        if let Some(read_ahead) = &read_ahead {
+            read_ahead.finish();
+        }
+        let node = match opened {
             Ok(node) => node,
             Err(NodeError::Lease(lease::LeaseError::Held {
                 owner,
@@ -149,7 +156,7 @@ impl Cell {
         request.schema = crate::request_id::record::with_schema(&request.schema)
             .map_err(tonic::Status::invalid_argument)?;
         let fork_targets = view::ForkTargets::default();
-        let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets))
+        let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets, None))
             .await
             .map_err(|error| crate::error::node_status(&error))?;
         if !node.list_dbs().is_empty() {

@@ -8,7 +8,7 @@ use corium_store::FullStore;
 use corium_transactor::StoreSpec;
 use corium_transactor::node::NodeConfig;
 
-use crate::view;
+use crate::{read_ahead, view};
 
 /// Everything a node needs to open cells; shared by all of them.
 pub struct Template {
@@ -32,6 +32,8 @@ pub struct Template {
     pub advertise: String,
     /// The lease TTL every cell acquires with.
     pub lease_ttl_ms: i64,
+    /// The node's log read-ahead for activations (`read_ahead.rs`).
+    pub read_ahead: read_ahead::Budget,
 }
 
 impl Template {
@@ -43,9 +45,17 @@ impl Template {
             .is_some_and(|rest| rest.starts_with('.'))
     }
 
-    pub(super) fn node_config(&self, db: Option<&str>, fork_targets: &view::ForkTargets) -> NodeConfig {
+    pub(super) fn node_config(
+        &self,
+        db: Option<&str>,
+        fork_targets: &view::ForkTargets,
+        read_ahead: Option<&Arc<read_ahead::ReadAhead>>,
+    ) -> NodeConfig {
         let mut config = NodeConfig::new(self.data_dir.clone());
-        config.store = StoreSpec::new(self.view_kind, view::config(&self.base, db, fork_targets));
+        config.store = StoreSpec::new(
+            self.view_kind,
+            view::config(&self.base, db, fork_targets, read_ahead),
+        );
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         config.owner = format!("{}.{generation}", self.owner_prefix);
         config.lease_ttl_ms = self.lease_ttl_ms;

@@ -154,6 +154,11 @@ pub struct Args {
     /// database it serves [default: 16].
     #[arg(long)]
     pub storage_pool_size: Option<usize>,
+    /// Memory for reading a database's log in one go while it activates
+    /// (one query on `PostgreSQL`), shared by concurrent activations, at most
+    /// 64 MiB each; 0 turns read-ahead off [default: 256].
+    #[arg(long)]
+    pub activation_read_ahead_mib: Option<usize>,
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,

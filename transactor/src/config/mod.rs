@@ -81,6 +81,7 @@ impl Args {
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
+            activation_read_ahead_mib: self.activation_read_ahead_mib.or(file.activation_read_ahead_mib),
             log: self.log.or(file.log),
             log_format: self.log_format.or(file.log_format),
         })
@@ -237,6 +238,7 @@ impl Args {
                 0 => return Err(ConfigError::from("--storage-pool-size must be at least 1")),
                 n => n,
             },
+            activation_read_ahead_mib: self.activation_read_ahead_mib.unwrap_or(256),
             drain_deadline: match self.drain_deadline_ms.unwrap_or(50_000) {
                 0 => return Err(ConfigError::from("--drain-deadline-ms must be positive")),
                 ms => Duration::from_millis(ms),

@@ -57,6 +57,8 @@ pub struct Config {
     pub storage_timeout: Duration,
     /// Connections in the `PostgreSQL` pool (at least 1).
     pub storage_pool_size: usize,
+    /// The node's activation read-ahead budget in MiB (0: off).
+    pub activation_read_ahead_mib: usize,
     /// How long a drain may take before the databases not yet handed over
     /// are only released.
     pub drain_deadline: Duration,

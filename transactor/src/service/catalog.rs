@@ -219,7 +219,7 @@ impl Catalog for FleetCatalog {
         let mut config = NodeConfig::new(host.template.data_dir.clone());
         config.store = StoreSpec::new(
             host.template.view_kind,
-            view::config(&host.base, None, &view::ForkTargets::default()),
+            view::config(&host.base, None, &view::ForkTargets::default(), None),
         );
         // This view hosts nothing and takes no lease.
         config.owner = format!("{}.gc", host.template.owner_prefix);
