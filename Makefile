@@ -78,11 +78,13 @@ fmt:
 clean-run:
 	rm -rf .corium-fleet
 
-## Container images (needs Docker with BuildKit): both targets of docker/Dockerfile, tagged
-## IMAGE_PREFIX/corium-fleet-{transactor,ingress}:IMAGE_TAG. Push with `docker push` afterwards.
+## Container images IMAGE_PREFIX/corium-fleet-{transactor,ingress}:IMAGE_TAG (scripts/images.sh).
+## With a Docker engine that answers (`docker info`): both targets of docker/Dockerfile (BuildKit);
+## push with `docker push` afterwards. Without one: daemonless with buildah (installed if missing),
+## FROM scratch with the host's release build and Debian 12 glibc, storage in target/images/containers,
+## plus target/images/corium-fleet-{transactor,ingress}.oci.tar; each image is run and checked.
+## IMAGE_BUILDER=docker|buildah forces one path.
 IMAGE_PREFIX ?= corium-fleet
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 images:
-	@command -v docker >/dev/null || { echo "make images needs docker (with BuildKit)"; exit 2; }
-	docker build -f docker/Dockerfile --target transactor -t $(IMAGE_PREFIX)/corium-fleet-transactor:$(IMAGE_TAG) .
-	docker build -f docker/Dockerfile --target ingress -t $(IMAGE_PREFIX)/corium-fleet-ingress:$(IMAGE_TAG) .
+	IMAGE_PREFIX=$(IMAGE_PREFIX) IMAGE_TAG=$(IMAGE_TAG) bash scripts/images.sh
