@@ -381,13 +381,26 @@ async fn recovery(args: &Args, server: Option<&str>, label: &str, report: &mut R
     } else {
         &[0, 1000, 4000, 16000]
     };
-    // The activation read-ahead off (record by record, as Corium reads) and
-    // on (the default), in one run.
-    for (variant, flags) in [
-        ("read-ahead off", &["--activation-read-ahead-mib", "0"][..]),
-        ("read-ahead on", &[][..]),
-    ] {
-        let points = scenario::recovery::run(backend(server), lengths, args.rounds, flags).await?;
+    // Corium's own reads (record by record, delayed ACKs), then the fleet's
+    // remedies added one by one (the last is the default), side by side in
+    // one run.
+    let variants: [(&str, &str, &[&str]); 3] = [
+        (
+            "as Corium reads",
+            "as_corium",
+            &[
+                "--activation-read-ahead-mib",
+                "0",
+                "--postgres-quick-ack",
+                "false",
+            ],
+        ),
+        ("quick ACKs", "quick_ack", &["--activation-read-ahead-mib", "0"]),
+        ("quick ACKs + read-ahead (default)", "default", &[]),
+    ];
+    let flags: Vec<&[&str]> = variants.iter().map(|(_, _, flags)| *flags).collect();
+    let results = scenario::recovery::run(|| backend(server), lengths, args.rounds, &flags).await?;
+    for ((variant, key, _), points) in variants.iter().zip(results) {
         println!("\n== recovery ({label}, {variant}): handoff unavailability against history length ==");
         for point in &points {
             // Milliseconds of one handoff: far inside f64's exact integers (2^53).
@@ -399,11 +412,6 @@ async fn recovery(args: &Args, server: Option<&str>, label: &str, report: &mut R
                 stats::spread(&ms)
             );
         }
-        let key = if flags.is_empty() {
-            "read_ahead"
-        } else {
-            "record_by_record"
-        };
         report.insert(format!("recovery_{label}_{key}"), serde_json::to_value(&points)?);
     }
     Ok(())

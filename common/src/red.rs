@@ -23,7 +23,7 @@ use hyper::http::HeaderMap;
 use crate::prometheus::Histogram;
 
 /// Every method either tier serves, by path.
-pub const METHODS: [&str; 27] = [
+pub const METHODS: [&str; 28] = [
     "/corium.v1.Transactor/Transact",
     "/corium.v1.Transactor/SagaCommit",
     "/corium.v1.Transactor/SagaFinish",
@@ -47,6 +47,7 @@ pub const METHODS: [&str; 27] = [
     "/corium.fleet.v1.FleetAdmin/DatabasePlacement",
     "/corium.fleet.v1.FleetAdmin/Handoff",
     "/corium.fleet.v1.FleetAdmin/Activate",
+    "/corium.fleet.v1.FleetAdmin/Prepare",
     "/corium.fleet.v1.Requests/Status",
     "/grpc.health.v1.Health/Check",
     "/grpc.health.v1.Health/Watch",

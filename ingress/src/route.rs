@@ -51,7 +51,7 @@ pub fn classify(path: &str) -> Option<(Target, bool)> {
             // `FleetStatus`: the node that answers asks the others itself.
             "NodeStatus" | "FleetStatus" => Some((Target::AnyNode, false)),
             // Run by the database's owner, which checks the caller is an
-            // operator. `Activate` is node-to-node only: not served here.
+            // operator. `Activate` and `Prepare` are node-to-node only: not served here.
             "Handoff" => Some((Target::Owner, true)),
             _ => None,
         },
@@ -216,6 +216,7 @@ mod tests {
             Some((Target::Owner, true))
         );
         assert_eq!(classify("/corium.fleet.v1.FleetAdmin/Activate"), None);
+        assert_eq!(classify("/corium.fleet.v1.FleetAdmin/Prepare"), None);
         assert_eq!(classify("/corium.v1.PeerServer/Query"), None);
         assert_eq!(classify("/corium.v1.Transactor/Nope"), None);
         assert_eq!(classify("garbage"), None);

@@ -10,6 +10,8 @@
 //!   bounded retries;
 //! - [`prefix_read`] — every root under a prefix with its bytes, in one
 //!   query on `PostgreSQL` (a database's log records on activation);
+//! - [`pg_connect`] — `PostgreSQL` connections that acknowledge at once
+//!   (no 40 ms delayed-ACK stalls on large rows);
 //! - [`postgres`] — `PostgreSQL` over a pool of a stated size, with the
 //!   listing index created at start;
 //! - [`roots`] — the one reader of a database's catalog entry and lease;
@@ -19,6 +21,7 @@
 
 pub mod delegate;
 pub mod open;
+pub mod pg_connect;
 pub mod postgres;
 pub mod prefix_read;
 pub mod registry;

@@ -13,6 +13,7 @@ use std::time::Duration;
 use corium_store::{FullStore, StorageConfig, StoreError, storage_backend};
 
 use crate::Storage;
+use crate::postgres::PoolOptions;
 use crate::prefix_read::{ListThenRead, PrefixRead};
 
 /// Why the store could not be opened.
@@ -74,12 +75,12 @@ pub struct Opened {
     pub prefix_read: Arc<dyn PrefixRead>,
 }
 
-async fn open_once(storage: &Storage, data_dir: &Path, pool_size: usize) -> Result<Opened, StoreError> {
+async fn open_once(storage: &Storage, data_dir: &Path, pool: PoolOptions) -> Result<Opened, StoreError> {
     register_backends();
     if let Storage::Postgres { url } = storage {
         // Corium's store over a pool of the stated size, with the listing
         // index in place (`postgres.rs`).
-        return crate::postgres::open(url, pool_size).await;
+        return crate::postgres::open(url, pool).await;
     }
     let backend = storage_backend(storage.kind())
         .ok_or_else(|| StoreError::BackendUnavailable(storage.kind().to_owned()))?;
@@ -114,12 +115,13 @@ pub async fn open_with_pool(
     timeout: Duration,
     pool_size: usize,
 ) -> Result<Arc<dyn FullStore>, OpenError> {
-    open_store(storage, data_dir, timeout, pool_size)
+    open_store(storage, data_dir, timeout, PoolOptions::sized(pool_size))
         .await
         .map(|opened| opened.store)
 }
 
-/// [`open_with_pool`], with the store's bulk prefix reader.
+/// [`open_with_pool`], with the store's bulk prefix reader and a
+/// `PostgreSQL` pool made as `pool` says.
 ///
 /// # Errors
 /// The last attempt's failure.
@@ -127,13 +129,13 @@ pub async fn open_store(
     storage: &Storage,
     data_dir: &Path,
     timeout: Duration,
-    pool_size: usize,
+    pool: PoolOptions,
 ) -> Result<Opened, OpenError> {
     const ATTEMPTS: u32 = 8;
     let describe = storage.describe();
     let mut attempt = 1;
     loop {
-        let error = match tokio::time::timeout(timeout, open_once(storage, data_dir, pool_size)).await {
+        let error = match tokio::time::timeout(timeout, open_once(storage, data_dir, pool)).await {
             Ok(Ok(store)) => return Ok(store),
             Ok(Err(source)) => OpenError::Store {
                 storage: describe.clone(),

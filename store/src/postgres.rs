@@ -33,19 +33,54 @@ fn backend(error: impl std::fmt::Display) -> StoreError {
     }
 }
 
-/// A pool of `size` connections to `url`, with the platform's TLS roots
-/// (as Corium's own).
-fn pool(url: &str, size: usize) -> Result<deadpool_postgres::Pool, StoreError> {
+/// How a process's `PostgreSQL` pool is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// Connections, shared by every database the process serves.
+    pub size: usize,
+    /// Connections acknowledge what they receive at once
+    /// ([`pg_connect`](crate::pg_connect)); off only to measure the
+    /// difference.
+    pub quick_ack: bool,
+}
+
+impl PoolOptions {
+    /// `size` connections with quick ACKs.
+    #[must_use]
+    pub fn sized(size: usize) -> Self {
+        Self {
+            size,
+            quick_ack: true,
+        }
+    }
+}
+
+/// A pool to `url`, with the platform's TLS roots (as Corium's own), over
+/// [`QuickAckConnect`](crate::pg_connect::QuickAckConnect) connections unless
+/// `options` says otherwise.
+fn pool(url: &str, options: PoolOptions) -> Result<deadpool_postgres::Pool, StoreError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (tls, _) = tokio_postgres_rustls::MakeRustlsConnect::with_native_certs()
         .map_err(|errors| backend(format!("cannot load native TLS roots: {errors:?}")))?;
     let config = deadpool_postgres::Config {
         url: Some(url.to_owned()),
-        pool: Some(deadpool_postgres::PoolConfig::new(size.max(1))),
+        pool: Some(deadpool_postgres::PoolConfig::new(options.size.max(1))),
         ..deadpool_postgres::Config::default()
     };
-    config
-        .create_pool(Some(deadpool_postgres::Runtime::Tokio1), tls)
+    if !options.quick_ack {
+        return config
+            .create_pool(Some(deadpool_postgres::Runtime::Tokio1), tls)
+            .map_err(backend);
+    }
+    let manager = deadpool_postgres::Manager::from_connect(
+        config.get_pg_config().map_err(backend)?,
+        crate::pg_connect::QuickAckConnect { tls },
+        config.get_manager_config(),
+    );
+    deadpool_postgres::Pool::builder(manager)
+        .config(config.get_pool_config())
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
         .map_err(backend)
 }
 
@@ -78,14 +113,14 @@ async fn ensure_listing_index(pool: &deadpool_postgres::Pool) -> Result<(), Stor
     }
 }
 
-/// Opens the store at `url` over a pool of `pool_size` connections, with
+/// Opens the store at `url` over a pool made as `options` says, with
 /// its tables and the listing index in place, and its bulk prefix reader
 /// over the same pool.
 ///
 /// # Errors
 /// `PostgreSQL` unreachable, the tables or the index cannot be made.
-pub async fn open(url: &str, pool_size: usize) -> Result<crate::Opened, StoreError> {
-    let pool = pool(url, pool_size)?;
+pub async fn open(url: &str, options: PoolOptions) -> Result<crate::Opened, StoreError> {
+    let pool = pool(url, options)?;
     let store = PostgresBlobStore::from_pool(pool.clone()).await?;
     ensure_listing_index(&pool).await?;
     Ok(crate::Opened {

@@ -1,10 +1,10 @@
-//! Fast ownership moves (issue 17, part 2): on `PostgreSQL`, where the log is
-//! one root per committed batch, a database's new owner reads its whole log
-//! in one query while it activates and serves Corium's two recovery passes
-//! from memory. The moved database holds exactly what it held, whether the
-//! read-ahead is on or off; with it on, the new owner's recovery read its
-//! records from the read-ahead (its `/metrics` say how many), with it off,
-//! none.
+//! Fast ownership moves (issue 17, parts 2 and 3): on `PostgreSQL`, where the
+//! log is one root per committed batch, a handoff's target reads the log in
+//! one query while the old owner still serves (`Prepare`), and its
+//! activation serves Corium's two recovery passes from memory. The moved
+//! database holds exactly what it held, whether the read-ahead is on or off;
+//! with it on, the target prepared the log, started its activation from it
+//! and read its records from it (its `/metrics` say so), with it off, none.
 
 use std::time::Duration;
 
@@ -22,19 +22,27 @@ fn postgres() -> Backend {
     Backend::postgres(&base)
 }
 
-async fn read_ahead_counts(admin: u16) -> (f64, f64, f64) {
+/// A node's read-ahead counters.
+#[derive(Debug, Default, PartialEq)]
+struct Counts {
+    prepared: f64,
+    prepared_used: f64,
+    served: f64,
+}
+
+async fn read_ahead_counts(admin: u16) -> Counts {
     let (_, text) = http_get(admin, "/metrics").await.expect("metrics");
     let get = |name: &str| metric(&text, name).unwrap_or_else(|| panic!("{name} missing:\n{text}"));
-    (
-        get("corium_fleet_activation_log_reads_total"),
-        get("corium_fleet_activation_log_records_read_total"),
-        get("corium_fleet_activation_log_records_served_total"),
-    )
+    Counts {
+        prepared: get("corium_fleet_activation_logs_prepared_total"),
+        prepared_used: get("corium_fleet_activation_logs_prepared_used_total"),
+        served: get("corium_fleet_activation_log_records_served_total"),
+    }
 }
 
 /// Writes, hands the database to another candidate, and checks the log the
 /// new owner serves. Returns the target's read-ahead counts after the move.
-async fn move_once(flags: &[&str]) -> (f64, f64, f64) {
+async fn move_once(flags: &[&str]) -> Counts {
     let mut fleet = Fleet::builder(postgres())
         .lease_ttl(Duration::from_millis(1500))
         .node_flags(flags)
@@ -81,27 +89,87 @@ async fn move_once(flags: &[&str]) -> (f64, f64, f64) {
         "every write once, then the new one"
     );
     let counts = read_ahead_counts(fleet.nodes[target].admin).await;
-    (
-        counts.0 - counts_before.0,
-        counts.1 - counts_before.1,
-        counts.2 - counts_before.2,
-    )
+    Counts {
+        prepared: counts.prepared - counts_before.prepared,
+        prepared_used: counts.prepared_used - counts_before.prepared_used,
+        served: counts.served - counts_before.served,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_moved_database_is_recovered_from_one_log_read_with_the_same_contents() {
-    let (reads, records, served) = move_once(&[]).await;
-    assert!(reads >= 1.0, "the target read the log ahead ({reads} reads)");
-    // Each write is one batch record (sequential writes), plus the schema's.
-    assert!(records >= f64::from(WRITES), "{records} records read ahead");
+async fn a_moved_database_is_recovered_from_a_log_read_ahead_with_the_same_contents() {
+    let counts = move_once(&[]).await;
     assert!(
-        served >= records,
-        "recovery read its records from the read-ahead ({served} served of {records})"
+        counts.prepared >= 1.0,
+        "the target read the log ahead: {counts:?}"
+    );
+    assert!(
+        counts.prepared_used >= 1.0,
+        "its activation started from it: {counts:?}"
+    );
+    // Each write is one batch record (sequential writes); both recovery
+    // passes read every record.
+    assert!(
+        counts.served >= 2.0 * f64::from(WRITES),
+        "recovery read its records from the read-ahead: {counts:?}"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_read_ahead_off_the_moved_database_reads_record_by_record() {
     let counts = move_once(&["--activation-read-ahead-mib", "0"]).await;
-    assert_eq!(counts, (0.0, 0.0, 0.0), "nothing read ahead");
+    assert_eq!(counts, Counts::default(), "nothing read ahead");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_the_successor_recovers_from_one_log_read_with_the_same_contents() {
+    let mut fleet = Fleet::builder(postgres())
+        .lease_ttl(Duration::from_millis(1500))
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "crashing").await.unwrap());
+    for n in 0..WRITES {
+        corium::transact(&address, "crashing", &format!("w-{n}"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("write {n}: {status:?}"));
+    }
+    let before = corium::log(&address, "crashing").await.unwrap();
+    let owner = fleet.index(&corium::placement(&address, "crashing").await.owner_id);
+    let reads_before: Vec<f64> = {
+        let mut reads = Vec::new();
+        for node in &fleet.nodes {
+            let (_, text) = http_get(node.admin, "/metrics").await.expect("metrics");
+            reads.push(metric(&text, "corium_fleet_activation_log_reads_total").unwrap_or(0.0));
+        }
+        reads
+    };
+    fleet.nodes[owner].kill();
+    // The ingress keeps the write until a successor took over.
+    corium::transact(&address, "crashing", "after-the-crash", &[])
+        .await
+        .expect("write after the crash");
+    let successor = fleet.index(&corium::placement(&address, "crashing").await.owner_id);
+    assert_ne!(successor, owner);
+    let (_, text) = http_get(fleet.nodes[successor].admin, "/metrics")
+        .await
+        .expect("metrics");
+    let reads = metric(&text, "corium_fleet_activation_log_reads_total").unwrap_or(0.0);
+    assert!(
+        reads > reads_before[successor],
+        "the successor read the log in one go ({reads_before:?} → {reads})"
+    );
+    let after = corium::log(&address, "crashing").await.unwrap();
+    assert_eq!(
+        after[..before.len()],
+        before[..],
+        "the log before the crash is intact"
+    );
+    let items: Vec<&String> = after.iter().flat_map(|(_, names)| names).collect();
+    assert_eq!(
+        items.len(),
+        WRITES as usize + 1,
+        "every write once, then the new one"
+    );
 }

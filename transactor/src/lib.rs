@@ -241,6 +241,42 @@ async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_stor
     Ok(record)
 }
 
+/// The node's shared store (wrapped by `wrap_store`, if any) and its bulk
+/// prefix reader: `None` when a wrapper changed the store, so the
+/// read-ahead lists and reads through the wrapper and its faults reach it.
+async fn open_storage(
+    config: &Config,
+    wrap_store: Option<seams::StoreWrapper>,
+) -> Result<
+    (
+        Arc<dyn corium_store::FullStore>,
+        Option<Arc<dyn corium_fleet_store::prefix_read::PrefixRead>>,
+    ),
+    Error,
+> {
+    let pool = corium_fleet_store::postgres::PoolOptions {
+        size: config.storage_pool_size,
+        quick_ack: config.postgres_quick_ack,
+    };
+    let opened = corium_fleet_store::open_store(
+        &config.storage,
+        &config.data_dir,
+        config.storage_timeout * 2,
+        pool,
+    )
+    .await
+    .map_err(Error::Open)?;
+    Ok(match wrap_store {
+        Some(wrap) => {
+            let wrapped = wrap(Arc::clone(&opened.store)).map_err(Error::Config)?;
+            // Nothing armed: the store is the store, bulk reads included.
+            let unchanged = Arc::ptr_eq(&wrapped, &opened.store);
+            (wrapped, unchanged.then_some(opened.prefix_read))
+        }
+        None => (opened.store, Some(opened.prefix_read)),
+    })
+}
+
 /// Starts a node's host over `store` (already opened, and wrapped as the
 /// caller wants), with cells opened through the storage view `view_kind`,
 /// their logs read ahead through `prefix_read` (`None`: listing and reads
@@ -391,20 +427,7 @@ pub async fn run_with(
     })?;
     let Listeners { grpc, admin } = listeners;
     let ready = async {
-        let opened = corium_fleet_store::open_store(
-            &config.storage,
-            &config.data_dir,
-            config.storage_timeout * 2,
-            config.storage_pool_size,
-        )
-        .await
-        .map_err(Error::Open)?;
-        // A wrapped store (fault injection) is read ahead through the
-        // wrapper, so its faults reach the read-ahead too.
-        let (store, prefix_read) = match wrap_store {
-            Some(wrap) => (wrap(opened.store).map_err(Error::Config)?, None),
-            None => (opened.store, Some(opened.prefix_read)),
-        };
+        let (store, prefix_read) = open_storage(&config, wrap_store).await?;
         let kind = config.storage.kind();
         let placement = corium_store::storage_backend(kind)
             .map(|backend| backend.capabilities().log_placement)

@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
-use corium_fleet_proto::fleet::{ActivateRequest, ActivateResponse, NodeStatusRequest, NodeStatusResponse};
+use corium_fleet_proto::fleet::{
+    ActivateRequest, ActivateResponse, NodeStatusRequest, NodeStatusResponse, PrepareRequest, PrepareResponse,
+};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
@@ -156,6 +158,25 @@ impl Peer {
         self.client
             .clone()
             .activate(request)
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    /// Asks the peer to read `database`'s log ahead of an activation.
+    ///
+    /// # Errors
+    /// The peer's status.
+    pub async fn prepare(&self, database: &str) -> Result<PrepareResponse, Status> {
+        let mut request = Request::new(PrepareRequest {
+            database: database.to_owned(),
+        });
+        request.set_timeout(self.timeout);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        self.client
+            .clone()
+            .prepare(request)
             .await
             .map(tonic::Response::into_inner)
     }

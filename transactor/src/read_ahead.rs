@@ -20,6 +20,18 @@
 //! - the records are dropped when the open returns, so nothing outlives the
 //!   activation that read it.
 //!
+//! A handoff reads ahead earlier: the owner asks its target to
+//! [`Budget::prepare`] while it still serves, the target reads the log
+//! then, and the activation that follows lists the log from storage and
+//! reads only the records committed since. That is safe for a further
+//! reason: a record's name is never reused. Its version is the lease
+//! version its writer acquired, lease roots are never deleted (Corium's
+//! `delete_db` leaves `lease:<db>`), so a database deleted and created again
+//! writes under higher versions; the one exception, a fork's log written
+//! under version 0 (a name forked into, deleted and forked into again), is
+//! never kept ahead. A prepared log not used within [`PREPARED_FOR`] is
+//! dropped.
+//!
 //! Memory is bounded: every read-ahead reserves its bytes from the node's
 //! budget (`--activation-read-ahead-mib`, [`Budget`]) before it reads, at most
 //! [`MAX_PER_ACTIVATION`] each; when the budget is spent (hundreds of
@@ -29,6 +41,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use corium_fleet_store::prefix_read::PrefixRead;
 use corium_store::{FullStore, StoreError};
@@ -36,6 +49,25 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The most one activation reads ahead.
 pub const MAX_PER_ACTIVATION: usize = 64 << 20;
+
+/// How long a log read ahead of a handoff waits for its activation.
+pub const PREPARED_FOR: Duration = Duration::from_secs(30);
+
+/// A log read ahead of an activation that has not started yet.
+struct Prepared {
+    records: HashMap<String, Vec<u8>>,
+    read_at: Instant,
+    held: OwnedSemaphorePermit,
+}
+
+/// What [`Budget::prepare`] read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PreparedLog {
+    /// Records kept.
+    pub records: usize,
+    /// Their bytes.
+    pub bytes: usize,
+}
 
 /// What the node's read-aheads did (its `/metrics`).
 #[derive(Default)]
@@ -49,6 +81,10 @@ pub struct Counts {
     /// Activations that read as before: the budget was spent, or the bulk
     /// read failed.
     pub skipped: AtomicU64,
+    /// Logs read ahead of a handoff ([`Budget::prepare`]).
+    pub prepared: AtomicU64,
+    /// Activations that started from a prepared log.
+    pub prepared_used: AtomicU64,
 }
 
 /// The node's read-ahead memory, shared by its activations.
@@ -59,6 +95,8 @@ pub struct Budget {
     reader: Arc<dyn PrefixRead>,
     /// Shared by every read-ahead of the node.
     pub counts: Arc<Counts>,
+    /// Logs read ahead of handoffs to this node, by database.
+    prepared: Arc<Mutex<HashMap<String, Prepared>>>,
 }
 
 impl Budget {
@@ -69,23 +107,99 @@ impl Budget {
             kib: (mib > 0).then(|| Arc::new(Semaphore::new(mib.saturating_mul(1024)))),
             reader,
             counts: Arc::default(),
+            prepared: Arc::default(),
         }
     }
 
-    /// A read-ahead for one activation of `db`: reserves what is free of the
-    /// budget, up to [`MAX_PER_ACTIVATION`]. `None` when nothing is free.
-    #[must_use]
-    pub fn start(&self, db: &str) -> Option<Arc<ReadAhead>> {
+    /// Reserves what is free of the budget, up to [`MAX_PER_ACTIVATION`].
+    fn reserve(&self) -> Option<OwnedSemaphorePermit> {
         let kib = self.kib.as_ref()?;
         let wanted = kib.available_permits().min(MAX_PER_ACTIVATION / 1024);
         let reserved = u32::try_from(wanted)
             .ok()
             .filter(|&wanted| wanted > 0)
             .and_then(|wanted| Arc::clone(kib).try_acquire_many_owned(wanted).ok());
-        let Some(reserved) = reserved else {
+        if reserved.is_none() {
             self.counts.skipped.fetch_add(1, Ordering::Relaxed);
-            return None;
+        }
+        reserved
+    }
+
+    /// Drops prepared logs whose activation did not come.
+    fn forget_stale(&self) {
+        self.prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|_, prepared| prepared.read_at.elapsed() < PREPARED_FOR);
+    }
+
+    /// Reads `db`'s log now for an activation that is about to come (the
+    /// target's half of a handoff). Nothing is kept when read-ahead is off
+    /// or its budget is spent.
+    ///
+    /// # Errors
+    /// The store's failure (the activation then reads as usual).
+    pub async fn prepare(&self, db: &str) -> Result<PreparedLog, StoreError> {
+        self.forget_stale();
+        let Some(reserved) = self.reserve() else {
+            return Ok(PreparedLog::default());
         };
+        let prefix = log_prefix(db);
+        let read = self
+            .reader
+            .read_prefix(&prefix, reserved.num_permits() * 1024)
+            .await?;
+        let records: HashMap<String, Vec<u8>> = read
+            .rows
+            .into_iter()
+            .filter(|(name, _)| is_record(&prefix, name) && !name[prefix.len()..].starts_with(FORK_VERSION))
+            .collect();
+        let bytes: usize = records.values().map(Vec::len).sum();
+        let held = keep(reserved, bytes);
+        let log = PreparedLog {
+            records: records.len(),
+            bytes,
+        };
+        self.counts.prepared.fetch_add(1, Ordering::Relaxed);
+        self.prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                db.to_owned(),
+                Prepared {
+                    records,
+                    read_at: Instant::now(),
+                    held,
+                },
+            );
+        Ok(log)
+    }
+
+    /// A read-ahead for one activation of `db`: reserves what is free of the
+    /// budget, up to [`MAX_PER_ACTIVATION`]. `None` when nothing is free.
+    #[must_use]
+    pub fn start(&self, db: &str) -> Option<Arc<ReadAhead>> {
+        let prepared = self
+            .prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(db)
+            .filter(|prepared| prepared.read_at.elapsed() < PREPARED_FOR);
+        if let Some(Prepared { records, held, .. }) = prepared {
+            // Read before the lease moved: the listing comes from storage,
+            // and only records committed since are read from it.
+            self.counts.prepared_used.fetch_add(1, Ordering::Relaxed);
+            return Some(Arc::new(ReadAhead {
+                prefix: log_prefix(db),
+                reader: Arc::clone(&self.reader),
+                state: Mutex::new(State::Read {
+                    records,
+                    _held: Some(held),
+                }),
+                counts: Arc::clone(&self.counts),
+            }));
+        }
+        let reserved = self.reserve()?;
         Some(Arc::new(ReadAhead {
             prefix: log_prefix(db),
             reader: Arc::clone(&self.reader),
@@ -93,6 +207,16 @@ impl Budget {
             counts: Arc::clone(&self.counts),
         }))
     }
+}
+
+/// The version a fork writes its copied log under: such names can be
+/// written again (see the module's doc), so they are never kept ahead.
+const FORK_VERSION: &str = "00000000000000000000:";
+
+/// The part of `reserved` that `bytes` use; the rest goes back to the budget.
+fn keep(mut reserved: OwnedSemaphorePermit, bytes: usize) -> OwnedSemaphorePermit {
+    let used = bytes.div_ceil(1024).min(reserved.num_permits());
+    reserved.split(used).unwrap_or(reserved)
 }
 
 /// The prefix of `db`'s log records (Corium's `NativeRootLogStore::prefix`).
@@ -175,10 +299,7 @@ impl ReadAhead {
             base.list_roots(prefix).await
         };
         // Keep only the budget the bytes use.
-        let mut reserved = reserved;
-        let used = u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX);
-        let held = reserved.split(usize::try_from(used).unwrap_or(usize::MAX));
-        drop(reserved);
+        let held = Some(keep(reserved, bytes));
         let records: HashMap<String, Vec<u8>> = read
             .rows
             .into_iter()
@@ -233,6 +354,18 @@ impl Counts {
             "corium_fleet_activation_log_records_served_total",
             "Recovery's record reads served from them instead of storage.",
             load(&self.served),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_logs_prepared_total",
+            "Logs read ahead of a handoff to this node, while the old owner still served.",
+            load(&self.prepared),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_logs_prepared_used_total",
+            "Activations that started from a log read ahead of their handoff.",
+            load(&self.prepared_used),
         );
         counter(
             out,

@@ -154,6 +154,12 @@ pub struct Args {
     /// database it serves [default: 16].
     #[arg(long)]
     pub storage_pool_size: Option<usize>,
+    /// `PostgreSQL` connections acknowledge every read at once, so a large
+    /// row is not held up by delayed ACKs (40 ms each where the path's MSS
+    /// is larger than the server's 8 KB writes: loopback, jumbo frames);
+    /// `false` only to measure the difference [default: true].
+    #[arg(long)]
+    pub postgres_quick_ack: Option<bool>,
     /// Memory for reading a database's log in one go while it activates
     /// (one query on `PostgreSQL`), shared by concurrent activations, at most
     /// 64 MiB each; 0 turns read-ahead off [default: 256].

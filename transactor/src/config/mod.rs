@@ -82,6 +82,7 @@ impl Args {
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
             activation_read_ahead_mib: self.activation_read_ahead_mib.or(file.activation_read_ahead_mib),
+            postgres_quick_ack: self.postgres_quick_ack.or(file.postgres_quick_ack),
             log: self.log.or(file.log),
             log_format: self.log_format.or(file.log_format),
         })
@@ -239,6 +240,7 @@ impl Args {
                 n => n,
             },
             activation_read_ahead_mib: self.activation_read_ahead_mib.unwrap_or(256),
+            postgres_quick_ack: self.postgres_quick_ack.unwrap_or(true),
             drain_deadline: match self.drain_deadline_ms.unwrap_or(50_000) {
                 0 => return Err(ConfigError::from("--drain-deadline-ms must be positive")),
                 ms => Duration::from_millis(ms),

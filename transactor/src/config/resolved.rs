@@ -59,6 +59,8 @@ pub struct Config {
     pub storage_pool_size: usize,
     /// The node's activation read-ahead budget in MiB (0: off).
     pub activation_read_ahead_mib: usize,
+    /// Quick ACKs on `PostgreSQL` connections (`store/src/pg_connect.rs`).
+    pub postgres_quick_ack: bool,
     /// How long a drain may take before the databases not yet handed over
     /// are only released.
     pub drain_deadline: Duration,

@@ -1,6 +1,7 @@
 //! Handing a database to another node (admin RPC, drain on SIGTERM,
-//! rebalancing after a membership change): stop admitting, publish the
-//! indexes, drain, release, and ask the target to activate at once;
+//! rebalancing after a membership change): publish the indexes, have the
+//! target read the log ahead, stop admitting, drain, release, and ask the
+//! target to activate at once;
 //! meanwhile this node answers `NotOwner` naming the target.
 //! `docs/design/0005-placement-and-handoff.md` has the protocol.
 
@@ -93,6 +94,25 @@ impl Host {
         // name it, is found out before the lease is let go: nothing changes.
         // The same connection then carries the activation.
         let peer = self.peers.connect(&target.endpoint, &target.node_id).await?;
+        // The target reads the log now, while this node still serves, so
+        // its activation reads only what is committed from here on. Best
+        // effort: a target that cannot read ahead activates as usual.
+        match peer.prepare(db).await {
+            Ok(prepared) => tracing::debug!(
+                db,
+                target = %target.node_id,
+                records = prepared.records,
+                read_ms = prepared.read_ms,
+                "target read the log ahead"
+            ),
+            Err(status) => tracing::info!(
+                db,
+                target = %target.node_id,
+                code = ?status.code(),
+                message = status.message(),
+                "target did not read the log ahead; it will read it when it activates"
+            ),
+        }
         let started = Instant::now();
         self.handing_off
             .lock()

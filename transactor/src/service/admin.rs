@@ -10,7 +10,7 @@ use corium_fleet_proto::fleet::fleet_admin_server::FleetAdmin;
 use corium_fleet_proto::fleet::{
     ActivateRequest, ActivateResponse, DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView,
     FleetMember, FleetStatusRequest, FleetStatusResponse, HandoffRequest, HandoffResponse, NodeLoad,
-    NodeStatusRequest, NodeStatusResponse,
+    NodeStatusRequest, NodeStatusResponse, PrepareRequest, PrepareResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -244,6 +244,35 @@ impl FleetAdmin for FleetAdminSvc {
             .handoff(&database, &target_node_id)
             .await
             .map(Response::new)
+    }
+
+    async fn prepare(&self, request: Request<PrepareRequest>) -> Result<Response<PrepareResponse>, Status> {
+        let host = &self.0;
+        super::authorize::operator(host, &request, "Prepare")?;
+        let db = request.into_inner().database;
+        corium_fleet_common::names::check(&db)
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        if host.rank(&db).is_none() {
+            return Err(Status::failed_precondition(format!(
+                "node {} is not a candidate for {db:?}",
+                host.config.node_id
+            )));
+        }
+        let started = std::time::Instant::now();
+        let log = if host.cell(&db).is_some() {
+            // Already the owner: nothing to prepare.
+            crate::read_ahead::PreparedLog::default()
+        } else {
+            host.template.read_ahead.prepare(&db).await.map_err(|error| {
+                Status::unavailable(format!("cannot read the log of {db:?} ahead: {error}"))
+            })?
+        };
+        Ok(Response::new(PrepareResponse {
+            database: db,
+            records: log.records as u64,
+            bytes: log.bytes as u64,
+            read_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }))
     }
 
     async fn activate(
