@@ -270,14 +270,19 @@ async fn overload(args: &Args, report: &mut Report) -> anyhow::Result<()> {
 /// `failover`: SIGKILL → first commit, and the write gaps of a handoff and
 /// a drain. Prints the table and adds the figures to `report`.
 async fn failover(args: &Args, server: Option<&str>, label: &str, report: &mut Report) -> anyhow::Result<()> {
-    let result = scenario::failover::run(backend(server), args.rounds).await?;
+    let history = if args.quick { 1_000 } else { 16_000 };
+    let result = scenario::failover::run(backend(server), args.rounds, history).await?;
     println!(
-        "\n== failover ({label}), lease TTL {} ms, {} repetitions, median (min–max) ms ==",
-        result.lease_ttl_ms, args.rounds
+        "\n== failover ({label}), {} transactions of history, lease TTL {} ms, {} repetitions, median (min–max) ms ==",
+        result.history, result.lease_ttl_ms, args.rounds
     );
     println!(
         "SIGKILL → first commit through the ingress  {}",
         result.sigkill_to_commit_ms
+    );
+    println!(
+        "takeover, the successor's recovery          {}",
+        result.takeover_recovery_ms
     );
     println!(
         "handoff, owner-reported unavailability     {}",
@@ -294,6 +299,10 @@ async fn failover(args: &Args, server: Option<&str>, label: &str, report: &mut R
     println!(
         "no event, longest client gap (baseline)    {}",
         result.quiet_client_gap_ms
+    );
+    println!(
+        "client-visible errors (all repetitions): SIGKILL {}, handoff {}, drain {}",
+        result.client_errors.sigkill, result.client_errors.handoff, result.client_errors.drain
     );
     println!("load {}", result.load);
     report.insert(format!("failover_{label}"), serde_json::to_value(&result)?);

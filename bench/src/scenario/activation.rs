@@ -92,6 +92,7 @@ pub(crate) async fn run(backend: Backend, databases: usize, active: usize) -> an
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
+        Backend::S3 { .. } => "s3",
     };
     let fleet_args = ["--idle-evict-after-ms", "3000"];
     let mut fleet = Fleet::builder(backend)

@@ -27,13 +27,29 @@ pub(crate) struct Result {
     pub(crate) drain_client_gap_ms: Spread,
     /// The client's gap with nothing happening (the baseline).
     pub(crate) quiet_client_gap_ms: Spread,
+    /// Transactions in the database before the first event.
+    pub(crate) history: usize,
+    /// The successor's own recovery after the SIGKILL (its
+    /// `corium_fleet_recovery_seconds`), without waiting out the lease.
+    pub(crate) takeover_recovery_ms: Spread,
+    /// Calls the client saw fail, summed over the repetitions of each event.
+    pub(crate) client_errors: ClientErrors,
     pub(crate) load: String,
+}
+
+/// Failed calls the writing client saw, by event.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct ClientErrors {
+    pub(crate) sigkill: usize,
+    pub(crate) handoff: usize,
+    pub(crate) drain: usize,
 }
 
 /// A client committing through the ingress in a loop, recording the time of
 /// every acknowledgement.
 struct Writer {
     acks: Arc<Mutex<Vec<Instant>>>,
+    errors: Arc<Mutex<Vec<Instant>>>,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -41,8 +57,10 @@ struct Writer {
 impl Writer {
     fn start(address: String, db: &'static str) -> Self {
         let acks = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let recorded = Arc::clone(&acks);
+        let failed = Arc::clone(&errors);
         let task = tokio::spawn(async move {
             let channel = corium::channel(&address).await;
             let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(channel);
@@ -64,11 +82,30 @@ impl Writer {
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .push(Instant::now());
                 } else {
+                    failed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(Instant::now());
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             }
         });
-        Self { acks, stop, task }
+        Self {
+            acks,
+            errors,
+            stop,
+            task,
+        }
+    }
+
+    /// Failed calls in `[from, to]`.
+    fn errors_between(&self, from: Instant, to: Instant) -> usize {
+        self.errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|at| **at >= from && **at <= to)
+            .count()
     }
 
     fn first_after(&self, at: Instant) -> Option<Instant> {
@@ -125,25 +162,46 @@ async fn acked_after(writer: &Writer, at: Instant, limit: Duration) -> anyhow::R
     }
 }
 
-/// Runs `reps` repetitions of each event.
+/// Seconds of recovery a node has spent, from its `/metrics`.
+async fn recovery_seconds(fleet: &Fleet, index: usize) -> anyhow::Result<f64> {
+    let (_, text) = corium_fleet_tests::http_get(fleet.nodes[index].admin, "/metrics")
+        .await
+        .ok_or_else(|| anyhow::anyhow!("no /metrics from node {index}"))?;
+    corium_fleet_tests::metric(&text, "corium_fleet_recovery_seconds_sum")
+        .ok_or_else(|| anyhow::anyhow!("no corium_fleet_recovery_seconds_sum"))
+}
+
+/// Runs `reps` repetitions of each event on a database with `history`
+/// transactions written first.
 ///
 /// # Errors
 /// When the fleet does not recover within bounds.
-pub(crate) async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result> {
+pub(crate) async fn run(backend: Backend, reps: usize, history: usize) -> anyhow::Result<Result> {
     const DB: &str = "bench-failover";
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
+        Backend::S3 { .. } => "s3",
     };
     let ttl = Duration::from_secs(5);
     let mut fleet = Fleet::builder(backend).lease_ttl(ttl).start().await;
     fleet.start_ingresses(1, &[]).await;
     let address = fleet.ingresses[0].endpoint();
     corium::create(&address, DB).await?;
+    if history > 0 {
+        let shape = crate::load::Shape {
+            concurrency: 16,
+            requests: history,
+            request_ids: false,
+        };
+        crate::load::transact(&address, DB, "history", shape).await?;
+    }
     let writer = Writer::start(address.clone(), DB);
     acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
     let (mut kill, mut handoff_reported, mut handoff_gap, mut drain_gap, mut quiet_gap) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut takeover = Vec::new();
+    let mut errors = ClientErrors::default();
     for _ in 0..reps {
         // Quiet baseline.
         let from = Instant::now();
@@ -151,10 +209,21 @@ pub(crate) async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result>
         quiet_gap.push(ms(writer.longest_gap(from, Instant::now())));
         // SIGKILL.
         let owner = owner_index(&fleet, DB).await?;
+        let mut recovered = Vec::new();
+        for index in 0..fleet.nodes.len() {
+            recovered.push(if index == owner {
+                0.0
+            } else {
+                recovery_seconds(&fleet, index).await?
+            });
+        }
         fleet.nodes[owner].kill();
         let killed = Instant::now();
         let first = acked_after(&writer, killed, ttl * 6).await?;
         kill.push(ms(first - killed));
+        errors.sigkill += writer.errors_between(killed, first);
+        let successor = owner_index(&fleet, DB).await?;
+        takeover.push((recovery_seconds(&fleet, successor).await? - recovered[successor]) * 1e3);
         fleet.nodes[owner].restart().await;
         // Admin handoff to the other candidate.
         let owner = owner_index(&fleet, DB).await?;
@@ -178,6 +247,7 @@ pub(crate) async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result>
         acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         handoff_gap.push(ms(writer.longest_gap(before, Instant::now())));
+        errors.handoff += writer.errors_between(before, Instant::now());
         // SIGTERM drain of the owner.
         let owner = owner_index(&fleet, DB).await?;
         let before = Instant::now();
@@ -185,6 +255,7 @@ pub(crate) async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result>
         acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         drain_gap.push(ms(writer.longest_gap(before, Instant::now())));
+        errors.drain += writer.errors_between(before, Instant::now());
         fleet.nodes[owner].restart().await;
     }
     writer.stop().await;
@@ -196,6 +267,9 @@ pub(crate) async fn run(backend: Backend, reps: usize) -> anyhow::Result<Result>
         handoff_client_gap_ms: stats::spread(&handoff_gap),
         drain_client_gap_ms: stats::spread(&drain_gap),
         quiet_client_gap_ms: stats::spread(&quiet_gap),
+        history,
+        takeover_recovery_ms: stats::spread(&takeover),
+        client_errors: errors,
         load: stats::load(),
     })
 }

@@ -121,6 +121,7 @@ pub(crate) async fn run(backend: Backend, rounds: usize) -> anyhow::Result<Resul
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
+        Backend::S3 { .. } => "s3",
     };
     let mut fleet = Fleet::builder(backend)
         .lease_ttl(Duration::from_secs(5))

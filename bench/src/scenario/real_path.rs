@@ -51,6 +51,7 @@ pub(crate) async fn run(backend: Backend, rounds: usize, requests: usize) -> any
     let name = match &backend {
         Backend::Filesystem => "filesystem",
         Backend::Postgres { .. } => "postgres",
+        Backend::S3 { .. } => "s3",
     };
     let mut fleet = Fleet::builder(backend)
         .lease_ttl(std::time::Duration::from_secs(5))
