@@ -14,6 +14,7 @@
 //! - [`limits`] — concurrency, open calls per client, per-client rate
 //!   (keyed by principal);
 //! - [`node_limits`] — calls open at each node, learned from its refusals;
+//! - [`failover_buffer`] — calls held while their database's ownership moves;
 //! - [`retry_budget`] — the retries the ingress may add, as a fraction of calls;
 //! - [`connections`] — caps on client connections, in total and per address;
 //! - [`connection_life`] — idle and maximum-age closing of client connections;
@@ -35,6 +36,7 @@ pub mod body;
 pub mod config;
 pub mod connection_life;
 pub mod connections;
+pub mod failover_buffer;
 pub mod limits;
 pub mod metrics;
 pub mod node_limits;
@@ -187,6 +189,7 @@ pub async fn run(
             storage_health(&store, storage_timeout, &metrics, &stop_rx),
             material,
             status_page,
+            proxy.failover_buffer(),
         ),
         stop_rx,
     ));
@@ -330,6 +333,7 @@ fn admin_handler(
     health: Arc<storage_health::StorageHealth>,
     material: Vec<Arc<dyn Reload>>,
     status_page: Arc<status_page::StatusPage>,
+    failover: Arc<failover_buffer::FailoverBuffer>,
 ) -> corium_fleet_common::admin_http::Handler {
     let material = Arc::new(material);
     let metrics = Arc::clone(metrics);
@@ -338,12 +342,15 @@ fn admin_handler(
         let health = Arc::clone(&health);
         let material = Arc::clone(&material);
         let status_page = Arc::clone(&status_page);
+        let failover = Arc::clone(&failover);
         Box::pin(async move {
             match path.as_str() {
-                "/metrics" => (
-                    200,
-                    metrics.render() + &corium_fleet_common::cert_reload::render(&material),
-                ),
+                "/metrics" => {
+                    let mut text = metrics.render();
+                    failover.render(&mut text);
+                    text.push_str(&corium_fleet_common::cert_reload::render(&material));
+                    (200, text)
+                }
                 "/healthz" => (200, "ok\n".to_owned()),
                 "/readyz" => {
                     if health.ready() {

@@ -115,6 +115,17 @@ pub struct Args {
     /// calls over it here, without the hop [default: true].
     #[arg(long, value_name = "BOOL")]
     pub adaptive_node_limit: Option<bool>,
+    /// Calls of one database held (sent again until answered or out of
+    /// time) while its ownership moves, after a second `NotOwner` or refused
+    /// connection; 0 turns holding off [default: 64].
+    #[arg(long)]
+    pub failover_buffer_per_database: Option<usize>,
+    /// Calls held in all [default: 1024].
+    #[arg(long)]
+    pub failover_buffer_calls: Option<usize>,
+    /// Request bytes held in all, in MiB [default: 64].
+    #[arg(long)]
+    pub failover_buffer_mib: Option<usize>,
     /// Retries the ingress may add, as a fraction of the calls it takes,
     /// for attempts that reached a node and failed (a typed `NotOwner` or a
     /// refused connection cost no budget) [default: 0.2].

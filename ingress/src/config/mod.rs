@@ -60,6 +60,11 @@ impl Args {
             max_connection_idle_ms: self.max_connection_idle_ms.or(file.max_connection_idle_ms),
             max_connection_age_ms: self.max_connection_age_ms.or(file.max_connection_age_ms),
             adaptive_node_limit: self.adaptive_node_limit.or(file.adaptive_node_limit),
+            failover_buffer_per_database: self
+                .failover_buffer_per_database
+                .or(file.failover_buffer_per_database),
+            failover_buffer_calls: self.failover_buffer_calls.or(file.failover_buffer_calls),
+            failover_buffer_mib: self.failover_buffer_mib.or(file.failover_buffer_mib),
             drain_timeout_ms: self.drain_timeout_ms.or(file.drain_timeout_ms),
             retry_budget_ratio: self.retry_budget_ratio.or(file.retry_budget_ratio),
             retry_budget_min_per_second: self
@@ -203,6 +208,11 @@ impl Args {
                 .filter(|ms| *ms > 0)
                 .map(Duration::from_millis),
             adaptive_node_limit: self.adaptive_node_limit.unwrap_or(true),
+            failover_buffer: (
+                self.failover_buffer_per_database.unwrap_or(64),
+                self.failover_buffer_calls.unwrap_or(1024),
+                self.failover_buffer_mib.unwrap_or(64).saturating_mul(1 << 20),
+            ),
             drain_timeout: positive_ms("--drain-timeout-ms", self.drain_timeout_ms, 20_000)?,
             retry_budget: retry_budget(self.retry_budget_ratio, self.retry_budget_min_per_second)?,
             max_connections: connection_caps(self.max_connections, self.max_connections_per_client)?,

@@ -70,6 +70,8 @@ pub struct Config {
     pub max_connection_age: Option<Duration>,
     /// Whether calls over a node's learned limit are refused here.
     pub adaptive_node_limit: bool,
+    /// The failover buffer: calls per database, calls in all, bytes in all.
+    pub failover_buffer: (usize, usize, usize),
     /// How long shutdown waits for calls in flight.
     pub drain_timeout: Duration,
     /// The retry budget: retries per call taken, and retries a second

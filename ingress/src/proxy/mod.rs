@@ -58,6 +58,8 @@ pub struct Proxy {
     limits: crate::limits::Limits,
     /// Retries that cost a node work, as a fraction of calls taken.
     retry_budget: crate::retry_budget::RetryBudget,
+    /// Places for calls held while their database's ownership moves.
+    failover: Arc<crate::failover_buffer::FailoverBuffer>,
     /// Calls open at each node, learned from its refusals.
     node_limits: crate::node_limits::NodeLimits,
     /// Placement members (static, or followed from the node registry).
@@ -94,6 +96,11 @@ impl Proxy {
         metrics: Arc<Metrics>,
         tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ClientConfig>>>,
     ) -> Self {
+        let failover = crate::failover_buffer::FailoverBuffer::new(
+            config.failover_buffer.0,
+            config.failover_buffer.1,
+            config.failover_buffer.2,
+        );
         // The hop speaks mTLS to `https://` members (fleet CA, this
         // ingress's client certificate, `tls`) and h2c to `http://` ones.
         let upstream = Upstream::new(upstream::Settings {
@@ -140,12 +147,20 @@ impl Proxy {
             metrics,
             limits,
             retry_budget,
+            failover,
             node_limits,
             members,
             map,
             next_any: AtomicUsize::new(0),
             suspects: crate::suspects::Suspects::default(),
         }
+    }
+
+    /// The places for calls held while their database's ownership moves
+    /// (its `/metrics`).
+    #[must_use]
+    pub fn failover_buffer(&self) -> Arc<crate::failover_buffer::FailoverBuffer> {
+        Arc::clone(&self.failover)
     }
 
     /// Serves one request from `client`; every failure is a gRPC status.

@@ -20,7 +20,12 @@
 //!   a zombie just woken —, storage failed before the call ran) is sent
 //!   again when the call has a request id, like everything else;
 //! - the owner's typed refusal of an assigned id (a database created outside
-//!   the fleet) is provably pre-commit: the call is sent again without it.
+//!   the fleet) is provably pre-commit: the call is sent again without it;
+//! - a call without a request id that meets a second `NotOwner` or refused
+//!   connection (its database's ownership is moving: a handoff, a drain, a
+//!   takeover after a crash) takes a place in the failover buffer, if one is
+//!   free, and is sent again until answered or out of time
+//!   (`failover_buffer.rs`).
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -134,7 +139,10 @@ impl Proxy {
             attempts: 0,
             unknown: None,
             budget_left: true,
+            held: false,
         };
+        // The call's place in the failover buffer, once it takes one.
+        let mut place = None;
         let mut hinted: Option<Vec<Hop>> = None;
         loop {
             retries.attempts += 1;
@@ -172,6 +180,10 @@ impl Proxy {
                 self.metrics
                     .retry_budget_exhausted
                     .fetch_add(1, Ordering::Relaxed);
+            }
+            if place.is_none() && retries.would_give_up(&attempt) {
+                place = self.failover.hold(db, call.body.len());
+                retries.held = place.is_some();
             }
             match retries.next(attempt) {
                 Next::Return(answer) => return answer,

@@ -87,6 +87,10 @@ pub(in crate::proxy) struct Retries {
     /// work (after a break, an unknown outcome, an `UNAVAILABLE` or a load
     /// refusal); set before each decision.
     pub budget_left: bool,
+    /// The call holds a place in the failover buffer: an attempt that
+    /// provably did nothing (a `NotOwner`, a refused connection) is sent
+    /// again until the deadline, whatever the call.
+    pub held: bool,
 }
 
 impl Attempt {
@@ -100,9 +104,27 @@ impl Attempt {
     }
 }
 
+impl Attempt {
+    /// Whether the attempt provably did nothing at any node, so holding the
+    /// call and sending it again is safe for any call.
+    pub(in crate::proxy) fn did_nothing(&self) -> bool {
+        match self {
+            Self::NotOwner(_, hint) => hint.retryable,
+            Self::Unreachable(_) => true,
+            _ => false,
+        }
+    }
+}
+
 impl Retries {
     pub(in crate::proxy) fn idempotent(&self) -> bool {
         self.id.is_some()
+    }
+
+    /// Whether the call would end now on an attempt that did nothing, were
+    /// it not held (the moment to ask the failover buffer for a place).
+    pub(in crate::proxy) fn would_give_up(&self, attempt: &Attempt) -> bool {
+        attempt.did_nothing() && !self.held && self.attempts > 1 && !self.persistent()
     }
 
     /// Keep going until the deadline: the call is idempotent, or an attempt
@@ -139,7 +161,7 @@ impl Retries {
                 if !hint.retryable {
                     return Next::Return(self.unknown_status().map_or(Ok(response), Err));
                 }
-                if first || self.persistent() {
+                if first || self.persistent() || self.held {
                     let hinted = (hint.owner_id.is_empty() && !hint.candidates.is_empty()).then(|| {
                         hint.candidates
                             .iter()
@@ -200,8 +222,8 @@ impl Retries {
                 Next::Return(self.unknown_status().map_or(Ok(response), Err))
             }
             Attempt::Unreachable(error) => {
-                if self.persistent() || first {
-                    let pause = if self.persistent() {
+                if self.persistent() || self.held || first {
+                    let pause = if self.persistent() || self.held {
                         self.pause()
                     } else {
                         Duration::ZERO
@@ -257,6 +279,7 @@ mod tests {
             attempts: 1,
             unknown: None,
             budget_left: true,
+            held: false,
         }
     }
 
@@ -305,6 +328,35 @@ mod tests {
         plain.attempts = 2;
         let status = ended(plain.next(Attempt::Unreachable("refused".into()))).unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable);
+    }
+
+    #[test]
+    fn a_held_call_without_an_id_is_sent_again_after_attempts_that_did_nothing() {
+        let mut plain = retries(None);
+        plain.attempts = 2;
+        let (response, hint) = not_owner();
+        let attempt = Attempt::NotOwner(response, hint.clone());
+        assert!(
+            plain.would_give_up(&attempt),
+            "a second NotOwner: ask for a place"
+        );
+        plain.held = true;
+        assert!(!plain.would_give_up(&attempt), "asked once");
+        assert!(retried(&plain.next(attempt)));
+        plain.attempts = 7;
+        assert!(retried(&plain.next(Attempt::Unreachable("refused".into()))));
+        // Holding never covers an attempt that may have done something.
+        let broke = Attempt::Broke("reset".into());
+        assert!(!broke.did_nothing());
+        assert!(ended(plain.next(broke)).is_err());
+        // Nor a NotOwner that says retrying is pointless.
+        let (response, mut final_hint) = not_owner();
+        final_hint.retryable = false;
+        assert!(!Attempt::NotOwner(response, final_hint).did_nothing());
+        // A call with an id is persistent already: no place needed.
+        let mut with_id = retries(Some(("00000000-0000-4000-8000-000000000000", true)));
+        with_id.attempts = 2;
+        assert!(!with_id.would_give_up(&Attempt::Unreachable("refused".into())));
     }
 
     #[test]
