@@ -1,6 +1,6 @@
 # Corium Fleet — the two commands a fresh machine needs:
 #   make run    builds and runs a local fleet on loopback
-#   make test   installs what the tests need, starts PostgreSQL, runs every test
+#   make test   installs what the tests need, starts PostgreSQL and SeaweedFS (S3), runs every test
 # Others: make bench, make soak, make lint, make fmt, make chart-test, make images, make clean-run.
 
 SHELL := /bin/bash
@@ -31,8 +31,9 @@ tools:
 test: tools lint chart-test
 	$(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
-	  trap 'scripts/postgres.sh stop $(WORK)/pg' EXIT && \
-	  CORIUM_FLEET_TEST_PG_URL=$$url $(CARGO) nextest run --workspace --no-fail-fast
+	  trap 'scripts/postgres.sh stop $(WORK)/pg; scripts/seaweedfs.sh stop $(WORK)/s3' EXIT && \
+	  s3=$$(scripts/seaweedfs.sh start $(WORK)/s3) && \
+	  CORIUM_FLEET_TEST_PG_URL=$$url CORIUM_FLEET_TEST_S3_ENDPOINT=$$s3 $(CARGO) nextest run --workspace --no-fail-fast
 
 ## Long-run fault suite (never part of `make test`): SOAK_SEEDS simulation
 ## seeds (default 2000, from SOAK_FIRST_SEED) and the process tier over
@@ -44,8 +45,9 @@ SOAK_PROCESS_SEEDS ?= 1,2,3,4,5,6,7,8,9,10
 soak: tools
 	$(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg-soak) && \
-	  trap 'scripts/postgres.sh stop $(WORK)/pg-soak' EXIT && \
-	  CORIUM_FLEET_TEST_PG_URL=$$url CORIUM_FLEET_SIM_SEEDS=$(SOAK_SEEDS) CORIUM_FLEET_SIM_FIRST_SEED=$(SOAK_FIRST_SEED) \
+	  trap 'scripts/postgres.sh stop $(WORK)/pg-soak; scripts/seaweedfs.sh stop $(WORK)/s3-soak' EXIT && \
+	  s3=$$(scripts/seaweedfs.sh start $(WORK)/s3-soak) && \
+	  CORIUM_FLEET_TEST_PG_URL=$$url CORIUM_FLEET_TEST_S3_ENDPOINT=$$s3 CORIUM_FLEET_SIM_SEEDS=$(SOAK_SEEDS) CORIUM_FLEET_SIM_FIRST_SEED=$(SOAK_FIRST_SEED) \
 	  CORIUM_FLEET_FAULT_SEEDS=$(SOAK_PROCESS_SEEDS) \
 	  $(CARGO) nextest run -p corium-fleet-tests --test simulation --test faults --no-fail-fast --no-capture \
 	    --test-threads 1
@@ -60,8 +62,9 @@ target/stock/bin/corium:
 bench: tools target/stock/bin/corium
 	$(CARGO) build --release --bins
 	@url=$$(scripts/postgres.sh start $(WORK)/pg-bench) && \
-	  trap 'scripts/postgres.sh stop $(WORK)/pg-bench' EXIT && \
-	  CORIUM_FLEET_TEST_PG_URL=$$url target/release/corium-fleet-bench $(BENCH_ARGS) --out target/bench/fleet.json
+	  trap 'scripts/postgres.sh stop $(WORK)/pg-bench; scripts/seaweedfs.sh stop $(WORK)/s3-bench' EXIT && \
+	  s3=$$(scripts/seaweedfs.sh start $(WORK)/s3-bench) && \
+	  CORIUM_FLEET_TEST_PG_URL=$$url CORIUM_FLEET_TEST_S3_ENDPOINT=$$s3 target/release/corium-fleet-bench $(BENCH_ARGS) --out target/bench/fleet.json
 	@if [ -x scripts/bench/proxies.sh ]; then scripts/bench/proxies.sh --json target/bench/proxies.json $(BENCH_PROXY_ARGS); fi
 
 ## Helm chart: lint, render, schema-validate (Kubernetes 1.29 and 1.33), rendered-manifest tests.

@@ -1,8 +1,18 @@
-//! The storage a test fleet runs on: the filesystem store, or a fresh
-//! `PostgreSQL` database per test.
+//! The storage a test fleet runs on: the filesystem store, a fresh
+//! `PostgreSQL` database per test, or a fresh prefix per test in a bucket of
+//! a real S3 server (`SeaweedFS`, which `make test` starts).
 
 use std::net::SocketAddr;
 use std::process::Command;
+
+/// The variable naming the S3 endpoint the suite runs on
+/// (`http://127.0.0.1:PORT`); `make test` sets it from
+/// `scripts/seaweedfs.sh start`.
+pub const S3_ENDPOINT_VAR: &str = "CORIUM_FLEET_TEST_S3_ENDPOINT";
+
+/// The bucket `scripts/seaweedfs.sh` creates; `CORIUM_FLEET_TEST_S3_BUCKET`
+/// names another.
+pub const S3_BUCKET: &str = "fleet";
 
 /// Storage a test fleet runs on.
 #[derive(Clone, Debug)]
@@ -14,11 +24,23 @@ pub enum Backend {
         /// The database's URL, `postgres://user@host:port/name`.
         url: String,
     },
+    /// A key prefix of its own in a bucket of an S3-compatible server with
+    /// conditional writes (see [`Backend::s3`]).
+    S3 {
+        /// The server, `http://host:port` (`--s3-endpoint`).
+        endpoint: String,
+        /// The bucket (it exists).
+        bucket: String,
+        /// The prefix no other test uses.
+        prefix: String,
+    },
 }
 
 impl Backend {
-    /// Every backend the suite runs against. `PostgreSQL` is required: `make
-    /// test` starts a server and sets `CORIUM_FLEET_TEST_PG_URL`.
+    /// Every backend the suite runs against: the filesystem, `PostgreSQL`
+    /// (required: `make test` starts a server and sets
+    /// `CORIUM_FLEET_TEST_PG_URL`) and, when `CORIUM_FLEET_TEST_S3_ENDPOINT`
+    /// is set (`make test` sets it), S3 — in that order.
     ///
     /// # Panics
     /// When the `PostgreSQL` URL is not set (run the suite through `make test`),
@@ -28,7 +50,11 @@ impl Backend {
         let base = std::env::var("CORIUM_FLEET_TEST_PG_URL").expect(
             "CORIUM_FLEET_TEST_PG_URL is not set: run the suite with `make test`, which starts PostgreSQL",
         );
-        vec![Self::Filesystem, Self::postgres(&base)]
+        let mut all = vec![Self::Filesystem, Self::postgres(&base)];
+        if let Ok(endpoint) = std::env::var(S3_ENDPOINT_VAR) {
+            all.push(Self::s3(&endpoint));
+        }
+        all
     }
 
     /// A fresh, empty `PostgreSQL` database on the server at `base`.
@@ -58,21 +84,96 @@ impl Backend {
         }
     }
 
+    /// A fresh, empty prefix (`t-<uuid>`) in the suite's bucket on the S3
+    /// server at `endpoint`: no other test sees its roots.
+    #[must_use]
+    pub fn s3(endpoint: &str) -> Self {
+        Self::S3 {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            bucket: std::env::var("CORIUM_FLEET_TEST_S3_BUCKET").unwrap_or_else(|_| S3_BUCKET.to_owned()),
+            prefix: format!("t-{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    /// A fresh prefix on the S3 server `make test` started.
+    ///
+    /// # Panics
+    /// When `CORIUM_FLEET_TEST_S3_ENDPOINT` is not set.
+    #[must_use]
+    pub fn s3_from_env() -> Self {
+        let endpoint = std::env::var(S3_ENDPOINT_VAR).unwrap_or_else(|_| {
+            panic!("{S3_ENDPOINT_VAR} is not set: run the suite with `make test`, which starts SeaweedFS (scripts/seaweedfs.sh)")
+        });
+        Self::s3(&endpoint)
+    }
+
     /// The value of a process's `--storage` flag.
     pub(crate) fn flag(&self) -> String {
         match self {
             Self::Filesystem => "filesystem".to_owned(),
             Self::Postgres { url } => url.clone(),
+            Self::S3 { bucket, prefix, .. } => format!("s3://{bucket}/{prefix}"),
         }
     }
 
-    /// The `PostgreSQL` server address and the URL with its host:port
-    /// replaced by `127.0.0.1:port`.
-    pub(crate) fn through(&self, port: u16) -> Option<(SocketAddr, String)> {
-        let Self::Postgres { url } = self else { return None };
-        let (scheme_user, rest) = url.split_once('@')?;
-        let (host_port, db) = rest.split_once('/')?;
-        let target = host_port.parse().ok()?;
-        Some((target, format!("{scheme_user}@127.0.0.1:{port}/{db}")))
+    /// The flags besides `--storage` a process needs to reach this storage.
+    pub(crate) fn flags(&self) -> Vec<(&'static str, String)> {
+        match self {
+            Self::Filesystem | Self::Postgres { .. } => Vec::new(),
+            Self::S3 { endpoint, .. } => vec![("--s3-endpoint", endpoint.clone())],
+        }
+    }
+
+    /// The environment a process needs to reach this storage: S3
+    /// credentials (the test process's `AWS_*` keys, else any: the suite's
+    /// server checks none), and no instance-metadata lookups.
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        match self {
+            Self::Filesystem | Self::Postgres { .. } => Vec::new(),
+            Self::S3 { .. } => {
+                let key = |name: &str| std::env::var(name).unwrap_or_else(|_| "fleet-test".to_owned());
+                vec![
+                    ("AWS_ACCESS_KEY_ID".to_owned(), key("AWS_ACCESS_KEY_ID")),
+                    ("AWS_SECRET_ACCESS_KEY".to_owned(), key("AWS_SECRET_ACCESS_KEY")),
+                    ("AWS_EC2_METADATA_DISABLED".to_owned(), "true".to_owned()),
+                ]
+            }
+        }
+    }
+
+    /// The storage server's address, and this backend reached through
+    /// `127.0.0.1:port` instead (a [`crate::proxy::Partition`] there):
+    /// `PostgreSQL` and S3, whose servers are on the network.
+    pub(crate) fn through(&self, port: u16) -> Option<(SocketAddr, Self)> {
+        match self {
+            Self::Filesystem => None,
+            Self::Postgres { url } => {
+                let (scheme_user, rest) = url.split_once('@')?;
+                let (host_port, db) = rest.split_once('/')?;
+                let target = host_port.parse().ok()?;
+                Some((
+                    target,
+                    Self::Postgres {
+                        url: format!("{scheme_user}@127.0.0.1:{port}/{db}"),
+                    },
+                ))
+            }
+            Self::S3 {
+                endpoint,
+                bucket,
+                prefix,
+            } => {
+                let (scheme, host_port) = endpoint.split_once("://")?;
+                let target = host_port.parse().ok()?;
+                Some((
+                    target,
+                    Self::S3 {
+                        endpoint: format!("{scheme}://127.0.0.1:{port}"),
+                        bucket: bucket.clone(),
+                        prefix: prefix.clone(),
+                    },
+                ))
+            }
+        }
     }
 }

@@ -24,7 +24,8 @@ pub struct Fleet {
     mtls: bool,
     /// Whether nodes and ingresses get the `--member` list (else: registry).
     static_members: bool,
-    /// Per node, the cuttable path to `PostgreSQL` (`PostgreSQL` fleets only).
+    /// Per node, the cuttable path to its storage server (`PostgreSQL` and S3
+    /// fleets only).
     pub partitions: Vec<Option<Partition>>,
     /// The members placement ranks, one per node, in node order.
     pub members: Vec<Member>,
@@ -269,11 +270,12 @@ impl Fleet {
                 Some((target, _)) => Some(Partition::start(target).await),
                 None => None,
             };
-            let storage = match &partition {
-                Some(partition) => plan.backend.through(partition.port).expect("a PostgreSQL URL").1,
-                None => plan.backend.flag(),
+            let reached = match &partition {
+                Some(partition) => plan.backend.through(partition.port).expect("a storage server").1,
+                None => plan.backend.clone(),
             };
             partitions.push(partition);
+            let storage = reached.flag();
             let shared = launch::Shared {
                 storage: &storage,
                 data_dir: &data_dir,
@@ -290,6 +292,12 @@ impl Fleet {
                     lease_ttl: Some(plan.lease_ttl),
                 },
             );
+            args.extend(
+                reached
+                    .flags()
+                    .into_iter()
+                    .flat_map(|(flag, value)| [flag.to_owned(), value]),
+            );
             args.extend(plan.node_flags.iter().cloned());
             let mut node = Node {
                 binary: "corium-fleet-transactor",
@@ -298,7 +306,11 @@ impl Fleet {
                 grpc: *grpc,
                 admin: *admin,
                 args,
-                env: plan.env.clone(),
+                env: reached
+                    .env()
+                    .into_iter()
+                    .chain(plan.env.iter().cloned())
+                    .collect(),
                 child: None,
                 log: dir.path().join(format!("{}.log", member.node_id)),
             };
@@ -354,10 +366,13 @@ impl Fleet {
     /// # Panics
     /// On a filesystem fleet, or when the ingress is not ready in 60 s.
     pub async fn start_ingress_behind_partition(&mut self, extra: &[&str]) -> Partition {
-        let probe = self.backend.through(0).expect("a PostgreSQL fleet");
+        let probe = self.backend.through(0).expect("a PostgreSQL or S3 fleet");
         let partition = Partition::start(probe.0).await;
-        let (_, url) = self.backend.through(partition.port).expect("a PostgreSQL fleet");
-        self.start_ingress_processes(1, extra, &[], Some(url)).await;
+        let (_, reached) = self
+            .backend
+            .through(partition.port)
+            .expect("a PostgreSQL or S3 fleet");
+        self.start_ingress_processes(1, extra, &[], Some(reached)).await;
         partition
     }
 
@@ -366,12 +381,13 @@ impl Fleet {
         count: usize,
         extra: &[&str],
         env: &[(&str, &str)],
-        storage: Option<String>,
+        reached: Option<Backend>,
     ) {
         for _ in 0..count {
             let (grpc, admin) = (free_port(), free_port());
             let id = format!("ingress-{}", self.ingresses.len() + 1);
-            let storage = storage.clone().unwrap_or_else(|| self.backend.flag());
+            let reached = reached.clone().unwrap_or_else(|| self.backend.clone());
+            let storage = reached.flag();
             let data_dir = self.dir.path().join("data");
             let certs = self.certs().map(launch::Certs);
             let shared = launch::Shared {
@@ -382,6 +398,12 @@ impl Fleet {
                 certs: certs.as_ref(),
             };
             let mut args = launch::ingress_args(&shared, loopback(grpc), loopback(admin));
+            args.extend(
+                reached
+                    .flags()
+                    .into_iter()
+                    .flat_map(|(flag, value)| [flag.to_owned(), value]),
+            );
             args.extend(extra.iter().map(|flag| (*flag).to_owned()));
             let mut ingress = Node {
                 binary: "corium-fleet-ingress",
@@ -391,9 +413,13 @@ impl Fleet {
                 grpc,
                 admin,
                 args,
-                env: env
-                    .iter()
-                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                env: reached
+                    .env()
+                    .into_iter()
+                    .chain(
+                        env.iter()
+                            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned())),
+                    )
                     .collect(),
                 child: None,
             };
@@ -430,7 +456,10 @@ impl Fleet {
             ("--admin-listen", format!("127.0.0.1:{admin}")),
             ("--advertise", member.endpoint.clone()),
             ("--storage", self.backend.flag()),
-        ] {
+        ]
+        .into_iter()
+        .chain(self.backend.flags())
+        {
             let at = args
                 .iter()
                 .position(|arg| arg == flag)
@@ -444,7 +473,7 @@ impl Fleet {
             grpc,
             admin,
             args,
-            env: Vec::new(),
+            env: self.backend.env(),
             child: None,
             log: self.dir.path().join(format!("{}.log", member.node_id)),
         };

@@ -4,9 +4,10 @@
 //! with real Corium clients. The tiers are described in `docs/testing.md`.
 //!
 //! Layout:
-//! - [`backend`] — [`Backend`]: the filesystem store, or `PostgreSQL` (a fresh
+//! - [`backend`] — [`Backend`]: the filesystem store, `PostgreSQL` (a fresh
 //!   database per test on the server named by `CORIUM_FLEET_TEST_PG_URL`,
-//!   which `make test` starts);
+//!   which `make test` starts) or S3 (a fresh prefix per test on the
+//!   `SeaweedFS` named by `CORIUM_FLEET_TEST_S3_ENDPOINT`, likewise);
 //! - [`balancer`] — a round-robin TCP balancer without affinity in front of
 //!   several ingresses (a Kubernetes Service);
 //! - [`ports`] — [`free_port`] (reserved across test processes) and
@@ -24,7 +25,7 @@
 //! - [`drain`](mod@drain) — one drain measured (tests and the `drain` benchmark);
 //! - [`load`] — a write load over many databases and its check;
 //! - [`otlp`] — a real OTLP/gRPC trace receiver on loopback;
-//! - [`proxy`] — a cuttable TCP path between a node and `PostgreSQL`;
+//! - [`proxy`] — a cuttable TCP path between a node and its storage server;
 //! - [`scripted`] — a scripted HTTP/2 hop in front of a node (what clients
 //!   see when the hop to the owner misbehaves);
 //! - [`checker`] — the fault suite's judge of the fleet's promises and its

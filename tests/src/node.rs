@@ -136,7 +136,8 @@ impl Node {
         self.run_variant(&[]).await
     }
 
-    /// Runs the binary with this node's flags and its own sockets, each
+    /// Runs the binary with this node's flags, environment (storage
+    /// credentials) and its own sockets, each
     /// `(flag, value)` of `changes` replacing that flag's value or appended;
     /// returns its exit status and standard error once it exits (bounded by
     /// 30 s).
@@ -160,6 +161,7 @@ impl Node {
         }
         let mut child = tokio::process::Command::new(bin_dir().join(self.binary))
             .args(&args)
+            .envs(self.env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)

@@ -1,5 +1,6 @@
 //! A TCP proxy on loopback that can cut one node off from its storage: a
-//! real network partition between a node and `PostgreSQL`, for tests.
+//! real network partition between a node and `PostgreSQL` or the S3 server,
+//! for tests.
 //!
 //! While cut, established connections are dropped and new ones are closed on
 //! accept, so the node's storage calls fail as they would behind a broken

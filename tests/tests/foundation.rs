@@ -1,6 +1,6 @@
 //! The foundation's multi-process tests: real `corium-fleet-transactor`
 //! processes, random loopback ports, temporary data directories, against the
-//! filesystem store and `PostgreSQL`, driven by Corium's own clients.
+//! filesystem store, `PostgreSQL` and S3, driven by Corium's own clients.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -310,11 +310,24 @@ async fn stock_peer_connection_transacts_and_receives_reports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_cut_off_from_storage_answers_unavailable_and_is_fenced() {
-    // Only PostgreSQL runs over a network path this test can cut.
+    // PostgreSQL and S3 run over a network path this test can cut.
     let backend = Backend::all()
         .into_iter()
         .find(|b| matches!(b, Backend::Postgres { .. }))
         .unwrap();
+    cut_off_from_storage(backend).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_storage_answers_unavailable_and_is_fenced_on_s3() {
+    cut_off_from_storage(Backend::s3_from_env()).await;
+}
+
+/// The owner and a non-candidate of a database lose their path to the
+/// storage server (`fleet.partitions`): the outsider names no owner and is
+/// not ready, the owner refuses with UNAVAILABLE once its lease lapsed,
+/// the successor takes over, and the healed old owner is fenced.
+async fn cut_off_from_storage(backend: Backend) {
     let fleet = Fleet::builder(backend).lease_ttl(TTL).start().await;
     let db = "partitioned";
     let owner = create_on_top_candidate(&fleet, db).await;

@@ -224,9 +224,17 @@ async fn rolling_restart_under_load_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // One scenario: each step starts from the state the previous one left.
 async fn admin_handoff_moves_one_database_and_refuses_what_it_cannot_do() {
-    let backend = Backend::all().remove(0);
+    admin_handoff(Backend::all().remove(0)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_handoff_moves_one_database_and_refuses_what_it_cannot_do_on_s3() {
+    admin_handoff(Backend::s3_from_env()).await;
+}
+
+#[allow(clippy::too_many_lines)] // One scenario: each step starts from the state the previous one left.
+async fn admin_handoff(backend: Backend) {
     let fleet = Fleet::builder(backend).lease_ttl(TTL).start().await;
     let db = "handed";
     let [owner, standby] = fleet.candidates(db)[..] else {

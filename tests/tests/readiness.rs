@@ -14,7 +14,18 @@ async fn an_ingress_without_storage_stays_ready_and_routes_to_the_owners_it_has_
     let base = std::env::var("CORIUM_FLEET_TEST_PG_URL").expect(
         "CORIUM_FLEET_TEST_PG_URL is not set: run the suite with `make test`, which starts PostgreSQL",
     );
-    let mut fleet = Fleet::builder(Backend::postgres(&base))
+    ingress_without_storage(Backend::postgres(&base)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingress_without_storage_stays_ready_and_routes_to_the_owners_it_has_seen_on_s3() {
+    ingress_without_storage(Backend::s3_from_env()).await;
+}
+
+/// One node, one ingress reaching storage through a path the test cuts
+/// and heals.
+async fn ingress_without_storage(backend: Backend) {
+    let mut fleet = Fleet::builder(backend)
         .lease_ttl(Duration::from_millis(1500))
         .nodes(1)
         .start()

@@ -5,8 +5,9 @@
 //! through the ingress of a 3-node fleet while the owner of their
 //! databases is killed with SIGKILL (and restarted) and paused past its lease; on top,
 //! every incarnation is armed to abort on its own as owner, right after a
-//! commit or (`PostgreSQL`) right after a log append lands, and loses some log
-//! acknowledgements before that. Routing has no affinity: two ingresses
+//! commit or (`PostgreSQL`, S3: the log in the root store) right after a log
+//! append lands, and loses some log acknowledgements before that. Routing
+//! has no affinity: two ingresses
 //! sit behind a round-robin TCP balancer (a Kubernetes Service) and close
 //! connections older than 2 s, so a stock connection moves between them;
 //! the raw stub sends each attempt through the other ingress than the last.
@@ -212,15 +213,15 @@ async fn owner_of(fleet: &Fleet, address: &str, db: &str) -> usize {
 }
 
 /// The self-abort each incarnation of a node is armed with: right after
-/// its n-th commit (both stores), and on `PostgreSQL` right after its m-th
-/// log append lands (before the post-append fence and the answer), with
+/// its n-th commit (every store), and on `PostgreSQL` and S3 (whose log is
+/// in the root store) right after its m-th log append lands (before the post-append fence and the answer), with
 /// lost log acknowledgements a little before.
 fn armed(backend: &Backend, rng: &mut Rng) -> Vec<(&'static str, String)> {
     let mut armed = vec![(
         corium_fleet_faults::env::CRASH_AFTER_COMMIT,
         format!("#{}", 150 + rng.below(150)),
     )];
-    if matches!(backend, Backend::Postgres { .. }) {
+    if matches!(backend, Backend::Postgres { .. } | Backend::S3 { .. }) {
         armed.push((
             corium_fleet_faults::env::SCHEDULE,
             format!(
@@ -443,5 +444,11 @@ async fn stock_clients_commit_exactly_once_across_owner_kills_and_pauses_on_post
         "CORIUM_FLEET_TEST_PG_URL is not set: run the suite with `make test`, which starts PostgreSQL",
     );
     let report = run(Backend::postgres(&base), seed()).await;
+    assert!(report.passed(), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_clients_commit_exactly_once_across_owner_kills_and_pauses_on_s3() {
+    let report = run(Backend::s3_from_env(), seed()).await;
     assert!(report.passed(), "{report}");
 }
