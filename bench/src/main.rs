@@ -271,41 +271,56 @@ async fn overload(args: &Args, report: &mut Report) -> anyhow::Result<()> {
 /// a drain. Prints the table and adds the figures to `report`.
 async fn failover(args: &Args, server: Option<&str>, label: &str, report: &mut Report) -> anyhow::Result<()> {
     let history = if args.quick { 1_000 } else { 16_000 };
-    let result = scenario::failover::run(backend(server), args.rounds, history).await?;
-    println!(
-        "\n== failover ({label}), {} transactions of history, lease TTL {} ms, {} repetitions, median (min–max) ms ==",
-        result.history, result.lease_ttl_ms, args.rounds
-    );
-    println!(
-        "SIGKILL → first commit through the ingress  {}",
-        result.sigkill_to_commit_ms
-    );
-    println!(
-        "takeover, the successor's recovery          {}",
-        result.takeover_recovery_ms
-    );
-    println!(
-        "handoff, owner-reported unavailability     {}",
-        result.handoff_reported_ms
-    );
-    println!(
-        "handoff, longest client gap                {}",
-        result.handoff_client_gap_ms
-    );
-    println!(
-        "SIGTERM drain, longest client gap          {}",
-        result.drain_client_gap_ms
-    );
-    println!(
-        "no event, longest client gap (baseline)    {}",
-        result.quiet_client_gap_ms
-    );
-    println!(
-        "client-visible errors (all repetitions): SIGKILL {}, handoff {}, drain {}",
-        result.client_errors.sigkill, result.client_errors.handoff, result.client_errors.drain
-    );
-    println!("load {}", result.load);
-    report.insert(format!("failover_{label}"), serde_json::to_value(&result)?);
+    // The ingress's failover buffer on (the default) and off.
+    for (variant, key, flags) in [
+        ("failover buffer on", "buffer_on", &[][..]),
+        (
+            "failover buffer off",
+            "buffer_off",
+            &["--failover-buffer-per-database", "0"][..],
+        ),
+    ] {
+        let result = scenario::failover::run(backend(server), args.rounds, history, flags).await?;
+        println!(
+            "\n== failover ({label}, {variant}), {} transactions of history, lease TTL {} ms, {} repetitions, median (min–max) ms ==",
+            result.history, result.lease_ttl_ms, args.rounds
+        );
+        println!(
+            "SIGKILL → first commit through the ingress  {}",
+            result.sigkill_to_commit_ms
+        );
+        println!(
+            "takeover, the successor's recovery          {}",
+            result.takeover_recovery_ms
+        );
+        println!(
+            "handoff, owner-reported unavailability     {}",
+            result.handoff_reported_ms
+        );
+        println!(
+            "handoff, longest client gap                {}",
+            result.handoff_client_gap_ms
+        );
+        println!(
+            "SIGTERM drain, longest client gap          {}",
+            result.drain_client_gap_ms
+        );
+        println!(
+            "no event, longest client gap (baseline)    {}",
+            result.quiet_client_gap_ms
+        );
+        let errors = &result.client_errors;
+        println!(
+            "client-visible errors (all repetitions), Transact with ids: SIGKILL {}, handoff {}, drain {}",
+            errors.sigkill, errors.handoff, errors.drain
+        );
+        println!(
+            "client-visible errors (all repetitions), Sync without ids: SIGKILL {}, handoff {}, drain {}",
+            errors.sync_sigkill, errors.sync_handoff, errors.sync_drain
+        );
+        println!("load {}", result.load);
+        report.insert(format!("failover_{label}_{key}"), serde_json::to_value(&result)?);
+    }
     Ok(())
 }
 

@@ -37,12 +37,17 @@ pub(crate) struct Result {
     pub(crate) load: String,
 }
 
-/// Failed calls the writing client saw, by event.
+/// Failed calls the clients saw, by event: the writer's `Transact`s (with
+/// request ids) and a second client's `Sync`s (without: the ingress may not
+/// resend them after an ambiguous failure).
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct ClientErrors {
     pub(crate) sigkill: usize,
     pub(crate) handoff: usize,
     pub(crate) drain: usize,
+    pub(crate) sync_sigkill: usize,
+    pub(crate) sync_handoff: usize,
+    pub(crate) sync_drain: usize,
 }
 
 /// A client committing through the ingress in a loop, recording the time of
@@ -50,12 +55,16 @@ pub(crate) struct ClientErrors {
 struct Writer {
     acks: Arc<Mutex<Vec<Instant>>>,
     errors: Arc<Mutex<Vec<Instant>>>,
+    /// When the `Sync` client's calls failed.
+    sync_errors: Arc<Mutex<Vec<Instant>>>,
+    syncer: tokio::task::JoinHandle<()>,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Writer {
     fn start(address: String, db: &'static str) -> Self {
+        let address_for_sync = address.clone();
         let acks = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -90,12 +99,47 @@ impl Writer {
                 }
             }
         });
+        let sync_errors = Arc::new(Mutex::new(Vec::new()));
+        let syncer = {
+            let failed = Arc::clone(&sync_errors);
+            let mut stopped = stop.subscribe();
+            tokio::spawn(async move {
+                let channel = corium::channel(&address_for_sync).await;
+                let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(channel);
+                while !*stopped.borrow_and_update() {
+                    let mut request = tonic::Request::new(corium_protocol::pb::SyncRequest {
+                        db: db.to_owned(),
+                        t: 0,
+                    });
+                    request.set_timeout(Duration::from_secs(10));
+                    if client.sync(request).await.is_err() {
+                        failed
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            })
+        };
         Self {
             acks,
             errors,
+            sync_errors,
+            syncer,
             stop,
             task,
         }
+    }
+
+    /// Failed `Sync`s in `[from, to]`.
+    fn sync_errors_between(&self, from: Instant, to: Instant) -> usize {
+        self.sync_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|at| **at >= from && **at <= to)
+            .count()
     }
 
     /// Failed calls in `[from, to]`.
@@ -138,6 +182,7 @@ impl Writer {
     async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(15), self.task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(15), self.syncer).await;
     }
 }
 
@@ -176,7 +221,12 @@ async fn recovery_seconds(fleet: &Fleet, index: usize) -> anyhow::Result<f64> {
 ///
 /// # Errors
 /// When the fleet does not recover within bounds.
-pub(crate) async fn run(backend: Backend, reps: usize, history: usize) -> anyhow::Result<Result> {
+pub(crate) async fn run(
+    backend: Backend,
+    reps: usize,
+    history: usize,
+    ingress_flags: &[&str],
+) -> anyhow::Result<Result> {
     const DB: &str = "bench-failover";
     let name = match &backend {
         Backend::Filesystem => "filesystem",
@@ -185,7 +235,7 @@ pub(crate) async fn run(backend: Backend, reps: usize, history: usize) -> anyhow
     };
     let ttl = Duration::from_secs(5);
     let mut fleet = Fleet::builder(backend).lease_ttl(ttl).start().await;
-    fleet.start_ingresses(1, &[]).await;
+    fleet.start_ingresses(1, ingress_flags).await;
     let address = fleet.ingresses[0].endpoint();
     corium::create(&address, DB).await?;
     if history > 0 {
@@ -222,6 +272,7 @@ pub(crate) async fn run(backend: Backend, reps: usize, history: usize) -> anyhow
         let first = acked_after(&writer, killed, ttl * 6).await?;
         kill.push(ms(first - killed));
         errors.sigkill += writer.errors_between(killed, first);
+        errors.sync_sigkill += writer.sync_errors_between(killed, first + Duration::from_millis(500));
         let successor = owner_index(&fleet, DB).await?;
         takeover.push((recovery_seconds(&fleet, successor).await? - recovered[successor]) * 1e3);
         fleet.nodes[owner].restart().await;
@@ -248,6 +299,7 @@ pub(crate) async fn run(backend: Backend, reps: usize, history: usize) -> anyhow
         tokio::time::sleep(Duration::from_millis(500)).await;
         handoff_gap.push(ms(writer.longest_gap(before, Instant::now())));
         errors.handoff += writer.errors_between(before, Instant::now());
+        errors.sync_handoff += writer.sync_errors_between(before, Instant::now());
         // SIGTERM drain of the owner.
         let owner = owner_index(&fleet, DB).await?;
         let before = Instant::now();
@@ -256,6 +308,7 @@ pub(crate) async fn run(backend: Backend, reps: usize, history: usize) -> anyhow
         tokio::time::sleep(Duration::from_millis(500)).await;
         drain_gap.push(ms(writer.longest_gap(before, Instant::now())));
         errors.drain += writer.errors_between(before, Instant::now());
+        errors.sync_drain += writer.sync_errors_between(before, Instant::now());
         fleet.nodes[owner].restart().await;
     }
     writer.stop().await;
