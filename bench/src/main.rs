@@ -46,6 +46,11 @@ struct Args {
     /// it only the filesystem store is measured.
     #[arg(long, env = "CORIUM_FLEET_TEST_PG_URL")]
     postgres: Option<String>,
+    /// S3 endpoint with conditional writes (`scripts/seaweedfs.sh` starts
+    /// one; a fresh prefix is used per scenario); without it S3 is not
+    /// measured.
+    #[arg(long, env = "CORIUM_FLEET_TEST_S3_ENDPOINT")]
+    s3: Option<String>,
     /// Rounds per figure (median and spread are reported).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -68,16 +73,45 @@ struct Args {
 }
 
 /// The backends to measure; `PostgreSQL` gets a fresh database per scenario.
-fn backends(postgres: Option<&str>) -> Vec<Option<&str>> {
-    let mut all = vec![None];
-    if let Some(url) = postgres {
-        all.push(Some(url));
-    }
-    all
+/// A store the benchmarks run on.
+enum Store {
+    Filesystem,
+    /// The `PostgreSQL` server's URL (a fresh database per fleet).
+    Postgres(String),
+    /// The S3 endpoint (a fresh prefix per fleet).
+    S3(String),
 }
 
-fn backend(postgres: Option<&str>) -> Backend {
-    postgres.map_or(Backend::Filesystem, Backend::postgres)
+impl Store {
+    /// A fresh backend on this store for one fleet.
+    fn backend(&self) -> Backend {
+        match self {
+            Self::Filesystem => Backend::Filesystem,
+            Self::Postgres(url) => Backend::postgres(url),
+            Self::S3(endpoint) => Backend::s3(endpoint),
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Self::Filesystem => "filesystem",
+            Self::Postgres(_) => "postgres",
+            Self::S3(_) => "s3",
+        }
+    }
+}
+
+/// The filesystem store, and `PostgreSQL` and S3 when their servers are
+/// given (`make bench` starts both).
+fn stores(postgres: Option<&str>, s3: Option<&str>) -> Vec<Store> {
+    let mut all = vec![Store::Filesystem];
+    if let Some(url) = postgres {
+        all.push(Store::Postgres(url.to_owned()));
+    }
+    if let Some(endpoint) = s3 {
+        all.push(Store::S3(endpoint.to_owned()));
+    }
+    all
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -92,12 +126,8 @@ async fn main() -> anyhow::Result<()> {
     let wants = |name: &str| args.scenarios.iter().any(|s| s == name || s == "all");
     let mut report = Report::new();
     report.insert("load_at_start".into(), stats::load().into());
-    for server in backends(args.postgres.as_deref()) {
-        let label = if server.is_some() {
-            "postgres"
-        } else {
-            "filesystem"
-        };
+    for store in stores(args.postgres.as_deref(), args.s3.as_deref()) {
+        let (server, label) = (&store, store.label());
         if wants("real-path") {
             real_path(&args, server, label, &mut report).await?;
         }
@@ -171,13 +201,8 @@ async fn main() -> anyhow::Result<()> {
 /// `real-path`: `Transact` direct to the owner and through the ingress,
 /// with and without request ids. Prints the table and adds the figures to
 /// `report`.
-async fn real_path(
-    args: &Args,
-    server: Option<&str>,
-    label: &str,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let result = scenario::real_path::run(backend(server), args.rounds, args.requests).await?;
+async fn real_path(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::real_path::run(server.backend(), args.rounds, args.requests).await?;
     println!(
         "\n== real path ({label}): Transact, {} requests × {} rounds, median (min–max) ==",
         args.requests, args.rounds
@@ -269,7 +294,7 @@ async fn overload(args: &Args, report: &mut Report) -> anyhow::Result<()> {
 
 /// `failover`: SIGKILL → first commit, and the write gaps of a handoff and
 /// a drain. Prints the table and adds the figures to `report`.
-async fn failover(args: &Args, server: Option<&str>, label: &str, report: &mut Report) -> anyhow::Result<()> {
+async fn failover(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
     let history = if args.quick { 1_000 } else { 16_000 };
     // The ingress's failover buffer on (the default) and off.
     for (variant, key, flags) in [
@@ -280,7 +305,7 @@ async fn failover(args: &Args, server: Option<&str>, label: &str, report: &mut R
             &["--failover-buffer-per-database", "0"][..],
         ),
     ] {
-        let result = scenario::failover::run(backend(server), args.rounds, history, flags).await?;
+        let result = scenario::failover::run(server.backend(), args.rounds, history, flags).await?;
         println!(
             "\n== failover ({label}, {variant}), {} transactions of history, lease TTL {} ms, {} repetitions, median (min–max) ms ==",
             result.history, result.lease_ttl_ms, args.rounds
@@ -327,13 +352,8 @@ async fn failover(args: &Args, server: Option<&str>, label: &str, report: &mut R
 /// `owner-cache`: the ingress's owner cache, its hit rate steady and under
 /// churn, and the storage reads of a cold burst. Prints the table and adds
 /// the figures to `report`.
-async fn owner_cache(
-    args: &Args,
-    server: Option<&str>,
-    label: &str,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let result = scenario::owner_cache::run(backend(server), args.rounds).await?;
+async fn owner_cache(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::owner_cache::run(server.backend(), args.rounds).await?;
     let share = |spread: stats::Spread| format!("{:.4} ({:.4}–{:.4})", spread.median, spread.min, spread.max);
     println!(
         "\n== owner cache ({label}): {} databases through one ingress, 3 s per phase, {} rounds, median (min–max) ==",
@@ -363,13 +383,8 @@ async fn owner_cache(
 
 /// `activation`: cold and hot requests, memory per database, root-store
 /// operations. Prints the table and adds the figures to `report`.
-async fn activation(
-    args: &Args,
-    server: Option<&str>,
-    label: &str,
-    report: &mut Report,
-) -> anyhow::Result<()> {
-    let result = scenario::activation::run(backend(server), args.databases, 10).await?;
+async fn activation(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::activation::run(server.backend(), args.databases, 10).await?;
     println!(
         "\n== activation ({label}): {} databases, {} active ==",
         result.databases, result.active
@@ -399,7 +414,7 @@ async fn activation(
 
 /// `recovery`: handoff unavailability against a database's history length.
 /// Prints the table and adds the figures to `report`.
-async fn recovery(args: &Args, server: Option<&str>, label: &str, report: &mut Report) -> anyhow::Result<()> {
+async fn recovery(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
     let lengths: &[usize] = if args.quick {
         &[0, 200]
     } else {
@@ -423,7 +438,7 @@ async fn recovery(args: &Args, server: Option<&str>, label: &str, report: &mut R
         ("quick ACKs + read-ahead (default)", "default", &[]),
     ];
     let flags: Vec<&[&str]> = variants.iter().map(|(_, _, flags)| *flags).collect();
-    let results = scenario::recovery::run(|| backend(server), lengths, args.rounds, &flags).await?;
+    let results = scenario::recovery::run(|| server.backend(), lengths, args.rounds, &flags).await?;
     for ((variant, key, _), points) in variants.iter().zip(results) {
         println!("\n== recovery ({label}, {variant}): handoff unavailability against history length ==");
         for point in &points {
