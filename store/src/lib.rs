@@ -14,6 +14,7 @@
 //!   (no 40 ms delayed-ACK stalls on large rows);
 //! - [`postgres`] — `PostgreSQL` over a pool of a stated size, with the
 //!   listing index created at start;
+//! - [`s3`] — S3 over an SDK client with the fleet's retries;
 //! - [`roots`] — the one reader of a database's catalog entry and lease;
 //! - [`registry`] — node records in storage: live members, unique node ids,
 //!   the databases each node owns;
@@ -26,6 +27,7 @@ pub mod postgres;
 pub mod prefix_read;
 pub mod registry;
 pub mod roots;
+pub mod s3;
 pub mod storage;
 
 pub use open::{DEFAULT_POOL_SIZE, OpenError, Opened, open, open_store, open_with_pool};

@@ -82,6 +82,16 @@ async fn open_once(storage: &Storage, data_dir: &Path, pool: PoolOptions) -> Res
         // index in place (`postgres.rs`).
         return crate::postgres::open(url, pool).await;
     }
+    if let Storage::S3 {
+        bucket,
+        prefix,
+        endpoint,
+        region,
+    } = storage
+    {
+        // Corium's store over a client with the fleet's retries (`s3.rs`).
+        return Box::pin(crate::s3::open(bucket, prefix, endpoint.as_deref(), region)).await;
+    }
     let backend = storage_backend(storage.kind())
         .ok_or_else(|| StoreError::BackendUnavailable(storage.kind().to_owned()))?;
     let store = backend.open(&backend_config(storage, data_dir)?).await?;

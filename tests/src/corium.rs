@@ -308,20 +308,27 @@ pub fn frame(message: &[u8]) -> Vec<u8> {
 }
 
 /// One database's placement and lease holder as the node (or ingress) at
-/// `endpoint` reads it from storage.
+/// `endpoint` reads it from storage. A read: asked again (up to 10 times,
+/// 200 ms apart) when the answering node fails under it, as it may while a
+/// test kills nodes.
 ///
 /// # Panics
-/// When the call fails.
+/// When every attempt fails.
 pub async fn placement(endpoint: &str, db: &str) -> corium_fleet_proto::fleet::DatabaseView {
     use corium_fleet_proto::fleet::DatabasePlacementRequest;
-    admin(endpoint)
-        .await
-        .database_placement(DatabasePlacementRequest {
-            database: db.to_owned(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .view
-        .unwrap()
+    let mut last = None;
+    for _ in 0..10 {
+        match admin(endpoint)
+            .await
+            .database_placement(DatabasePlacementRequest {
+                database: db.to_owned(),
+            })
+            .await
+        {
+            Ok(answer) => return answer.into_inner().view.expect("a placement answer has a view"),
+            Err(status) => last = Some(status),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("placement of {db:?} at {endpoint}: {last:?}")
 }
