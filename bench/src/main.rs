@@ -39,7 +39,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, tracing, drain, overload, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -189,6 +189,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("scaling") {
         scaling(&args, &mut report).await?;
+    }
+    if wants("scale-model") {
+        scale_model(&args, &mut report).await?;
     }
     if let Some(dir) = args.out.parent() {
         std::fs::create_dir_all(dir)?;
@@ -474,5 +477,89 @@ async fn scaling(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         );
     }
     report.insert("scaling_filesystem".into(), serde_json::to_value(&rows)?);
+    Ok(())
+}
+
+/// `scale-model`: the control plane's storage operations with many nodes
+/// and databases in one process over one real store (`PostgreSQL` when
+/// given, else the filesystem), and the owners a join or a leave moves.
+/// Prints the tables and adds the figures to `report`.
+async fn scale_model(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    use scenario::scale_model::Shape;
+    let shape = |nodes, active| Shape { nodes, active };
+    let (catalog, shapes, warmup, window) = if args.quick {
+        (5_000, vec![shape(5, 100), shape(20, 100), shape(20, 1_000)], 4, 4)
+    } else {
+        (
+            100_000,
+            vec![shape(10, 1_000), shape(100, 1_000), shape(100, 10_000)],
+            7,
+            15,
+        )
+    };
+    let result = scenario::scale_model::run(
+        args.postgres.as_deref(),
+        catalog,
+        &shapes,
+        std::time::Duration::from_secs(warmup),
+        std::time::Duration::from_secs(window),
+    )
+    .await?;
+    println!(
+        "\n== scale model ({}): catalog {} databases, lease TTL {} ms, registry renewal {} ms, {} s window ==",
+        result.backend, result.catalog, result.lease_ttl_ms, result.registry_renew_ms, result.window_s
+    );
+    println!(
+        "{:>5} {:>6} {:<24} {:>9} {:>9} {:>10} {:>10} {:>9} {:>12}",
+        "nodes", "active", "kind", "reads/s", "writes/s", "rounds/s", "due/s", "ops/round", "at schedule"
+    );
+    for run in &result.runs {
+        for kind in &run.kinds {
+            println!(
+                "{:>5} {:>6} {:<24} {:>9.1} {:>9.1} {:>10.1} {:>10.1} {:>9.1}{} {:>11.1}",
+                run.nodes,
+                run.active,
+                kind.name,
+                kind.reads_per_s,
+                kind.writes_per_s,
+                kind.rounds_per_s,
+                kind.rounds_due_per_s,
+                kind.ops_per_round,
+                if kind.per_round_from == "code" { "*" } else { " " },
+                kind.at_schedule_per_s
+            );
+        }
+        println!(
+            "{:>5} {:>6} total: {:.1} ops/s measured, {:.1} at schedule ({} watched, members seen {}, setup {:.1} s, load {})",
+            run.nodes,
+            run.active,
+            run.measured_per_s,
+            run.at_schedule_per_s,
+            run.watched,
+            run.members_seen,
+            run.setup_s,
+            run.load
+        );
+    }
+    println!("(ops/round: the watcher's per node and round; * = what the code does per round, not measured)");
+    println!(
+        "\n== scale model: owners (first candidate) and candidate sets ({} replicas) moved, {} databases ==",
+        result.replicas, result.catalog
+    );
+    for moves in &result.moves {
+        println!(
+            "{:<5} {} nodes, {} zone(s): owners moved {} ({:.4}; ideal {:.4}), candidate sets changed {} ({:.4}; ideal {:.4})",
+            moves.event,
+            moves.nodes_before,
+            moves.zones,
+            moves.owners_moved,
+            moves.owners_moved_share,
+            moves.owners_ideal_share,
+            moves.candidate_sets_changed,
+            moves.candidate_sets_share,
+            moves.candidate_sets_ideal_share
+        );
+    }
+    report.insert("scale_model".into(), serde_json::to_value(&result)?);
     Ok(())
 }

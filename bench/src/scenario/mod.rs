@@ -8,6 +8,7 @@ pub(crate) mod overload;
 pub(crate) mod owner_cache;
 pub(crate) mod real_path;
 pub(crate) mod recovery;
+pub(crate) mod scale_model;
 pub(crate) mod scaling;
 pub(crate) mod tracing;
 
