@@ -33,16 +33,28 @@ async fn sync_across_a_crash(flags: &[&str]) -> (Result<u64, tonic::Status>, Dur
     // Let the ingress see its connection to the dead node close, so the
     // call meets refused connections (provably unsent), not a broken one.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let mut request = tonic::Request::new(pb::SyncRequest {
-        db: "held".into(),
-        t: 0,
-    });
-    request.set_timeout(Duration::from_secs(20));
     let started = Instant::now();
-    let answer = client
-        .sync(request)
-        .await
-        .map(|response| response.into_inner().basis_t);
+    let mut answer = Err(tonic::Status::unknown("not asked"));
+    for _ in 0..3 {
+        let mut request = tonic::Request::new(pb::SyncRequest {
+            db: "held".into(),
+            t: 0,
+        });
+        request.set_timeout(Duration::from_secs(20));
+        answer = client
+            .sync(request)
+            .await
+            .map(|response| response.into_inner().basis_t);
+        // Under load the first call may still go out on the connection to
+        // the dead node and break after it was sent: the typed unknown
+        // outcome, never held (the call may have done something). Not what
+        // this test is about: ask again (the lease is still live, so the
+        // next call meets refused connections).
+        match &answer {
+            Err(status) if corium_fleet_wire::outcome::from_status(status).is_some() => {}
+            _ => break,
+        }
+    }
     let took = started.elapsed();
     let (_, text) = http_get(fleet.ingresses[0].admin, "/metrics")
         .await

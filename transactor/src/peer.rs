@@ -143,18 +143,25 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// `message` as a call to the peer: within the peer timeout, with this
+    /// node's credential.
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        request.set_timeout(self.timeout);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        request
+    }
+
     /// Asks the peer to activate `database` now.
     ///
     /// # Errors
     /// The peer's status.
     pub async fn activate(&self, database: &str) -> Result<ActivateResponse, Status> {
-        let mut request = Request::new(ActivateRequest {
+        let request = self.request(ActivateRequest {
             database: database.to_owned(),
         });
-        request.set_timeout(self.timeout);
-        if let Some(token) = &self.token {
-            request.metadata_mut().insert("authorization", token.clone());
-        }
         self.client
             .clone()
             .activate(request)
@@ -167,13 +174,9 @@ impl Peer {
     /// # Errors
     /// The peer's status.
     pub async fn prepare(&self, database: &str) -> Result<PrepareResponse, Status> {
-        let mut request = Request::new(PrepareRequest {
+        let request = self.request(PrepareRequest {
             database: database.to_owned(),
         });
-        request.set_timeout(self.timeout);
-        if let Some(token) = &self.token {
-            request.metadata_mut().insert("authorization", token.clone());
-        }
         self.client
             .clone()
             .prepare(request)
@@ -186,11 +189,7 @@ impl Peer {
     /// # Errors
     /// The peer's status.
     pub async fn node_status(&self) -> Result<NodeStatusResponse, Status> {
-        let mut request = Request::new(NodeStatusRequest {});
-        request.set_timeout(self.timeout);
-        if let Some(token) = &self.token {
-            request.metadata_mut().insert("authorization", token.clone());
-        }
+        let request = self.request(NodeStatusRequest {});
         self.client
             .clone()
             .node_status(request)

@@ -452,6 +452,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_prepared_log_starts_the_activation_keeps_no_fork_records_and_reads_the_tail() {
+        let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+        store.cas_root(&record("a", 0, 1), None, b"forked").await.unwrap();
+        for t in 2..=3 {
+            store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
+        }
+        let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+        let prepared = budget.prepare("a").await.unwrap();
+        assert_eq!(
+            prepared,
+            PreparedLog { records: 2, bytes: 6 },
+            "the version-0 record is not kept"
+        );
+        // Committed after the prepare: the tail.
+        store.cas_root(&record("a", 1, 4), None, b"tail").await.unwrap();
+        let ahead = budget.start("a").expect("the prepared log");
+        assert!(
+            ahead.list(&log_prefix("a"), store.as_ref()).await.is_none(),
+            "the listing comes from storage"
+        );
+        assert_eq!(ahead.get(&record("a", 1, 2)).as_deref(), Some(&b"old"[..]));
+        assert_eq!(ahead.get(&record("a", 0, 1)), None, "read from storage");
+        assert_eq!(ahead.get(&record("a", 1, 4)), None, "read from storage");
+        assert_eq!(budget.counts.prepared_used.load(Ordering::Relaxed), 1);
+        ahead.finish();
+        assert!(budget.start("b").is_some(), "the budget came back");
+    }
+
+    #[tokio::test]
     async fn a_read_stopped_at_its_bound_lists_from_storage_and_serves_what_it_read() {
         let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
         for t in 1..=3 {

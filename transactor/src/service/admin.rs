@@ -199,6 +199,19 @@ async fn fleet_status(host: &Host) -> Result<FleetStatusResponse, Status> {
     })
 }
 
+/// A node-to-node call about `db` (`Prepare`, `Activate`): a valid name this
+/// node is a candidate for.
+fn candidate_here(host: &crate::host::Host, db: &str) -> Result<(), Status> {
+    corium_fleet_common::names::check(db).map_err(|error| Status::invalid_argument(error.to_string()))?;
+    if host.rank(db).is_none() {
+        return Err(Status::failed_precondition(format!(
+            "node {} is not a candidate for {db:?}",
+            host.config.node_id
+        )));
+    }
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl FleetAdmin for FleetAdminSvc {
     async fn node_status(
@@ -250,14 +263,7 @@ impl FleetAdmin for FleetAdminSvc {
         let host = &self.0;
         super::authorize::operator(host, &request, "Prepare")?;
         let db = request.into_inner().database;
-        corium_fleet_common::names::check(&db)
-            .map_err(|error| Status::invalid_argument(error.to_string()))?;
-        if host.rank(&db).is_none() {
-            return Err(Status::failed_precondition(format!(
-                "node {} is not a candidate for {db:?}",
-                host.config.node_id
-            )));
-        }
+        candidate_here(host, &db)?;
         let started = std::time::Instant::now();
         let log = if host.cell(&db).is_some() {
             // Already the owner: nothing to prepare.
@@ -282,14 +288,7 @@ impl FleetAdmin for FleetAdminSvc {
         let host = &self.0;
         super::authorize::operator(host, &request, "Activate")?;
         let db = request.into_inner().database;
-        corium_fleet_common::names::check(&db)
-            .map_err(|error| Status::invalid_argument(error.to_string()))?;
-        if host.rank(&db).is_none() {
-            return Err(Status::failed_precondition(format!(
-                "node {} is not a candidate for {db:?}",
-                host.config.node_id
-            )));
-        }
+        candidate_here(host, &db)?;
         let started = std::time::Instant::now();
         let cell = if let Some(cell) = host.cell(&db) {
             cell
