@@ -25,6 +25,19 @@ pub struct PrefixRows {
     pub complete: bool,
 }
 
+impl PrefixRows {
+    /// Adds a row unless it would pass `max_bytes` in all; `false` once the
+    /// bound is reached (the read stops, `complete` stays false).
+    fn take(&mut self, total: &mut usize, max_bytes: usize, name: String, bytes: Vec<u8>) -> bool {
+        *total += bytes.len();
+        if *total > max_bytes {
+            return false;
+        }
+        self.rows.push((name, bytes));
+        true
+    }
+}
+
 /// Reads the roots under a prefix with their bytes.
 #[async_trait]
 pub trait PrefixRead: Send + Sync {
@@ -56,11 +69,9 @@ impl PrefixRead for ListThenRead {
         while let Some((name, bytes)) = reads.try_next().await? {
             // Gone since the listing (a deleted database): not a root now.
             let Some(bytes) = bytes else { continue };
-            total += bytes.len();
-            if total > max_bytes {
+            if !read.take(&mut total, max_bytes, name, bytes) {
                 return Ok(read);
             }
-            read.rows.push((name, bytes));
         }
         read.complete = true;
         Ok(read)
@@ -107,13 +118,11 @@ impl PrefixRead for PostgresPrefixRead {
         while let Some(row) = rows.try_next().await.map_err(backend)? {
             let name: String = row.try_get(0).map_err(backend)?;
             let bytes: Vec<u8> = row.try_get(1).map_err(backend)?;
-            total += bytes.len();
-            if total > max_bytes {
+            if !read.take(&mut total, max_bytes, name, bytes) {
                 // Dropping the stream ends the query; the connection goes
                 // back to the pool ready for the next one.
                 return Ok(read);
             }
-            read.rows.push((name, bytes));
         }
         read.complete = true;
         Ok(read)
