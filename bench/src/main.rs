@@ -489,13 +489,18 @@ async fn scale_model(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let shape = |nodes, active| Shape { nodes, active };
     let (catalog, shapes, warmup, window) = if args.quick {
         (5_000, vec![shape(5, 100), shape(20, 100), shape(20, 1_000)], 4, 4)
-    } else {
+    } else if args.postgres.is_some() {
         (
             100_000,
             vec![shape(10, 1_000), shape(100, 1_000), shape(100, 10_000)],
             7,
             15,
         )
+    } else {
+        // The filesystem store served ~4,100 of the ~40,000 ops/s 10,000
+        // active ask for, with its blocking threads driving the load past
+        // 200 (docs/benchmarks.md): the 1,000-active shapes only.
+        (100_000, vec![shape(10, 1_000), shape(100, 1_000)], 7, 15)
     };
     let result = scenario::scale_model::run(
         args.postgres.as_deref(),
@@ -506,8 +511,13 @@ async fn scale_model(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     )
     .await?;
     println!(
-        "\n== scale model ({}): catalog {} databases, lease TTL {} ms, registry renewal {} ms, {} s window ==",
-        result.backend, result.catalog, result.lease_ttl_ms, result.registry_renew_ms, result.window_s
+        "\n== scale model ({}): catalog {} databases, lease TTL {} ms, registry renewal {} ms, registry read every {} ms, {} s window ==",
+        result.backend,
+        result.catalog,
+        result.lease_ttl_ms,
+        result.registry_renew_ms,
+        result.registry_read_ms,
+        result.window_s
     );
     println!(
         "{:>5} {:>6} {:<24} {:>9} {:>9} {:>10} {:>10} {:>9} {:>12}",
