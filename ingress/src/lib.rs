@@ -125,11 +125,11 @@ pub async fn run(
     let describe = config.storage.describe();
     // The same bounded, retrying open as a node's (fresh stores race to
     // initialise their schema).
-    let store = corium_fleet_store::open_with_pool(
+    let corium_fleet_store::Opened { store, prefix_read } = corium_fleet_store::open_store(
         &config.storage,
         &config.data_dir,
         config.storage_timeout * 2,
-        config.storage_pool_size,
+        corium_fleet_store::postgres::PoolOptions::sized(config.storage_pool_size),
     )
     .await?;
     let metrics = Arc::new(metrics::Metrics::default());
@@ -153,7 +153,7 @@ pub async fn run(
     let preface_timeout = config.preface_timeout;
     let settings = connection_settings(&config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let members = placement_members(&config, &store, &stop_rx);
+    let members = placement_members(&config, prefix_read, &stop_rx);
     let map = placement_map(&config, &store, &members, &stop_rx).await?;
     // The ingress authenticates; the owner authorizes (with the same flags
     // and its policy), so no authorizer runs here.
@@ -231,16 +231,19 @@ pub async fn run(
 /// the live members of the node registry, followed until `stop`.
 fn placement_members(
     config: &Config,
-    store: &Arc<dyn FullStore>,
+    reader: Arc<dyn corium_fleet_store::prefix_read::PrefixRead>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> corium_fleet_store::registry::Members {
     let members = corium_fleet_store::registry::Members::new(config.members.clone());
     if config.members.is_empty() {
-        // No static list: follow the live members in the node registry.
+        // No static list: follow the live members in the node registry,
+        // every record in one read (one query on PostgreSQL).
+        let followed = members.clone();
         tokio::spawn(corium_fleet_store::registry::follow(
-            Arc::clone(store),
-            members.clone(),
+            reader,
             Duration::from_secs(3),
+            config.storage_timeout,
+            move |records| followed.set_live(&records),
             stop.clone(),
         ));
     }

@@ -59,6 +59,22 @@ pub fn classify(path: &str) -> Option<(Target, bool)> {
     }
 }
 
+/// Whether an owner-routed call only reads (Corium's `Sync`, `Status`,
+/// `GetStorageInfo`, `KeyStatus`; the fleet's request status): sending it
+/// twice changes nothing, so a hop that broke mid-call leaves no outcome to
+/// be unsure of and the ingress sends it again.
+#[must_use]
+pub fn read_only(path: &str) -> bool {
+    matches!(
+        path,
+        "/corium.v1.Transactor/Sync"
+            | "/corium.v1.Transactor/Status"
+            | "/corium.v1.Catalog/GetStorageInfo"
+            | "/corium.v1.Catalog/KeyStatus"
+            | "/corium.fleet.v1.Requests/Status"
+    )
+}
+
 /// Why a request body could not be routed.
 #[derive(Debug, thiserror::Error, Eq, PartialEq)]
 pub enum ScanError {
@@ -183,6 +199,27 @@ mod tests {
         unknown_fixed: u64,
         #[prost(fixed32, tag = "10")]
         unknown_fixed32: u32,
+    }
+
+    #[test]
+    fn only_reads_are_read_only() {
+        for read in [
+            "/corium.v1.Transactor/Sync",
+            "/corium.v1.Transactor/Status",
+            "/corium.v1.Catalog/KeyStatus",
+            "/corium.fleet.v1.Requests/Status",
+        ] {
+            assert!(read_only(read), "{read}");
+        }
+        for write in [
+            "/corium.v1.Transactor/Transact",
+            "/corium.v1.Transactor/SagaCommit",
+            "/corium.v1.Catalog/AlterSchema",
+            "/corium.v1.Catalog/RotateStorageKey",
+            "/corium.fleet.v1.FleetAdmin/Handoff",
+        ] {
+            assert!(!read_only(write), "{write}");
+        }
     }
 
     #[test]

@@ -474,6 +474,18 @@ async fn placement_map_pins_databases_and_bad_maps_are_refused_with_the_line() {
     assert!(metrics.contains("corium_fleet_rebalances_total 1"), "{metrics}");
 }
 
+/// Rebalances and takeovers every node of `fleet` counted.
+async fn moves_counted(fleet: &Fleet) -> (f64, f64) {
+    let (mut rebalances, mut takeovers) = (0.0, 0.0);
+    for node in &fleet.nodes {
+        let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
+        let count = |series| corium_fleet_tests::metric(&metrics, series).expect(series);
+        rebalances += count("corium_fleet_rebalances_total");
+        takeovers += count("corium_fleet_takeovers_total");
+    }
+    (rebalances, takeovers)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
     for backend in Backend::all() {
@@ -545,13 +557,24 @@ async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
             dbs.len(),
             moved.len()
         );
+        // A healthy owner that is still a candidate is never preempted: no
+        // node rebalanced anything, so nothing moved. An owner starved of
+        // CPU past its lease (a loaded machine) is taken over by a candidate,
+        // which is no preemption: each such move is a counted takeover.
+        let (rebalances, takeovers) = moves_counted(&fleet).await;
         assert!(
-            moved.is_subset(&changed),
-            "{backend:?}: moved {moved:?}, changed {changed:?}"
+            rebalances < 0.5,
+            "{backend:?}: preempted {moved:?} ({rebalances} rebalances)"
         );
-        // A healthy owner that is still a candidate is never preempted; and
-        // one join cannot push a top-ranked owner out of the top two.
-        assert!(moved.is_empty(), "{backend:?}: preempted {moved:?}");
+        if takeovers < 0.5 {
+            assert!(moved.is_empty(), "{backend:?}: moved {moved:?}");
+        } else {
+            eprintln!("{backend:?}: {takeovers} takeovers (an owner missed its lease)");
+            assert!(
+                f64::from(u32::try_from(moved.len()).unwrap()) <= takeovers,
+                "{backend:?}: moved {moved:?} with {takeovers} takeovers"
+            );
+        }
         for db in &dbs {
             assert!(
                 names(&fleet, &fleet.candidates(db)).contains(&owners[db]),

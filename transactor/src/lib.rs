@@ -277,6 +277,31 @@ async fn open_storage(
     })
 }
 
+/// Follows the registry: one read per period (one query on `PostgreSQL`,
+/// `registry/follow.rs`) serves the members view (unless static) and the
+/// standby watcher, which does a round per read.
+fn follow_registry(
+    host: &Arc<host::Host>,
+    reader: Arc<dyn corium_fleet_store::prefix_read::PrefixRead>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) {
+    let (records_tx, records_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+    let members = (!host.config.static_members).then(|| host.members.clone());
+    tokio::spawn(corium_fleet_store::registry::follow(
+        reader,
+        standby::registry_period(host.config.registry_renew, host.config.lease_ttl),
+        host.config.storage_timeout,
+        move |records| {
+            if let Some(members) = &members {
+                members.set_live(&records);
+            }
+            records_tx.send_replace(Arc::new(records));
+        },
+        stop.clone(),
+    ));
+    tokio::spawn(standby::watch(Arc::clone(host), records_rx, stop.clone()));
+}
+
 /// Starts a node's host over `store` (already opened, and wrapped as the
 /// caller wants), with cells opened through the storage view `view_kind`,
 /// their logs read ahead through `prefix_read` (`None`: listing and reads
@@ -297,6 +322,10 @@ pub async fn start(
     let root_ops = Arc::new(counting::CountingStore::new(store));
     let base: Arc<dyn corium_store::FullStore> = Arc::clone(&root_ops) as Arc<dyn corium_store::FullStore>;
     let incarnation = uuid::Uuid::new_v4().simple().to_string();
+    let prefix_read = prefix_read.unwrap_or_else(|| {
+        Arc::new(corium_fleet_store::prefix_read::ListThenRead(Arc::clone(&base)))
+            as Arc<dyn corium_fleet_store::prefix_read::PrefixRead>
+    });
     let template = cell::Template {
         base: Arc::clone(&base),
         view_kind,
@@ -305,12 +334,7 @@ pub async fn start(
         generation: std::sync::atomic::AtomicU64::new(1),
         advertise: config.advertise.clone(),
         lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
-        read_ahead: read_ahead::Budget::new(
-            config.activation_read_ahead_mib,
-            prefix_read.unwrap_or_else(|| {
-                Arc::new(corium_fleet_store::prefix_read::ListThenRead(Arc::clone(&base)))
-            }),
-        ),
+        read_ahead: read_ahead::Budget::new(config.activation_read_ahead_mib, Arc::clone(&prefix_read)),
     };
     let peers = peer::Peers::new(
         config.tls.as_ref(),
@@ -370,15 +394,7 @@ pub async fn start(
         Arc::clone(&host.owned_changed),
         stop_rx.clone(),
     ));
-    if !host.config.static_members {
-        tokio::spawn(corium_fleet_store::registry::follow(
-            Arc::clone(&host.base),
-            host.members.clone(),
-            host.config.registry_renew,
-            stop_rx.clone(),
-        ));
-    }
-    tokio::spawn(standby::watch(Arc::clone(&host), stop_rx.clone()));
+    follow_registry(&host, prefix_read, &stop_rx);
     if let Some(admin) = admin {
         tokio::spawn(corium_fleet_common::admin_http::serve(
             admin,

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use corium_fleet_store::registry::Record;
 use corium_store::DbRoot;
 
 use crate::host::{Host, RootView, node_of, now_unix_ms};
@@ -59,6 +60,14 @@ pub fn standing(host: &Host, db: &str, view: &RootView, now_ms: i64) -> Standing
     }
 }
 
+/// How often a node reads the registry: its renewal period, and at most a
+/// third of the lease TTL, since each read is also a watcher round (a
+/// lapsed lease is noticed within a third of the TTL).
+#[must_use]
+pub fn registry_period(registry_renew: Duration, lease_ttl: Duration) -> Duration {
+    registry_renew.min(lease_ttl / 3).max(Duration::from_millis(50))
+}
+
 /// How long after a lapse a candidate of `rank` waits before taking over:
 /// rank 0 at once, each lower rank a further tenth of the TTL.
 #[must_use]
@@ -83,43 +92,40 @@ pub fn takeover_due(
 
 /// The databases to watch: those the registry says another process owns
 /// (its last published owned list, kept readable after a node dies), of
-/// which this node is a candidate. O(nodes + owned) reads per tick, never a
-/// catalog scan: a database nobody owns needs no watching (its next request
-/// activates it), so standby work follows the active databases.
-async fn watched(host: &Host) -> Result<std::collections::BTreeSet<String>, corium_store::StoreError> {
-    let records = corium_fleet_store::registry::records(host.base.as_ref()).await?;
-    Ok(records
-        .into_iter()
+/// which this node is a candidate. No storage read: the records are the
+/// node's one registry read of the period ([`registry::follow`]), and a
+/// database nobody owns needs no watching (its next request activates it),
+/// so standby work follows the active databases.
+///
+/// [`registry::follow`]: corium_fleet_store::registry::follow
+fn watched(host: &Host, records: &[Record]) -> std::collections::BTreeSet<String> {
+    records
+        .iter()
         .filter(|record| !(record.node_id == host.config.node_id && record.incarnation == host.incarnation))
-        .flat_map(|record| record.owned)
+        .flat_map(|record| record.owned.iter())
         .filter(|db| host.cell(db).is_none() && host.rank(db).is_some())
-        .collect())
+        .cloned()
+        .collect()
 }
 
-/// The watcher loop: every third of the lease TTL, until `shutdown`.
-pub async fn watch(host: Arc<Host>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let period = (host.config.lease_ttl / 3).max(Duration::from_millis(50));
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// The watcher loop: one round per registry read (every third of the lease
+/// TTL at most, see [`registry_period`]), until `shutdown` or until the
+/// registry is no longer followed.
+pub async fn watch(
+    host: Arc<Host>,
+    mut registry: tokio::sync::watch::Receiver<Arc<Vec<Record>>>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
-            _ = ticker.tick() => {}
+            changed = registry.changed() => if changed.is_err() { return },
             () = crate::until_true(&mut shutdown) => return,
         }
         if host.is_stopping() {
             return;
         }
-        let dbs = match tokio::time::timeout(host.config.storage_timeout, watched(&host)).await {
-            Ok(Ok(dbs)) => dbs,
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "standby watcher cannot read the node registry");
-                continue;
-            }
-            Err(_) => {
-                tracing::warn!("standby watcher: node registry read timed out");
-                continue;
-            }
-        };
+        let records = Arc::clone(&registry.borrow_and_update());
+        let dbs = watched(&host, &records);
         let mut standby = 0;
         for db in dbs {
             let Some(rank) = host.rank(&db) else { continue };
@@ -177,6 +183,14 @@ mod tests {
             last_tx_instant: 0,
             key_manifest_version: 0,
         }
+    }
+
+    #[test]
+    fn the_registry_is_read_every_third_of_the_ttl_at_most() {
+        let ms = Duration::from_millis;
+        assert_eq!(registry_period(ms(3_000), ms(5_000)), ms(5_000) / 3);
+        assert_eq!(registry_period(ms(1_000), ms(5_000)), ms(1_000));
+        assert_eq!(registry_period(ms(1_000), ms(60)), ms(50));
     }
 
     #[test]

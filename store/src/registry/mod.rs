@@ -7,6 +7,10 @@
 //! databases the node owns, which is what standby candidates watch. A second process with a live
 //! node id is refused at start. With static `--member`s the registry still
 //! guards node ids but placement uses the static list.
+//!
+//! Layout: this file holds the record, registration and renewal;
+//! [`follow`](mod@follow) reads every record in one go on a timer for
+//! everything on a node that needs them (members view, standby watcher).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -15,6 +19,10 @@ use corium_fleet_common::owner::now_unix_ms;
 use corium_fleet_common::placement::Member;
 use corium_store::{FullStore, RootStore, StoreError};
 use serde::{Deserialize, Serialize};
+
+mod follow;
+
+pub use follow::{MAX_REGISTRY_BYTES, follow, read_records};
 
 /// Root-name prefix of registry records.
 pub const PREFIX: &str = "fleet-node:";
@@ -134,6 +142,16 @@ impl Members {
     fn set(&self, members: Vec<Member>) {
         *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(members);
     }
+
+    /// Takes the live members of `records`; kept as they were when none is
+    /// live (a registry read that found nothing is no reason to place
+    /// every database nowhere).
+    pub fn set_live(&self, records: &[Record]) {
+        let live = live_members(records);
+        if !live.is_empty() {
+            self.set(live);
+        }
+    }
 }
 
 /// Writes `record` for the first time. A live record of another
@@ -192,17 +210,20 @@ pub async fn register(store: &dyn RootStore, record: &Record) -> Result<(), Regi
 /// # Errors
 /// Storage.
 pub async fn live(store: &dyn RootStore) -> Result<Vec<Member>, StoreError> {
+    Ok(live_members(&records(store).await?))
+}
+
+/// The unexpired records' members, sorted by node id.
+#[must_use]
+pub fn live_members(records: &[Record]) -> Vec<Member> {
     let now = now_unix_ms();
-    let mut members = Vec::new();
-    for name in store.list_roots(PREFIX).await? {
-        if let Some(record) = store.get_root(&name).await?.as_deref().and_then(Record::decode)
-            && record.expires_unix_ms > now
-        {
-            members.push(record.member());
-        }
-    }
+    let mut members: Vec<Member> = records
+        .iter()
+        .filter(|record| record.expires_unix_ms > now)
+        .map(Record::member)
+        .collect();
     members.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-    Ok(members)
+    members
 }
 
 /// Reads the live members into `members` once (kept as they were when the
@@ -229,27 +250,6 @@ pub async fn records(store: &dyn RootStore) -> Result<Vec<Record>, StoreError> {
         }
     }
     Ok(records)
-}
-
-/// Refreshes `members` from the registry every `every` until `stop`.
-pub async fn follow(
-    store: Arc<dyn FullStore>,
-    members: Members,
-    every: Duration,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        match tokio::time::timeout(every.max(Duration::from_secs(1)), live(store.as_ref())).await {
-            Ok(Ok(live)) if !live.is_empty() => members.set(live),
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "cannot read the node registry"),
-            Err(_) => tracing::warn!("node registry read timed out"),
-        }
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            _ = stop.wait_for(|stop| *stop) => return,
-        }
-    }
 }
 
 /// Renews this node's record every `renew` (expiry `ttl` ahead), with what

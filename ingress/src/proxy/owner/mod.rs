@@ -16,6 +16,8 @@
 //!   client would resend (a `NotOwner`, a connect failure): either a later
 //!   attempt brings the committed answer, or the client gets the typed
 //!   "outcome unknown" naming the request id;
+//! - a call that only reads (`Sync`, `Status`, …: `route::read_only`) whose
+//!   hop broke is sent again, within the retry budget: it changed nothing;
 //! - any other `UNAVAILABLE` a node answers (it cannot verify its lease —
 //!   a zombie just woken —, storage failed before the call ran) is sent
 //!   again when the call has a request id, like everything else;
@@ -140,6 +142,7 @@ impl Proxy {
             unknown: None,
             budget_left: true,
             held: false,
+            read_only: crate::route::read_only(call.parts.uri.path()),
         };
         // The call's place in the failover buffer, once it takes one.
         let mut place = None;

@@ -91,6 +91,9 @@ pub(in crate::proxy) struct Retries {
     /// provably did nothing (a `NotOwner`, a refused connection) is sent
     /// again until the deadline, whatever the call.
     pub held: bool,
+    /// The call only reads (`route::read_only`): an attempt whose hop broke
+    /// changed nothing and is sent again, within the retry budget.
+    pub read_only: bool,
 }
 
 impl Attempt {
@@ -150,6 +153,25 @@ impl Retries {
             let id = self.id.as_ref().map(|id| id.text.as_str());
             self.unknown = Some(outcome::to_status(&self.db, id, cause, reason));
         }
+    }
+
+    /// The rule for an attempt whose hop broke after the request was sent.
+    fn broke(&mut self, error: &str) -> Next {
+        if self.read_only {
+            // A read changed nothing wherever it got to.
+            if self.budget_left {
+                return Next::reread(self.pause());
+            }
+            return Next::Return(Err(Status::unavailable(format!(
+                "the connection to the owner of {:?} broke: {error}; the call only reads: retry",
+                self.db
+            ))));
+        }
+        self.ambiguous(Cause::HopBroke, error);
+        if self.idempotent() && self.budget_left {
+            return Next::reread(self.pause());
+        }
+        Next::Return(Err(self.unknown_status().expect("just set")))
     }
 
     /// The rule for `attempt` (see the module docs).
@@ -235,13 +257,7 @@ impl Retries {
                     self.db
                 ))))
             }
-            Attempt::Broke(error) => {
-                self.ambiguous(Cause::HopBroke, &error);
-                if self.idempotent() && self.budget_left {
-                    return Next::reread(self.pause());
-                }
-                Next::Return(Err(self.unknown_status().expect("just set")))
-            }
+            Attempt::Broke(error) => self.broke(&error),
             Attempt::Late => {
                 let message = match self.id.as_ref() {
                     Some(id) => format!(
@@ -280,6 +296,7 @@ mod tests {
             unknown: None,
             budget_left: true,
             held: false,
+            read_only: false,
         }
     }
 
@@ -357,6 +374,28 @@ mod tests {
         let mut with_id = retries(Some(("00000000-0000-4000-8000-000000000000", true)));
         with_id.attempts = 2;
         assert!(!with_id.would_give_up(&Attempt::Unreachable("refused".into())));
+    }
+
+    #[test]
+    fn a_read_whose_hop_broke_is_sent_again_within_the_budget() {
+        let mut read = retries(None);
+        read.read_only = true;
+        assert!(
+            matches!(
+                read.next(Attempt::Broke("reset".into())),
+                Next::Retry { refresh: true, .. }
+            ),
+            "a read changed nothing: sent again, to the lease read afresh"
+        );
+        assert!(read.unknown_status().is_none(), "no outcome to be unsure of");
+        read.budget_left = false;
+        let status = ended(read.next(Attempt::Broke("reset".into()))).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("only reads"), "{}", status.message());
+        // A write without an id is not: its outcome is unknown.
+        let mut write = retries(None);
+        assert!(ended(write.next(Attempt::Broke("reset".into()))).is_err());
+        assert!(write.unknown_status().is_some());
     }
 
     #[test]
