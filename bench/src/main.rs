@@ -421,7 +421,7 @@ async fn recovery(args: &Args, server: &Store, label: &str, report: &mut Report)
     let lengths: &[usize] = if args.quick {
         &[0, 200]
     } else {
-        &[0, 1000, 4000, 16000]
+        &[0, 1000, 4000, 6000, 16000]
     };
     // Corium's own reads (record by record, delayed ACKs), then the fleet's
     // remedies added one by one (the last is the default), side by side in
