@@ -211,11 +211,15 @@ impl Proxy {
                     }
                     if ambiguous {
                         self.metrics.ambiguous_retries.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(
-                            db,
-                            request_id = retries.id.as_ref().map(|id| id.text.as_str()),
-                            "outcome unknown; retrying with the same request id"
-                        );
+                        if retries.read_only {
+                            tracing::info!(db, "the hop broke under a read; sending it again");
+                        } else {
+                            tracing::info!(
+                                db,
+                                request_id = retries.id.as_ref().map(|id| id.text.as_str()),
+                                "outcome unknown; retrying with the same request id"
+                            );
+                        }
                     } else {
                         self.metrics.not_owner_retries.fetch_add(1, Ordering::Relaxed);
                     }
