@@ -289,7 +289,7 @@ fn follow_registry(
     let members = (!host.config.static_members).then(|| host.members.clone());
     tokio::spawn(corium_fleet_store::registry::follow(
         reader,
-        standby::registry_period(host.config.registry_renew, host.config.lease_ttl),
+        corium_fleet_store::registry::period(host.config.registry_renew, host.config.lease_ttl),
         host.config.storage_timeout,
         move |records| {
             if let Some(members) = &members {

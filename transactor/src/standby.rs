@@ -60,14 +60,6 @@ pub fn standing(host: &Host, db: &str, view: &RootView, now_ms: i64) -> Standing
     }
 }
 
-/// How often a node reads the registry: its renewal period, and at most a
-/// third of the lease TTL, since each read is also a watcher round (a
-/// lapsed lease is noticed within a third of the TTL).
-#[must_use]
-pub fn registry_period(registry_renew: Duration, lease_ttl: Duration) -> Duration {
-    registry_renew.min(lease_ttl / 3).max(Duration::from_millis(50))
-}
-
 /// How long after a lapse a candidate of `rank` waits before taking over:
 /// rank 0 at once, each lower rank a further tenth of the TTL.
 #[must_use]
@@ -109,8 +101,10 @@ fn watched(host: &Host, records: &[Record]) -> std::collections::BTreeSet<String
 }
 
 /// The watcher loop: one round per registry read (every third of the lease
-/// TTL at most, see [`registry_period`]), until `shutdown` or until the
+/// TTL at most, see [`registry::period`]), until `shutdown` or until the
 /// registry is no longer followed.
+///
+/// [`registry::period`]: corium_fleet_store::registry::period
 pub async fn watch(
     host: Arc<Host>,
     mut registry: tokio::sync::watch::Receiver<Arc<Vec<Record>>>,
@@ -183,14 +177,6 @@ mod tests {
             last_tx_instant: 0,
             key_manifest_version: 0,
         }
-    }
-
-    #[test]
-    fn the_registry_is_read_every_third_of_the_ttl_at_most() {
-        let ms = Duration::from_millis;
-        assert_eq!(registry_period(ms(3_000), ms(5_000)), ms(5_000) / 3);
-        assert_eq!(registry_period(ms(1_000), ms(5_000)), ms(1_000));
-        assert_eq!(registry_period(ms(1_000), ms(60)), ms(50));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!   3 s), each record listing the active databases the node owns;
 //! - the registry read: one [`registry::follow`] per node, every
 //!   min(registry renewal, lease TTL / 3) (5 s / 3 at the defaults;
-//!   `transactor/src/standby.rs` `registry_period`), as
+//!   [`registry::period`]), as
 //!   `transactor/src/lib.rs` spawns it: every record in one bulk prefix read
 //!   (the opened store's `prefix_read`: one query on `PostgreSQL`, counted by
 //!   [`CountedPrefixRead`]; on the filesystem `ListThenRead` over the
@@ -59,11 +59,10 @@ const REGISTRY_RENEW: Duration = Duration::from_secs(3);
 const STORAGE_TIMEOUT: Duration = Duration::from_secs(5);
 const REPLICAS: usize = placement::DEFAULT_REPLICAS;
 
-/// How often a node reads the registry: `transactor/src/standby.rs`
-/// `registry_period` (not a dependency of this crate), 5 s / 3 at the
-/// defaults.
+/// How often a node reads the registry, by the nodes' own rule
+/// ([`registry::period`]): 5 s / 3 at the defaults.
 fn registry_period() -> Duration {
-    REGISTRY_RENEW.min(LEASE_TTL / 3).max(Duration::from_millis(50))
+    registry::period(REGISTRY_RENEW, LEASE_TTL)
 }
 
 /// One modelled fleet: `nodes` nodes, `active` leased databases.

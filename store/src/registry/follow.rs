@@ -24,6 +24,14 @@ use crate::prefix_read::PrefixRead;
 /// candidates).
 pub const MAX_REGISTRY_BYTES: usize = 64 << 20;
 
+/// How often a node reads the registry: its renewal period, and at most a
+/// third of the lease TTL, since each read is also a standby-watcher round
+/// (a lapsed lease is noticed within a third of the TTL).
+#[must_use]
+pub fn period(registry_renew: Duration, lease_ttl: Duration) -> Duration {
+    registry_renew.min(lease_ttl / 3).max(Duration::from_millis(50))
+}
+
 /// Every registry record, expired ones included, read through `reader` in
 /// name order. Records that do not decode (a newer or damaged writer) are
 /// skipped, as a per-record read skips them.
@@ -102,6 +110,14 @@ mod tests {
             .cas_root(&record.name(), None, &record.encode())
             .await
             .unwrap();
+    }
+
+    #[test]
+    fn the_registry_is_read_every_third_of_the_ttl_at_most() {
+        let ms = Duration::from_millis;
+        assert_eq!(period(ms(3_000), ms(5_000)), ms(5_000) / 3);
+        assert_eq!(period(ms(1_000), ms(5_000)), ms(1_000));
+        assert_eq!(period(ms(1_000), ms(60)), ms(50));
     }
 
     #[tokio::test]

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 mod follow;
 
-pub use follow::{MAX_REGISTRY_BYTES, follow, read_records};
+pub use follow::{MAX_REGISTRY_BYTES, follow, period, read_records};
 
 /// Root-name prefix of registry records.
 pub const PREFIX: &str = "fleet-node:";
