@@ -82,6 +82,31 @@ impl Node {
         nix::sys::signal::kill(pid, signal).expect("signal sent");
     }
 
+    /// SIGSTOPs the process outside a filesystem root compare-and-swap.
+    ///
+    /// Corium's filesystem store serialises a root's CAS with an exclusive
+    /// `flock` on `roots/<name>.lock`; a process stopped inside one keeps
+    /// the lock, and every other node's CAS of that root (a successor taking
+    /// the lease) blocks until it resumes or dies. No fleet can route around
+    /// that, so a test of routing around a frozen node freezes it between
+    /// CASes: when the stopped process holds a root lock it is resumed and
+    /// stopped again a moment later (bounded).
+    ///
+    /// # Panics
+    /// When the process is not running, or holds a root lock at every try.
+    pub async fn freeze(&self) {
+        let pid = self.child.as_ref().expect("node running").id();
+        for _ in 0..200 {
+            self.signal(Signal::SIGSTOP);
+            if !holds_root_lock(pid) {
+                return;
+            }
+            self.signal(Signal::SIGCONT);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("{}: held a storage root lock at each of 200 stops", self.id);
+    }
+
     /// Whether the process has exited on its own (an `abort` fault); it is
     /// reaped if so.
     pub fn exited(&mut self) -> bool {
@@ -281,5 +306,75 @@ impl<S: fmt::Display> fmt::Display for WithLogs<'_, S> {
             write!(f, "\n==== {id} ====\n{}", read_log(log))?;
         }
         Ok(())
+    }
+}
+
+/// Whether process `pid` holds a `flock` on a filesystem store's root lock
+/// file (`…/roots/*.lock`), read from `/proc/locks` and its descriptors.
+fn holds_root_lock(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    let pid_text = pid.to_string();
+    // "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF"
+    let inodes: Vec<u64> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&"FLOCK") && fields.get(4) == Some(&pid_text.as_str()))
+                .then(|| fields.get(5)?.rsplit(':').next()?.parse().ok())
+                .flatten()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    descriptors.flatten().any(|descriptor| {
+        let path = descriptor.path();
+        let target = std::fs::read_link(&path).unwrap_or_default();
+        let is_root_lock = target.extension().is_some_and(|ext| ext == "lock")
+            && target.parent().is_some_and(|dir| dir.ends_with("roots"));
+        is_root_lock && std::fs::metadata(&path).is_ok_and(|meta| inodes.contains(&meta.ino()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_holding_a_root_lock_is_seen_and_others_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("roots")).unwrap();
+        std::fs::create_dir(dir.path().join("other")).unwrap();
+        let hold = |path: &Path| {
+            Command::new("flock")
+                .arg(path)
+                .args(["sleep", "30"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let mut root = hold(&dir.path().join("roots/fleet-db.lock"));
+        let mut other = hold(&dir.path().join("other/cache.lock"));
+        let seen = |child: &Child| {
+            // `flock` takes the lock, then starts `sleep`: wait for it.
+            (0..200).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                holds_root_lock(child.id())
+            })
+        };
+        assert!(seen(&root), "the root lock holder was not seen");
+        assert!(!seen(&other), "a lock outside roots/ was taken for a root lock");
+        assert!(!holds_root_lock(std::process::id()));
+        for child in [&mut root, &mut other] {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
     }
 }

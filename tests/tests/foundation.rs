@@ -621,7 +621,8 @@ async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
         )
         .await;
         // Freeze the owner past its lease: it cannot renew, and cannot know.
-        fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGSTOP);
+        // (Outside a filesystem root CAS: see `Node::freeze`.)
+        fleet.nodes[owner].freeze().await;
         // With a deadline, as real callers have: a call caught by the
         // frozen owner ends at its deadline, and the next one moves on.
         let during = eventually(
@@ -687,8 +688,9 @@ async fn a_frozen_top_candidate_is_routed_around_once_its_lease_lapses() {
         // Frozen at once, before its registry record lists the database, so
         // no candidate watches it: only routing can move it. A frozen process
         // still completes TCP handshakes, so its calls hang instead of being
-        // refused.
-        fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGSTOP);
+        // refused. (Outside a filesystem root CAS, whose lock would block
+        // every successor until it resumes: see `Node::freeze`.)
+        fleet.nodes[owner].freeze().await;
         let started = Instant::now();
         let response = eventually(
             TTL * 12,
