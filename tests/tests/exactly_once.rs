@@ -179,6 +179,20 @@ async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() 
             2.0,
         )
         .await;
+        // Each replay read its record with one bulk read of the log, not one
+        // storage read per record (Corium reads the whole log for it) — where
+        // the log is roots; the filesystem store keeps it in local files.
+        let bulk_reads = if matches!(backend, Backend::Filesystem) {
+            0.0
+        } else {
+            2.0
+        };
+        assert_metric(
+            &fleet.nodes[successor],
+            "corium_fleet_whole_log_reads_total",
+            bulk_reads,
+        )
+        .await;
         // Restarted, the old owner does not preempt; a handoff back and the
         // record still holds.
         fleet.nodes[owner].restart().await;

@@ -8,8 +8,9 @@
 //!   database (activation is O(1), never a catalog scan);
 //! - fences writes (`cas_root`, `delete_root`) to root names the database
 //!   owns, so a cell can never write another database's roots;
-//! - answers the first listing of the cell's log during its activation with
-//!   one bulk read, and Corium's reads of those records from memory
+//! - answers the first listing of the cell's log during its activation, and
+//!   during each whole-log read of the open cell, with one bulk read, and
+//!   Corium's reads of those records from memory
 //!   ([`read_ahead`](crate::read_ahead));
 //! - passes every other call through: blobs are content-addressed and shared,
 //!   and `list_roots("db:")` must stay unfiltered for garbage collection to
@@ -88,7 +89,8 @@ pub struct CellView {
     db: Option<String>,
     /// Fork targets the cell is currently allowed to write.
     fork_targets: ForkTargets,
-    /// The activation's read-ahead of the log, while the cell opens.
+    /// The cell's read-ahead of its log: armed while it opens and during
+    /// its whole-log reads.
     read_ahead: Option<Arc<ReadAhead>>,
 }
 

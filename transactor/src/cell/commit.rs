@@ -136,6 +136,7 @@ impl Cell {
             node: self.node.as_ref(),
             name: &self.db,
             store,
+            read_ahead: &self.read_ahead,
         };
         self.ledger
             .transact(on, id, &request, commit)

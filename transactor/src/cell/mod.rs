@@ -32,6 +32,7 @@ use tokio::sync::{Semaphore, watch};
 pub use commit::{TransactError, Transacted};
 pub use template::Template;
 
+use crate::read_ahead::ReadAhead;
 use crate::view;
 
 /// One call's admission to a cell (see `Cell::admit`).
@@ -67,6 +68,10 @@ pub struct Cell {
     pub ledger: crate::request_id::Ledger,
     /// Databases this cell's view may write while it forks into them.
     pub fork_targets: view::ForkTargets,
+    /// The view's read-ahead of the log. Corium reads the whole log for any
+    /// `tx_range`, so a range read holds [`ReadAhead::whole_log`] to make
+    /// that one bulk read instead of one read per record.
+    pub read_ahead: Arc<ReadAhead>,
     /// Set when a commit failed in storage: the cell's in-memory log state
     /// may no longer match storage, so it must be reset (`Host::reset`).
     storage_failed: std::sync::atomic::AtomicBool,
@@ -116,10 +121,8 @@ impl Cell {
         // The log is read in one go for the two recovery passes, then dropped.
         let read_ahead = template.read_ahead.start(db);
         let opened =
-            TransactorNode::open(template.node_config(Some(db), &fork_targets, read_ahead.as_ref())).await;
-        if let Some(read_ahead) = &read_ahead {
-            read_ahead.finish();
-        }
+            TransactorNode::open(template.node_config(Some(db), &fork_targets, Some(&read_ahead))).await;
+        read_ahead.finish();
         let node = match opened {
             Ok(node) => node,
             Err(NodeError::Lease(lease::LeaseError::Held {
@@ -137,7 +140,7 @@ impl Cell {
         if !node.list_dbs().iter().any(|name| name == db) {
             return Err(OpenError::Unknown(db.to_owned()));
         }
-        Self::wrap(db, node, fork_targets).await
+        Self::wrap(db, node, fork_targets, read_ahead).await
     }
 
     /// Creates the database through Corium's own catalog service (so its
@@ -156,7 +159,8 @@ impl Cell {
         request.schema = crate::request_id::record::with_schema(&request.schema)
             .map_err(tonic::Status::invalid_argument)?;
         let fork_targets = view::ForkTargets::default();
-        let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets, None))
+        let read_ahead = template.read_ahead.idle(&db);
+        let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets, Some(&read_ahead)))
             .await
             .map_err(|error| crate::error::node_status(&error))?;
         if !node.list_dbs().is_empty() {
@@ -173,7 +177,7 @@ impl Cell {
         if !created {
             return Ok(None);
         }
-        Self::wrap(&db, node, fork_targets)
+        Self::wrap(&db, node, fork_targets, read_ahead)
             .await
             .map(Some)
             .map_err(|error| tonic::Status::internal(error.to_string()))
@@ -183,6 +187,7 @@ impl Cell {
         db: &str,
         node: Arc<TransactorNode>,
         fork_targets: view::ForkTargets,
+        read_ahead: Arc<ReadAhead>,
     ) -> Result<Arc<Self>, OpenError> {
         let lease_version = node.db_state(db).await?.lease().version;
         Ok(Arc::new(Self {
@@ -196,6 +201,7 @@ impl Cell {
             subscribers: AtomicUsize::new(0),
             ledger: crate::request_id::Ledger::default(),
             fork_targets,
+            read_ahead,
             storage_failed: std::sync::atomic::AtomicBool::new(false),
         }))
     }

@@ -126,6 +126,9 @@ pub struct Database<'a> {
     pub name: &'a str,
     /// The shared store, for the replay's lease check.
     pub store: &'a dyn RootStore,
+    /// The cell's log read-ahead: a replay reads its record with Corium's
+    /// `tx_range`, which reads the whole log (see `read_ahead`).
+    pub read_ahead: &'a Arc<crate::read_ahead::ReadAhead>,
 }
 
 /// Per-cell state: one lock per id in flight.
@@ -363,8 +366,9 @@ async fn replay(
 ) -> Result<pb::TransactResponse, LedgerError> {
     let db: Db = state.db();
     let t = tx.sequence();
-    let records = state
-        .tx_range(t, Some(t + 1))
+    let records = on
+        .read_ahead
+        .whole_log_read(state.tx_range(t, Some(t + 1)))
         .await
         .map_err(|error| LedgerError::unknown(Cause::StorageFailed, error))?;
     let Some(record) = records.into_iter().find(|record| record.t == t) else {

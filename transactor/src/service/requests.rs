@@ -45,6 +45,7 @@ impl Requests for FleetRequests {
             node: &cell.node,
             name: &db,
             store: host.base.as_ref(),
+            read_ahead: &cell.read_ahead,
         };
         let commit = |tx_data, basis| cell.commit(permit, tx_data, basis);
         let answered = cell.ledger.status(on, id, commit).await;

@@ -161,6 +161,7 @@ pub async fn stream(
     let index_basis = state.index_basis();
     let mut closed = cell.closed();
     let db = cell.db.clone();
+    let read_ahead = Arc::clone(&cell.read_ahead);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::SubscribeItem, Status>>(64);
     tokio::spawn(async move {
         // The cell is not idle, and the place is taken, while this lives.
@@ -182,10 +183,12 @@ pub async fn stream(
         // One read of the range. Corium 0.1.90's native log answers any
         // `tx_range` by reading and decoding the whole log, then filtering
         // (`corium-log` `read_native_merged`), so reading in steps would
-        // repeat that work once per step; the encoded items in flight are
-        // bounded by the channel, the subscriptions by `admit`.
+        // repeat that work once per step, and the read is one bulk read
+        // (`ReadAhead::whole_log`); the encoded items in flight are bounded
+        // by the channel, the subscriptions by `admit`.
         if from_basis_t < basis {
-            let records = match state.tx_range(from_basis_t + 1, Some(basis + 1)).await {
+            let read = state.tx_range(from_basis_t + 1, Some(basis + 1));
+            let records = match read_ahead.whole_log_read(read).await {
                 Ok(records) => records,
                 Err(error) => {
                     let _ = tx.send(Err(crate::error::node_status(&error))).await;

@@ -1,0 +1,152 @@
+//! The node's read-ahead budget: a read-ahead for each activation, and logs
+//! read ahead of a handoff to this node.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use corium_fleet_store::prefix_read::PrefixRead;
+use corium_store::StoreError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::log::{ReadAhead, Start};
+pub use super::pool::MAX_PER_ACTIVATION;
+use super::pool::{Counts, FORK_VERSION, Pool, is_record, keep, log_prefix};
+
+/// How long a log read ahead of a handoff waits for its activation.
+pub const PREPARED_FOR: Duration = Duration::from_secs(30);
+
+/// A log read ahead of an activation that has not started yet.
+struct Prepared {
+    records: HashMap<String, Vec<u8>>,
+    read_at: Instant,
+    held: OwnedSemaphorePermit,
+}
+
+/// What [`Budget::prepare`] read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PreparedLog {
+    /// Records kept.
+    pub records: usize,
+    /// Their bytes.
+    pub bytes: usize,
+}
+
+/// The node's read-ahead memory, shared by its read-aheads.
+#[derive(Clone)]
+pub struct Budget {
+    pool: Pool,
+    /// Shared by every read-ahead of the node.
+    pub counts: Arc<Counts>,
+    /// Logs read ahead of handoffs to this node, by database.
+    prepared: Arc<Mutex<HashMap<String, Prepared>>>,
+}
+
+impl Budget {
+    /// `mib` MiB of read-ahead (0: off), read through `reader`.
+    #[must_use]
+    pub fn new(mib: usize, reader: Arc<dyn PrefixRead>) -> Self {
+        let counts = Arc::<Counts>::default();
+        Self {
+            pool: Pool {
+                kib: (mib > 0).then(|| Arc::new(Semaphore::new(mib.saturating_mul(1024)))),
+                reader,
+                counts: Arc::clone(&counts),
+            },
+            counts,
+            prepared: Arc::default(),
+        }
+    }
+
+    /// KiB of the budget free now (tests).
+    #[cfg(test)]
+    pub(super) fn free_kib(&self) -> usize {
+        self.pool.kib.as_ref().map_or(0, |kib| kib.available_permits())
+    }
+
+    /// Drops prepared logs whose activation did not come.
+    fn forget_stale(&self) {
+        self.prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|_, prepared| prepared.read_at.elapsed() < PREPARED_FOR);
+    }
+
+    /// Reads `db`'s log now for an activation that is about to come (the
+    /// target's half of a handoff). Nothing is kept when read-ahead is off
+    /// or its budget is spent.
+    ///
+    /// # Errors
+    /// The store's failure (the activation then reads as usual).
+    pub async fn prepare(&self, db: &str) -> Result<PreparedLog, StoreError> {
+        self.forget_stale();
+        let Some(reserved) = self.pool.reserve() else {
+            self.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            return Ok(PreparedLog::default());
+        };
+        let prefix = log_prefix(db);
+        let read = self
+            .pool
+            .reader
+            .read_prefix(&prefix, reserved.num_permits() * 1024)
+            .await?;
+        let records: HashMap<String, Vec<u8>> = read
+            .rows
+            .into_iter()
+            .filter(|(name, _)| is_record(&prefix, name) && !name[prefix.len()..].starts_with(FORK_VERSION))
+            .collect();
+        let bytes: usize = records.values().map(Vec::len).sum();
+        let held = keep(reserved, bytes);
+        let log = PreparedLog {
+            records: records.len(),
+            bytes,
+        };
+        self.counts.prepared.fetch_add(1, Ordering::Relaxed);
+        self.prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                db.to_owned(),
+                Prepared {
+                    records,
+                    read_at: Instant::now(),
+                    held,
+                },
+            );
+        Ok(log)
+    }
+
+    /// The read-ahead for one activation of `db`: a prepared log if there
+    /// is one, else armed with what is free of the budget (up to
+    /// [`MAX_PER_ACTIVATION`]), else off. Kept by the cell afterwards for
+    /// its whole-log reads ([`ReadAhead::whole_log`]).
+    #[must_use]
+    pub fn start(&self, db: &str) -> Arc<ReadAhead> {
+        let prepared = self
+            .prepared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(db)
+            .filter(|prepared| prepared.read_at.elapsed() < PREPARED_FOR);
+        let start = if let Some(Prepared { records, held, .. }) = prepared {
+            // Read before the lease moved: the listing comes from storage,
+            // and only records committed since are read from it.
+            self.counts.prepared_used.fetch_add(1, Ordering::Relaxed);
+            Start::Prepared { records, held }
+        } else if let Some(reserved) = self.pool.reserve() {
+            Start::Armed(reserved)
+        } else {
+            self.counts.skipped.fetch_add(1, Ordering::Relaxed);
+            Start::Off
+        };
+        Arc::new(ReadAhead::new(log_prefix(db), self.pool.clone(), start))
+    }
+
+    /// A read-ahead for a cell that opens without recovery (a database
+    /// created here), for its whole-log reads.
+    #[must_use]
+    pub fn idle(&self, db: &str) -> Arc<ReadAhead> {
+        Arc::new(ReadAhead::new(log_prefix(db), self.pool.clone(), Start::Idle))
+    }
+}

@@ -1,0 +1,234 @@
+//! One cell's read-ahead of its database's log: armed for the activation,
+//! and again by each [`WholeLog`] guard while the cell is open.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use corium_store::{FullStore, StoreError};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::pool::{Pool, is_record, keep};
+
+/// Why the read-ahead is armed: counted apart in `/metrics`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// The cell's open (recovery's two passes).
+    Activation,
+    /// A whole-log read of the open cell.
+    WholeLog,
+}
+
+enum State {
+    /// Not read yet; holds the reserved budget.
+    Armed(OwnedSemaphorePermit, Purpose),
+    /// The bulk read is under way: listings and reads go to storage until
+    /// it is done (a second whole-log read does not start another).
+    Reading,
+    /// Read: the records, and the budget their bytes hold.
+    Read {
+        records: HashMap<String, Vec<u8>>,
+        _held: Option<OwnedSemaphorePermit>,
+        purpose: Purpose,
+    },
+    /// Done: everything goes to storage.
+    Off,
+}
+
+struct Inner {
+    state: State,
+    /// Holders: the activation until [`ReadAhead::finish`], and each live
+    /// [`WholeLog`]. The records are dropped when the last one goes.
+    holders: usize,
+}
+
+/// One cell's read-ahead of its database's log records.
+pub struct ReadAhead {
+    prefix: String,
+    pool: Pool,
+    inner: Mutex<Inner>,
+}
+
+/// A whole-log read of an open cell in progress: while any is alive, the
+/// cell's next log listing is one bulk read and its record reads are
+/// served from it (see the module docs).
+#[must_use = "the read-ahead stays armed only while the guard lives"]
+pub struct WholeLog(Arc<ReadAhead>);
+
+impl Drop for WholeLog {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+impl ReadAhead {
+    /// A read-ahead for `prefix`: for an activation (held by it until
+    /// [`Self::finish`]) armed, already read (a prepared log) or off (no
+    /// budget); or idle. [`Self::whole_log`] can arm any of them later.
+    pub(super) fn new(prefix: String, pool: Pool, start: Start) -> Self {
+        let start_kind = if matches!(start, Start::Idle) {
+            StartKind::Idle
+        } else {
+            StartKind::Activation
+        };
+        let state = match start {
+            Start::Armed(reserved) => State::Armed(reserved, Purpose::Activation),
+            Start::Prepared { records, held } => State::Read {
+                records,
+                _held: Some(held),
+                purpose: Purpose::Activation,
+            },
+            Start::Off | Start::Idle => State::Off,
+        };
+        let holders = usize::from(!matches!(start_kind, StartKind::Idle));
+        Self {
+            prefix,
+            pool,
+            inner: Mutex::new(Inner { state, holders }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Arms the read-ahead for a whole-log read of the open cell (a
+    /// request-id replay, a subscription's catch-up), until the guard drops.
+    /// Reads as before when the budget is spent.
+    pub fn whole_log(self: &Arc<Self>) -> WholeLog {
+        let mut inner = self.lock();
+        inner.holders += 1;
+        if matches!(inner.state, State::Off)
+            && let Some(reserved) = self.pool.reserve()
+        {
+            inner.state = State::Armed(reserved, Purpose::WholeLog);
+        }
+        WholeLog(Arc::clone(self))
+    }
+
+    /// Runs `read` (a Corium `tx_range`) under a [`Self::whole_log`] guard.
+    pub async fn whole_log_read<F: Future>(self: &Arc<Self>, read: F) -> F::Output {
+        let _whole_log = self.whole_log();
+        read.await
+    }
+
+    /// One holder is done; the last one drops the records.
+    fn release(&self) {
+        let mut inner = self.lock();
+        inner.holders = inner.holders.saturating_sub(1);
+        if inner.holders == 0 {
+            inner.state = State::Off;
+        }
+    }
+
+    /// A listing of `prefix` through the view: the bulk read when the
+    /// read-ahead is armed and `prefix` is the database's log, else `None`
+    /// (the view lists from storage).
+    ///
+    /// # Errors
+    /// Never from the bulk read (a failed read falls back); the store's
+    /// error when the fallback listing fails.
+    pub async fn list(&self, prefix: &str, base: &dyn FullStore) -> Option<Result<Vec<String>, StoreError>> {
+        if prefix != self.prefix {
+            return None;
+        }
+        let (reserved, purpose) = {
+            let mut inner = self.lock();
+            match std::mem::replace(&mut inner.state, State::Reading) {
+                State::Armed(reserved, purpose) => (reserved, purpose),
+                other => {
+                    inner.state = other;
+                    return None;
+                }
+            }
+        };
+        let counts = &self.pool.counts;
+        let max_bytes = reserved.num_permits() * 1024;
+        let read = match self.pool.reader.read_prefix(prefix, max_bytes).await {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::debug!(prefix, %error, "log read-ahead failed; reading records one by one");
+                if purpose == Purpose::Activation {
+                    counts.skipped.fetch_add(1, Ordering::Relaxed);
+                }
+                self.lock().state = State::Off;
+                return None;
+            }
+        };
+        let bytes: usize = read.rows.iter().map(|(_, bytes)| bytes.len()).sum();
+        let names = if read.complete {
+            Ok(read.rows.iter().map(|(name, _)| name.clone()).collect())
+        } else {
+            // Stopped at its bound: the listing comes from storage; what was
+            // read is still served.
+            base.list_roots(prefix).await
+        };
+        // Keep only the budget the bytes use.
+        let held = Some(keep(reserved, bytes));
+        let records: HashMap<String, Vec<u8>> = read
+            .rows
+            .into_iter()
+            .filter(|(name, _)| is_record(prefix, name))
+            .collect();
+        match purpose {
+            Purpose::Activation => {
+                counts.reads.fetch_add(1, Ordering::Relaxed);
+                counts.records.fetch_add(records.len() as u64, Ordering::Relaxed);
+            }
+            Purpose::WholeLog => {
+                counts.whole_log_reads.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let mut inner = self.lock();
+        // Every holder may have gone while it read: then nothing is kept.
+        if inner.holders > 0 && matches!(inner.state, State::Reading) {
+            inner.state = State::Read {
+                records,
+                _held: held,
+                purpose,
+            };
+        }
+        Some(names)
+    }
+
+    /// A record read ahead, if `name` is one.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Vec<u8>> {
+        let inner = self.lock();
+        let State::Read { records, purpose, .. } = &inner.state else {
+            return None;
+        };
+        let record = records.get(name).cloned();
+        if record.is_some() && *purpose == Purpose::Activation {
+            self.pool.counts.served.fetch_add(1, Ordering::Relaxed);
+        }
+        record
+    }
+
+    /// The activation is done: its hold ends (the records go, and the
+    /// budget comes back, unless a whole-log read holds them).
+    pub fn finish(&self) {
+        self.release();
+    }
+}
+
+/// How a read-ahead starts.
+pub(super) enum Start {
+    /// Armed for the activation with this much budget.
+    Armed(OwnedSemaphorePermit),
+    /// With a log read ahead of a handoff.
+    Prepared {
+        records: HashMap<String, Vec<u8>>,
+        held: OwnedSemaphorePermit,
+    },
+    /// For an activation; nothing read, nothing reserved.
+    Off,
+    /// Not for an activation (a database created here): held by nobody
+    /// until a [`WholeLog`].
+    Idle,
+}
+
+enum StartKind {
+    Activation,
+    Idle,
+}

@@ -1,0 +1,67 @@
+//! Log read-ahead: a database's log records read in one go when its cell
+//! opens, served from memory to both of Corium's recovery passes, and
+//! dropped when the open is done; and again for each whole-log read of an
+//! open cell.
+//!
+//! On storage where the log is roots (`PostgreSQL`, S3), Corium 0.1.90's
+//! recovery lists the log and reads every record with its own `get_root`,
+//! sequentially, twice (docs/benchmarks.md: 4,015 root reads for 2,000
+//! records). The view answers the first log listing of an activation with
+//! one bulk read instead ([`PrefixRead`]: one query on `PostgreSQL`), keeps
+//! the records, and serves Corium's reads of them from memory.
+//!
+//! Why this cannot change what a new owner sees:
+//! - a record (`log:<db>:v<version>:r<t>`) is written once, by a create-only
+//!   compare-and-swap, and never rewritten; only records are kept, never
+//!   a mutable root (`meta:`, `db:`, `lease:`, legacy chunks);
+//! - the bulk read happens inside the open, after the lease was acquired
+//!   (Corium acquires, then recovers), so it *is* the listing after the
+//!   lease that decides what exists; a later listing goes to storage, and a
+//!   record it names that was not read ahead is read from storage;
+//! - the records are dropped when the open returns, so nothing outlives the
+//!   activation that read it.
+//!
+//! A handoff reads ahead earlier: the owner asks its target to
+//! [`Budget::prepare`] while it still serves, the target reads the log
+//! then, and the activation that follows lists the log from storage and
+//! reads only the records committed since. That is safe for a further
+//! reason: a record's name is never reused. Its version is the lease
+//! version its writer acquired, lease roots are never deleted (Corium's
+//! `delete_db` leaves `lease:<db>`), so a database deleted and created again
+//! writes under higher versions; the one exception, a fork's log written
+//! under version 0 (a name forked into, deleted and forked into again), is
+//! never kept ahead. A prepared log not used within [`PREPARED_FOR`] is
+//! dropped.
+//!
+//! Corium 0.1.90 answers *every* `tx_range`, not only recovery's, by
+//! listing the log and reading each record (`corium-log`
+//! `read_native_merged`): a request-id replay of one transaction, or a
+//! subscription's catch-up, read 16,000 records one by one at 16,000
+//! transactions (seconds on `PostgreSQL`; the failover outliers in
+//! docs/benchmarks.md). Such a read holds a [`WholeLog`] guard, which arms
+//! the cell's read-ahead again for its duration: its listing is one bulk
+//! read, its record reads are served from it, and the records are dropped
+//! when the last guard goes. The same argument holds: the bulk read is a
+//! listing like any other (Corium's merge and takeover cutoff run over it
+//! unchanged), and records are never rewritten.
+//!
+//! Memory is bounded: every read-ahead reserves its bytes from the node's
+//! budget (`--activation-read-ahead-mib`, [`Budget`]) before it reads, at most
+//! [`MAX_PER_ACTIVATION`] each; when the budget is spent (hundreds of
+//! activations at once during a drain) an activation reads as before. A read
+//! that fails or stops at its bound falls back to plain listing and reads.
+//!
+//! Layout: `pool.rs` — the node's memory budget, the counts and record
+//! names; `log.rs` — one cell's read-ahead and the [`WholeLog`] guard;
+//! `budget.rs` — starting a read-ahead for an activation, and reading a log
+//! ahead of a handoff.
+
+mod budget;
+mod log;
+mod pool;
+#[cfg(test)]
+mod tests;
+
+pub use budget::{Budget, MAX_PER_ACTIVATION, PREPARED_FOR, PreparedLog};
+pub use log::{ReadAhead, WholeLog};
+pub use pool::{Counts, log_prefix};

@@ -1,0 +1,135 @@
+//! The node's read-ahead memory, what its read-aheads did, and which root
+//! names are log records.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use corium_fleet_store::prefix_read::PrefixRead;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The most one read-ahead reads.
+pub const MAX_PER_ACTIVATION: usize = 64 << 20;
+
+/// What the node's read-aheads did (its `/metrics`).
+#[derive(Default)]
+pub struct Counts {
+    /// Bulk reads of a log made.
+    pub reads: AtomicU64,
+    /// Records they read.
+    pub records: AtomicU64,
+    /// Corium's record reads served from them.
+    pub served: AtomicU64,
+    /// Activations that read as before: the budget was spent, or the bulk
+    /// read failed.
+    pub skipped: AtomicU64,
+    /// Logs read ahead of a handoff (`Budget::prepare`).
+    pub prepared: AtomicU64,
+    /// Activations that started from a prepared log.
+    pub prepared_used: AtomicU64,
+    /// Whole-log reads of an open cell (a replay, a subscription's
+    /// catch-up) that armed the read-ahead again.
+    pub whole_log_reads: AtomicU64,
+}
+
+/// The node's read-ahead memory and reader, shared by every read-ahead.
+#[derive(Clone)]
+pub(super) struct Pool {
+    /// One permit per KiB; `None` when read-ahead is off.
+    pub(super) kib: Option<Arc<Semaphore>>,
+    /// Reads a log in one go.
+    pub(super) reader: Arc<dyn PrefixRead>,
+    /// Shared by every read-ahead of the node.
+    pub(super) counts: Arc<Counts>,
+}
+
+impl Pool {
+    /// Reserves what is free of the budget, up to [`MAX_PER_ACTIVATION`].
+    pub(super) fn reserve(&self) -> Option<OwnedSemaphorePermit> {
+        let kib = self.kib.as_ref()?;
+        let wanted = kib.available_permits().min(MAX_PER_ACTIVATION / 1024);
+        u32::try_from(wanted)
+            .ok()
+            .filter(|&wanted| wanted > 0)
+            .and_then(|wanted| Arc::clone(kib).try_acquire_many_owned(wanted).ok())
+    }
+}
+
+/// The part of `reserved` that `bytes` use; the rest goes back to the budget.
+pub(super) fn keep(mut reserved: OwnedSemaphorePermit, bytes: usize) -> OwnedSemaphorePermit {
+    let used = bytes.div_ceil(1024).min(reserved.num_permits());
+    reserved.split(used).unwrap_or(reserved)
+}
+
+/// The version a fork writes its copied log under: such names can be
+/// written again (see the module's doc), so they are never kept ahead.
+pub(super) const FORK_VERSION: &str = "00000000000000000000:";
+
+/// The prefix of `db`'s log records (Corium's `NativeRootLogStore::prefix`).
+#[must_use]
+pub fn log_prefix(db: &str) -> String {
+    format!("log:{db}:v")
+}
+
+/// Whether `name` is a record under `prefix`: `<prefix><20 digits>:r<20
+/// digits>`, Corium's per-record key, the only kind kept.
+pub(super) fn is_record(prefix: &str, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix) else {
+        return false;
+    };
+    let Some((version, t)) = rest.split_once(":r") else {
+        return false;
+    };
+    [version, t]
+        .iter()
+        .all(|part| part.len() == 20 && part.bytes().all(|byte| byte.is_ascii_digit()))
+}
+
+impl Counts {
+    /// Appends the counts to a `/metrics` page.
+    pub fn render(&self, out: &mut String) {
+        use corium_fleet_common::prometheus::counter;
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        counter(
+            out,
+            "corium_fleet_activation_log_reads_total",
+            "Logs read in one go while their database activated.",
+            load(&self.reads),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_log_records_read_total",
+            "Log records those reads returned.",
+            load(&self.records),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_log_records_served_total",
+            "Recovery's record reads served from them instead of storage.",
+            load(&self.served),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_logs_prepared_total",
+            "Logs read ahead of a handoff to this node, while the old owner still served.",
+            load(&self.prepared),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_logs_prepared_used_total",
+            "Activations that started from a log read ahead of their handoff.",
+            load(&self.prepared_used),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_log_reads_skipped_total",
+            "Activations that read their log record by record: read-ahead budget spent, or the bulk read failed.",
+            load(&self.skipped),
+        );
+        counter(
+            out,
+            "corium_fleet_whole_log_reads_total",
+            "Whole-log reads of an open cell (a request-id replay, a subscription's catch-up) read in one go.",
+            load(&self.whole_log_reads),
+        );
+    }
+}
