@@ -45,6 +45,20 @@ pub fn is_addressable(name: &str) -> bool {
     }
 }
 
+/// The database `name` is hosted with: `name` itself, or for a saga branch
+/// (`<parent>.saga.<id>`, at any depth) the database at its root. Corium
+/// hosts a branch in its parent's process and fences its steps with the
+/// parent's lease (corium-transactor `branch.rs`), so every call naming a
+/// branch is routed, owned and served as a call on this database.
+#[must_use]
+pub fn home(name: &str) -> &str {
+    let mut current = name;
+    while let Some((parent, _)) = corium_db::saga::parse_branch_name(current) {
+        current = parent;
+    }
+    current
+}
+
 /// `name`, if it names a database or a saga branch of one.
 ///
 /// # Errors
@@ -62,6 +76,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_saga_branch_is_at_home_in_its_root_database() {
+        let branch = corium_db::saga::branch_name("orders", 0xfeed);
+        assert_eq!(home("orders"), "orders");
+        assert_eq!(home(&branch), "orders");
+        assert_eq!(home(&corium_db::saga::branch_name(&branch, 7)), "orders");
+        assert_eq!(home("orders.saga.zz"), "orders.saga.zz", "not a branch");
+    }
 
     #[test]
     fn databases_and_their_saga_branches_are_addressable() {

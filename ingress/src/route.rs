@@ -11,6 +11,10 @@
 /// call (its stream is watched for a stalled client, `stall.rs`).
 pub const SUBSCRIBE: &str = "/corium.v1.Transactor/Subscribe";
 
+/// The path of `corium.v1.Catalog/DeleteDatabase`, whose answer for a
+/// database that does not exist is `deleted: false`, not an error.
+pub const DELETE_DATABASE: &str = "/corium.v1.Catalog/DeleteDatabase";
+
 /// Where a call goes.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
 pub enum Target {

@@ -155,6 +155,12 @@ pub fn ledger_status(db: &str, id: &uuid::Uuid, origin: Origin, error: LedgerErr
                      (add the schema in docs/design/0006-exactly-once.md with AlterSchema)"
                         .to_owned()
                 }
+                Unsupported::SagaBranch => {
+                    "it is a saga step, which commits to the saga's branch, and request ids are \
+                     recorded in databases only (a saga is made safe to retry by committing or \
+                     aborting it)"
+                        .to_owned()
+                }
                 Unsupported::ReservedTempid(tempid) => {
                     format!(
                         "the transaction names tempid {tempid:?}, and tempids starting with \"fleet.tempid/\" or \"fleet.schema/\" are reserved by Corium Fleet"
@@ -163,9 +169,11 @@ pub fn ledger_status(db: &str, id: &uuid::Uuid, origin: Origin, error: LedgerErr
             };
             match (origin, why) {
                 (Origin::Ingress, _) => outcome::unsupported_status(db, &reason),
-                (Origin::Client, Unsupported::NoAttributes) => tonic::Status::failed_precondition(format!(
-                    "corium-request-id cannot be used on {db:?}: {reason}; or send no corium-request-id"
-                )),
+                (Origin::Client, Unsupported::NoAttributes | Unsupported::SagaBranch) => {
+                    tonic::Status::failed_precondition(format!(
+                        "corium-request-id cannot be used on {db:?}: {reason}; or send no corium-request-id"
+                    ))
+                }
                 (Origin::Client, Unsupported::ReservedTempid(_)) => tonic::Status::invalid_argument(reason),
             }
         }

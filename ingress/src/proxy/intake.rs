@@ -213,7 +213,17 @@ impl Proxy {
         } else {
             None
         };
-        let request_id = if transact { self.request_id(&parts) } else { None };
+        // A saga step (a `Transact` on a branch) takes no request id of
+        // this ingress's: the owner records ids in a database, not in a
+        // branch (a client's own id is refused there, typed).
+        let on_branch = db
+            .as_deref()
+            .is_some_and(|db| corium_fleet_common::names::home(db) != db);
+        let request_id = if transact && !on_branch {
+            self.request_id(&parts)
+        } else {
+            None
+        };
         Ok(Call {
             parts,
             body,

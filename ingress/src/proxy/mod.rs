@@ -219,7 +219,11 @@ impl Proxy {
         let response = match self.intake(request, &client).await {
             Ok(call) => {
                 let response = match (call.target, call.db.clone()) {
-                    (Target::Owner, Some(db)) => self.to_owner(&call, &db).await,
+                    // A saga branch's calls go to its database's owner,
+                    // which hosts the branch (`names::home`).
+                    (Target::Owner, Some(db)) => {
+                        self.to_owner(&call, corium_fleet_common::names::home(&db)).await
+                    }
                     (Target::Candidate, Some(db)) => self.to_candidates(&call, &db).await,
                     _ => self.to_any(&call, &self.any_hops()).await,
                 };

@@ -9,7 +9,7 @@ use corium_store::RootStore;
 use corium_transactor::node::NodeError;
 
 use super::{Admission, Cell};
-use crate::request_id::{Database, LedgerError, Origin, Outcome};
+use crate::request_id::{Database, LedgerError, Origin, Outcome, Unsupported};
 
 /// A `Transact` a cell answered.
 #[derive(Debug)]
@@ -53,7 +53,8 @@ impl TransactError {
 }
 
 impl Cell {
-    /// Commits `tx_data` on this cell, in a task of its own.
+    /// Commits `tx_data` to `db` (this cell's database, or a saga branch of
+    /// it, which Corium hosts beside it) in a task of its own.
     ///
     /// Corium's group commit runs in the leading caller's future: a caller
     /// that goes away (its deadline, a reset stream) while the batch's log
@@ -76,11 +77,12 @@ impl Cell {
     pub async fn commit(
         &self,
         permit: Admission,
+        db: &str,
         tx_data: Vec<u8>,
         expected_basis_t: Option<u64>,
     ) -> (Result<pb::TransactResponse, NodeError>, Option<Admission>) {
         let node = Arc::clone(&self.node);
-        let db = self.db.clone();
+        let db = db.to_owned();
         let (result, permit) = match tokio::spawn(async move {
             let result = node.transact_at(&db, &tx_data, expected_basis_t).await;
             (result, permit)
@@ -122,7 +124,8 @@ impl Cell {
         id: Option<(uuid::Uuid, Origin)>,
         store: &dyn RootStore,
     ) -> Result<Transacted, TransactError> {
-        let commit = |tx_data, basis| self.commit(permit, tx_data, basis);
+        let db = request.db.clone();
+        let commit = |tx_data, basis| self.commit(permit, &db, tx_data, basis);
         let Some((id, origin)) = id else {
             let (committed, _permit) = commit(request.tx_data, request.expected_basis_t).await;
             return committed
@@ -132,6 +135,16 @@ impl Cell {
                 })
                 .map_err(TransactError::Commit);
         };
+        if db != self.db {
+            // A saga step: a request id is recorded in a database, and a
+            // branch is not one (its steps are squashed into the database
+            // when the saga commits).
+            return Err(TransactError::Ledger {
+                id,
+                origin,
+                error: LedgerError::Unsupported(Unsupported::SagaBranch),
+            });
+        }
         let on = Database {
             node: self.node.as_ref(),
             name: &self.db,

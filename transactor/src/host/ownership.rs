@@ -2,6 +2,7 @@
 //! (invariants 1–5 in `docs/invariants.md`), in order:
 //!
 //! 1. validate the fleet metadata (route header = body, at most one hop);
+//!    a saga branch's call is decided as its database's (`names::home`);
 //! 2. a live cell for the database: serve, unless the caller routed on a
 //!    different lease version (`NotOwner`) or the lease could not be
 //!    renewed recently (ownership cannot be verified);
@@ -110,6 +111,9 @@ impl Host {
     ) -> Result<Arc<Cell>, Refusal> {
         corium_fleet_common::names::check(db)?;
         let routing = self.check_metadata(map, db)?;
+        // A saga branch is hosted by its database's cell and fenced by its
+        // lease: the decision is that database's.
+        let db = corium_fleet_common::names::home(db);
         if let Some(cell) = self.cell(db) {
             return self.check_cell(&cell, &routing).await.map(|()| cell);
         }

@@ -68,6 +68,9 @@ pub enum Unsupported {
     NoAttributes,
     /// The transaction names a tempid the fleet reserves.
     ReservedTempid(String),
+    /// The transaction is a saga step: it commits to the saga's branch, and
+    /// ids are recorded in databases only.
+    SagaBranch,
 }
 
 /// Why the ledger could not give an answer.

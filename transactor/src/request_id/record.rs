@@ -165,7 +165,8 @@ pub fn with_schema(schema: &[u8]) -> Result<Vec<u8>, String> {
         match codec::decode_edn(schema) {
             Ok(Edn::Vector(attributes)) => attributes,
             Ok(_) => return Err("schema must be an EDN vector of attribute maps".to_owned()),
-            Err(error) => return Err(format!("schema does not decode: {error}")),
+            // Corium's own words for it (its catalog decodes the same way).
+            Err(error) => return Err(error.to_string()),
         }
     };
     let Ok(Edn::Vector(ours)) = corium_query::edn::read_one(SCHEMA) else {

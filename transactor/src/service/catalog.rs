@@ -103,7 +103,14 @@ impl Catalog for FleetCatalog {
         // The catalog entry goes before Corium's service runs (and checks
         // again): decide first.
         authorize::access(host, &request, Access::on(Action::DeleteDatabase, &db)).await?;
-        let cell = host.owner(request.metadata(), &db).await?;
+        let cell = match host.owner(request.metadata(), &db).await {
+            Ok(cell) => cell,
+            // Nothing to delete: stock Corium's answer.
+            Err(crate::host::Refusal::UnknownDatabase(_)) => {
+                return Ok(Response::new(pb::DeleteDatabaseResponse { deleted: false }));
+            }
+            Err(refusal) => return Err(refusal.into()),
+        };
         let Some(permit) = cell.admit() else {
             return Err(host.not_owner(&db, None).into());
         };
@@ -271,10 +278,15 @@ impl Catalog for FleetCatalog {
         let data_dir = host.template.data_dir.clone();
         let name = db.clone();
         dispatch(&self.0, request, &db, |node, _request| async move {
+            // The database's basis now, as Corium's `backup_info` reads it
+            // (`sync(0)` answers the basis watch, which a freshly opened
+            // cell has not published yet).
             let basis_t = node
-                .sync(&name, 0)
+                .db_state(&name)
                 .await
-                .map_err(|error| crate::error::node_status(&error))?;
+                .map_err(|error| crate::error::node_status(&error))?
+                .db()
+                .basis_t();
             let storage = spec
                 .connection_info(&data_dir, &corium_transactor::StorageInfoConfig::default())
                 .await

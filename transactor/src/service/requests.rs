@@ -47,7 +47,7 @@ impl Requests for FleetRequests {
             store: host.base.as_ref(),
             read_ahead: &cell.read_ahead,
         };
-        let commit = |tx_data, basis| cell.commit(permit, tx_data, basis);
+        let commit = |tx_data, basis| cell.commit(permit, &cell.db, tx_data, basis);
         let answered = cell.ledger.status(on, id, commit).await;
         host.reset_if_failed(&cell);
         let response = match answered {

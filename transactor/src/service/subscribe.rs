@@ -136,20 +136,22 @@ pub fn admit(
     Ok(admission)
 }
 
-/// Starts a subscription on `cell` from `from_basis_t`, holding `admission`
-/// for as long as it lives.
+/// Starts a subscription to `db` (the cell's database or a saga branch of
+/// it) on `cell` from `from_basis_t`, holding `admission` for as long as it
+/// lives.
 ///
 /// # Errors
 /// When the cell no longer hosts the database.
 pub async fn stream(
     cell: &Arc<Cell>,
+    db: &str,
     admission: Admission,
     from_basis_t: u64,
     heartbeat_interval_ms: u64,
 ) -> Result<ItemStream, Status> {
     let state = cell
         .node
-        .db_state(&cell.db)
+        .db_state(db)
         .await
         .map_err(|error| crate::error::node_status(&error))?;
     // Register for live items before taking the basis snapshot, and drop
@@ -160,7 +162,7 @@ pub async fn stream(
     let basis = state.db().basis_t();
     let index_basis = state.index_basis();
     let mut closed = cell.closed();
-    let db = cell.db.clone();
+    let db = db.to_owned();
     let read_ahead = Arc::clone(&cell.read_ahead);
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<pb::SubscribeItem, Status>>(64);
     tokio::spawn(async move {

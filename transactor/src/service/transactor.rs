@@ -31,6 +31,38 @@ fn check_version(version: u32) -> Result<(), Status> {
     }
 }
 
+/// Waits until `db` on `node` is at basis `t` at least (0: its basis now)
+/// and returns its basis: `Sync` as Corium defines it.
+///
+/// Corium 0.1.90's `TransactorNode::sync` reads the database's basis watch,
+/// which its commits publish with tokio's `watch::Sender::send`; a `send`
+/// while no one waits does not store the value, so the watch keeps the
+/// basis the database opened at: `Sync(0)` answers that, and `Sync(t)` past
+/// it waits out its deadline although the database is at `t` (found by the
+/// differential tests, `docs/design/0016-differential-tests.md`). Here the
+/// database value decides and the watch only wakes the wait; it is
+/// subscribed before the value is read, so a commit after the read wakes
+/// it.
+async fn sync_basis(
+    node: &corium_transactor::node::TransactorNode,
+    db: &str,
+    t: u64,
+) -> Result<u64, corium_transactor::node::NodeError> {
+    let state = node.db_state(db).await?;
+    let mut commits = state.basis_watch();
+    let target = if t == 0 { state.db().basis_t() } else { t };
+    loop {
+        let basis = state.db().basis_t();
+        if basis >= target {
+            return Ok(basis);
+        }
+        if commits.changed().await.is_err() {
+            // The database closed here: its last basis.
+            return Ok(state.db().basis_t());
+        }
+    }
+}
+
 /// The fleet's `Transactor` service.
 pub struct FleetTransactor(pub Arc<Host>);
 
@@ -167,16 +199,23 @@ impl Transactor for FleetTransactor {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         })?;
         let heartbeat_ms = u64::try_from(cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
-        let stream = super::subscribe::stream(&cell, admission, request.from_basis_t, heartbeat_ms).await;
+        let stream =
+            super::subscribe::stream(&cell, &request.db, admission, request.from_basis_t, heartbeat_ms).await;
         drop(work);
         stream.map(Response::new)
     }
 
     async fn sync(&self, request: Request<pb::SyncRequest>) -> Result<Response<pb::SyncResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
-            svc(node, &guard).sync(request).await
+        let t = request.get_ref().t;
+        // Corium's service decides the same access before it waits.
+        authorize::access(&self.0, &request, Access::on(Action::Inspect, &db)).await?;
+        let waited = db.clone();
+        dispatch(&self.0, request, &db, |node, _request| async move {
+            let basis_t = sync_basis(&node, &waited, t)
+                .await
+                .map_err(|error| corium_transactor::server::to_status(&error))?;
+            Ok(Response::new(pb::SyncResponse { basis_t }))
         })
         .await
     }

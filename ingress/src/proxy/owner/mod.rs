@@ -50,7 +50,12 @@ pub(super) use rules::{Attempt, Next, Retries};
 const MAX_ATTEMPTS: u32 = 64;
 
 impl Proxy {
-    async fn hops_for(&self, db: &str) -> Result<Vec<Hop>, Status> {
+    /// Where an owner-dependent call on `db` goes: its lease holder, else
+    /// its candidates (one activates it). `unknown_answers`: the call has
+    /// an answer for a database that does not exist (`DeleteDatabase`:
+    /// `deleted: false`, as stock Corium answers), which a candidate gives,
+    /// rather than `NOT_FOUND` from here.
+    async fn hops_for(&self, db: &str, unknown_answers: bool) -> Result<Vec<Hop>, Status> {
         let resolving = if corium_fleet_common::telemetry::exporting() {
             tracing::info_span!("resolve_owner", db)
         } else {
@@ -64,6 +69,7 @@ impl Proxy {
                 lease_version: (owner.lease_version > 0).then_some(owner.lease_version),
             }]),
             Ok(Resolution::NoLiveOwner) => Ok(self.candidate_hops(db)),
+            Ok(Resolution::Unknown) if unknown_answers => Ok(self.candidate_hops(db)),
             Ok(Resolution::Unknown) => Err(Status::not_found(format!("unknown database {db:?}"))),
             Err(error) => Err(Status::unavailable(format!("{error}; retry later"))),
         }
@@ -144,6 +150,7 @@ impl Proxy {
             held: false,
             read_only: crate::route::read_only(call.parts.uri.path()),
         };
+        let unknown_answers = call.parts.uri.path() == crate::route::DELETE_DATABASE;
         // The call's place in the failover buffer, once it takes one.
         let mut place = None;
         let mut hinted: Option<Vec<Hop>> = None;
@@ -151,7 +158,7 @@ impl Proxy {
             retries.attempts += 1;
             let attempt = match hinted.take() {
                 Some(hops) => self.attempt(call, &retries, &hops).await,
-                None => match self.hops_for(db).await {
+                None => match self.hops_for(db, unknown_answers).await {
                     Ok(hops) => self.attempt(call, &retries, &hops).await,
                     Err(status) => Attempt::Unresolved(status),
                 },
