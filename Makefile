@@ -28,7 +28,7 @@ tools:
 	  echo "installing Chromium (Debian; the status page test renders in it headless)"; apt-get update -q >/dev/null; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
 
-test: tools lint chart-test
+test: tools lint chart-test target/stock/bin/corium
 	$(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg; scripts/seaweedfs.sh stop $(WORK)/s3' EXIT && \
@@ -55,7 +55,8 @@ soak: tools
 ## Benchmarks: release build, PostgreSQL on loopback, every scenario against its
 ## baseline in one run; tables on stdout, JSON under target/bench/. Never part
 ## of `make test`. BENCH_ARGS=--quick for a smoke run.
-## The stock Corium transactor the scaling benchmark compares with (crates.io).
+## The stock Corium transactor (crates.io) the differential tests and the
+## scaling benchmark compare with; built once into target/stock.
 target/stock/bin/corium:
 	CARGO_TARGET_DIR=$(CURDIR)/target/stock-build $(CARGO) install corium-cli --version =0.1.90 --locked --root $(CURDIR)/target/stock
 

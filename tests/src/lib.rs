@@ -28,6 +28,10 @@
 //! - [`proxy`] — a cuttable TCP path between a node and its storage server;
 //! - [`scripted`] — a scripted HTTP/2 hop in front of a node (what clients
 //!   see when the hop to the owner misbehaves);
+//! - [`stock`] — a stock Corium transactor (crates.io `corium-cli`), the
+//!   reference of the differential tests;
+//! - [`differential`] — one scripted client run against a stock transactor
+//!   and the fleet, answers compared field by field;
 //! - [`checker`] — the fault suite's judge of the fleet's promises and its
 //!   per-run report (both tiers);
 //! - [`sim`] — the in-process simulation tier: seeded plans over hosts
@@ -38,6 +42,7 @@ pub mod balancer;
 pub mod checker;
 pub mod cli;
 pub mod corium;
+pub mod differential;
 pub mod drain;
 pub mod eventually;
 pub mod fleet;
@@ -49,6 +54,7 @@ pub mod ports;
 pub mod proxy;
 pub mod scripted;
 pub mod sim;
+pub mod stock;
 
 pub use backend::Backend;
 pub use eventually::eventually;

@@ -4,9 +4,9 @@
 //! transactions per second with 1, 2 and 3 fleet nodes (through the ingress)
 //! and with the stock process, all in one run.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use corium_fleet_tests::stock::StockTransactor;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use corium_protocol::pb::transactor_client::TransactorClient;
 use serde::Serialize;
@@ -19,58 +19,6 @@ pub(crate) struct Row {
     pub(crate) target: String,
     pub(crate) transactions_per_second: Spread,
     pub(crate) load: String,
-}
-
-/// Where the stock `corium` binary is looked for (installed by `make bench`).
-#[must_use]
-pub(crate) fn stock_binary() -> std::path::PathBuf {
-    std::env::var_os("CORIUM_STOCK_BIN").map_or_else(
-        || std::path::PathBuf::from("target/stock/bin/corium"),
-        std::path::PathBuf::from,
-    )
-}
-
-/// A stock Corium transactor process; killed on drop.
-struct Stock {
-    child: Child,
-    _dir: tempfile::TempDir,
-    endpoint: String,
-}
-
-impl Drop for Stock {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_stock() -> anyhow::Result<Stock> {
-    let dir = tempfile::tempdir()?;
-    let port = {
-        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
-        listener.local_addr()?.port()
-    };
-    let child = Command::new(stock_binary())
-        .args(["transactor", "--store", "fs", "--data-dir"])
-        .arg(dir.path())
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--gc-interval", "off"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "stock corium transactor did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(Stock {
-        child,
-        _dir: dir,
-        endpoint,
-    })
 }
 
 /// `concurrency` clients, client `i` writing to database `i % dbs.len()`,
@@ -116,13 +64,8 @@ pub(crate) async fn run(databases: usize, rounds: usize, per_client: usize) -> a
     const CONCURRENCY: usize = 16;
     let dbs: Vec<String> = (0..databases).map(|i| format!("scale-{i}")).collect();
     let mut rows = Vec::new();
-    anyhow::ensure!(
-        stock_binary().exists(),
-        "{} missing: `make bench` installs corium-cli 0.1.90 there",
-        stock_binary().display()
-    );
     {
-        let stock = start_stock().await?;
+        let stock = StockTransactor::start().await?;
         for db in &dbs {
             corium::create(&stock.endpoint, db).await?;
         }

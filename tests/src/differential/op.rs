@@ -1,0 +1,182 @@
+//! The calls a differential sequence is made of: every RPC of `corium.v1`
+//! `Transactor` and `Catalog`, with the inputs a test picks.
+
+/// One call. EDN is given as text and encoded the way stock clients do.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// `Catalog/CreateDatabase` with an EDN schema.
+    Create {
+        /// The database.
+        db: String,
+        /// The schema, EDN text.
+        schema: String,
+    },
+    /// `Catalog/CreateDatabase` with raw schema bytes (malformed input).
+    CreateRaw {
+        /// The database.
+        db: String,
+        /// The schema bytes as sent.
+        schema: Vec<u8>,
+    },
+    /// `Transactor/Transact`.
+    Transact {
+        /// The database.
+        db: String,
+        /// The transaction forms, EDN text (a vector).
+        edn: String,
+        /// Commit only at this basis.
+        expected_basis_t: Option<u64>,
+    },
+    /// `Transactor/Transact` with raw `tx_data` bytes (malformed input).
+    TransactRaw {
+        /// The database.
+        db: String,
+        /// The bytes as sent.
+        tx_data: Vec<u8>,
+    },
+    /// `Transactor/Sync` to basis `t` (0: the current one).
+    Sync {
+        /// The database.
+        db: String,
+        /// The basis waited for.
+        t: u64,
+    },
+    /// `Transactor/Status`.
+    Status {
+        /// The database.
+        db: String,
+    },
+    /// `Transactor/Subscribe` from `from_basis_t`: the handshake and the
+    /// backfill (every report up to the handshake's basis).
+    Subscribe {
+        /// The database.
+        db: String,
+        /// Reports after this basis.
+        from_basis_t: u64,
+    },
+    /// `Transactor/SagaCommit`.
+    SagaCommit {
+        /// The parent database.
+        db: String,
+        /// The saga id.
+        saga: String,
+    },
+    /// `Transactor/SagaFinish`.
+    SagaFinish {
+        /// The parent database.
+        db: String,
+        /// The saga id.
+        saga: String,
+        /// `aborted` or `expired`.
+        status: String,
+    },
+    /// `Catalog/ListDatabases`.
+    List,
+    /// `Catalog/DeleteDatabase`.
+    Delete {
+        /// The database.
+        db: String,
+    },
+    /// `Catalog/ForkDatabase`.
+    Fork {
+        /// The source.
+        db: String,
+        /// The new database.
+        target: String,
+        /// The source basis forked (0: the current one).
+        as_of_t: u64,
+    },
+    /// `Catalog/GcDeletedDatabases` with no retention.
+    GcDeleted,
+    /// `Catalog/RequestIndex`.
+    RequestIndex {
+        /// The database.
+        db: String,
+    },
+    /// `Catalog/SetIndexPolicy` (`None` fields read the policy).
+    SetIndexPolicy {
+        /// The database.
+        db: String,
+        /// The new indexing interval.
+        interval_ms: Option<u64>,
+    },
+    /// `Catalog/GetStorageInfo`.
+    StorageInfo {
+        /// The database.
+        db: String,
+    },
+    /// `Catalog/KeyStatus`.
+    KeyStatus {
+        /// The database.
+        db: String,
+    },
+    /// `Catalog/RotateStorageKey`.
+    RotateKey {
+        /// The database.
+        db: String,
+    },
+    /// `Catalog/RewrapKeys`.
+    Rewrap {
+        /// The database.
+        db: String,
+        /// The key-encryption key named.
+        kek: String,
+    },
+    /// `Catalog/AlterSchema` to `desired` (EDN), as a plan the client has
+    /// not read the installed schema for.
+    AlterSchema {
+        /// The database.
+        db: String,
+        /// The desired schema, EDN text.
+        desired: String,
+    },
+}
+
+impl Op {
+    /// The RPC's name, `Service/Method`.
+    #[must_use]
+    pub fn rpc(&self) -> &'static str {
+        match self {
+            Self::Create { .. } | Self::CreateRaw { .. } => "Catalog/CreateDatabase",
+            Self::Transact { .. } | Self::TransactRaw { .. } => "Transactor/Transact",
+            Self::Sync { .. } => "Transactor/Sync",
+            Self::Status { .. } => "Transactor/Status",
+            Self::Subscribe { .. } => "Transactor/Subscribe",
+            Self::SagaCommit { .. } => "Transactor/SagaCommit",
+            Self::SagaFinish { .. } => "Transactor/SagaFinish",
+            Self::List => "Catalog/ListDatabases",
+            Self::Delete { .. } => "Catalog/DeleteDatabase",
+            Self::Fork { .. } => "Catalog/ForkDatabase",
+            Self::GcDeleted => "Catalog/GcDeletedDatabases",
+            Self::RequestIndex { .. } => "Catalog/RequestIndex",
+            Self::SetIndexPolicy { .. } => "Catalog/SetIndexPolicy",
+            Self::StorageInfo { .. } => "Catalog/GetStorageInfo",
+            Self::KeyStatus { .. } => "Catalog/KeyStatus",
+            Self::RotateKey { .. } => "Catalog/RotateStorageKey",
+            Self::Rewrap { .. } => "Catalog/RewrapKeys",
+            Self::AlterSchema { .. } => "Catalog/AlterSchema",
+        }
+    }
+}
+
+/// Every RPC of `Transactor` and `Catalog`, for the coverage check.
+pub const EVERY_RPC: [&str; 18] = [
+    "Transactor/Transact",
+    "Transactor/SagaCommit",
+    "Transactor/SagaFinish",
+    "Transactor/Subscribe",
+    "Transactor/Sync",
+    "Transactor/Status",
+    "Catalog/CreateDatabase",
+    "Catalog/DeleteDatabase",
+    "Catalog/ForkDatabase",
+    "Catalog/ListDatabases",
+    "Catalog/GcDeletedDatabases",
+    "Catalog/RequestIndex",
+    "Catalog/SetIndexPolicy",
+    "Catalog/GetStorageInfo",
+    "Catalog/KeyStatus",
+    "Catalog/RotateStorageKey",
+    "Catalog/RewrapKeys",
+    "Catalog/AlterSchema",
+];
