@@ -1,7 +1,7 @@
 # Corium Fleet — the two commands a fresh machine needs:
 #   make run    builds and runs a local fleet on loopback
 #   make test   installs what the tests need, starts PostgreSQL and SeaweedFS (S3), runs every test
-# Others: make bench, make soak, make lint, make fmt, make chart-test, make images, make clean-run.
+# Others: make bench, make soak, make differential, make lint, make fmt, make chart-test, make images, make clean-run.
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -9,7 +9,7 @@ WORK ?= $(CURDIR)/target/ci-services
 PG_PORT ?= 54329
 export PG_PORT
 
-.PHONY: run test bench soak lint fmt tools chart-test clean-run images
+.PHONY: run test bench soak differential lint fmt tools chart-test clean-run images
 
 run:
 	$(CARGO) build --bins
@@ -51,6 +51,18 @@ soak: tools
 	  CORIUM_FLEET_FAULT_SEEDS=$(SOAK_PROCESS_SEEDS) \
 	  $(CARGO) nextest run -p corium-fleet-tests --test simulation --test faults --no-fail-fast --no-capture \
 	    --test-threads 1
+
+## A long run of generated differential sequences against a stock Corium
+## transactor (never part of `make test`, which runs 4): DIFF_SEEDS seeds
+## (default 500) from DIFF_FIRST_SEED, DIFF_LENGTH calls each; a failing seed
+## prints its shrunk sequence and the command that replays it.
+DIFF_SEEDS ?= 500
+DIFF_FIRST_SEED ?= 1000
+DIFF_LENGTH ?= 60
+differential: tools target/stock/bin/corium
+	$(CARGO) build --workspace --bins
+	CORIUM_FLEET_DIFF_SEEDS=$(DIFF_SEEDS) CORIUM_FLEET_DIFF_FIRST_SEED=$(DIFF_FIRST_SEED) CORIUM_FLEET_DIFF_LENGTH=$(DIFF_LENGTH) \
+	  $(CARGO) nextest run --profile long -p corium-fleet-tests --test differential generated --no-capture
 
 ## Benchmarks: release build, PostgreSQL on loopback, every scenario against its
 ## baseline in one run; tables on stdout, JSON under target/bench/. Never part

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 
 use corium_fleet_proto::fleet::HandoffRequest;
+use corium_fleet_tests::differential::generate;
 use corium_fleet_tests::differential::op::EVERY_RPC;
 use corium_fleet_tests::differential::{Difference, Op, Transcript, differences, play, play_with};
 use corium_fleet_tests::stock::StockTransactor;
@@ -328,4 +329,143 @@ async fn the_same_answers_while_the_database_and_its_sagas_move_between_every_ca
         "the database moved before every call on it: {handoffs}"
     );
     assert_same(&stock_answers, &fleet_answers);
+}
+
+/// `name` from the environment, else `default`.
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A fresh stock transactor and a fresh fleet (with its ingress address).
+async fn fresh_pair() -> (StockTransactor, Fleet, String) {
+    let stock = StockTransactor::start().await.unwrap();
+    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    (stock, fleet, address)
+}
+
+/// Generated sequences (`generate::sequence`): `CORIUM_FLEET_DIFF_SEEDS`
+/// seeds (default 4) from `CORIUM_FLEET_DIFF_FIRST_SEED` (default 1), each
+/// `CORIUM_FLEET_DIFF_LENGTH` calls long (default 40), against one stock
+/// transactor and one fleet. A failing seed is shrunk on fresh servers and
+/// printed with the command that replays it; `make differential` runs many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_sequences_answer_through_the_fleet_as_a_stock_transactor_does() {
+    let seeds = env_or("CORIUM_FLEET_DIFF_SEEDS", 4);
+    let first = env_or("CORIUM_FLEET_DIFF_FIRST_SEED", 1);
+    let length = usize::try_from(env_or("CORIUM_FLEET_DIFF_LENGTH", 40)).unwrap_or(40);
+    let (stock, _fleet, address) = fresh_pair().await;
+    for seed in first..first + seeds {
+        let ops = generate::sequence(seed, &format!("g{seed}"), length);
+        let found = unexplained(&play(&stock.endpoint, &ops).await, &play(&address, &ops).await);
+        if found.is_empty() {
+            continue;
+        }
+        let shrunk = generate::shrink(ops.clone(), 30, async |candidate: &[Op]| {
+            let (stock, _fleet, address) = fresh_pair().await;
+            !unexplained(
+                &play(&stock.endpoint, candidate).await,
+                &play(&address, candidate).await,
+            )
+            .is_empty()
+        })
+        .await;
+        panic!(
+            "seed {seed}: {} unexplained differences:\n{}\n\nshrunk to {} calls:\n{shrunk:#?}\n\nreplay: \
+             CORIUM_FLEET_DIFF_FIRST_SEED={seed} CORIUM_FLEET_DIFF_SEEDS=1 CORIUM_FLEET_DIFF_LENGTH={length} \
+             cargo nextest run -p corium-fleet-tests --test differential generated",
+            found.len(),
+            found.join("\n"),
+            shrunk.len()
+        );
+    }
+}
+
+/// What happens to a database's owner before a call, in
+/// [`generated_sequences_answer_the_same_while_their_databases_move_and_owners_die`].
+async fn move_or_kill(
+    fleet: &mut Fleet,
+    address: &str,
+    db: &str,
+    rng: &mut corium_fleet_faults::Rng,
+) -> Option<&'static str> {
+    let roll = rng.below(10);
+    if roll >= 4 {
+        return None;
+    }
+    let view = corium::placement(address, db).await;
+    if view.owner_id.is_empty() {
+        return None;
+    }
+    let owner = fleet.index(&view.owner_id);
+    if roll == 0 {
+        // The owner dies between two calls and comes back; the next call
+        // waits out the lease at the ingress.
+        fleet.nodes[owner].kill();
+        fleet.nodes[owner].restart().await;
+        return Some("kill");
+    }
+    let target = fleet.candidates(db).into_iter().find(|node| *node != owner)?;
+    corium::admin(&fleet.nodes[owner].endpoint())
+        .await
+        .handoff(HandoffRequest {
+            database: db.to_owned(),
+            target_node_id: fleet.nodes[target].id.clone(),
+        })
+        .await
+        .ok()
+        .map(|_| "handoff")
+}
+
+/// Generated sequences while, before 4 calls in 10 on an existing
+/// database, its owner hands it to another candidate (3 in 4) or is
+/// killed (SIGKILL) and restarted (1 in 4): the answers are still stock's.
+/// `CORIUM_FLEET_DIFF_MOVING_SEEDS` seeds (default 2) from
+/// `CORIUM_FLEET_DIFF_FIRST_SEED`, `CORIUM_FLEET_DIFF_LENGTH` calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_sequences_answer_the_same_while_their_databases_move_and_owners_die() {
+    let seeds = env_or("CORIUM_FLEET_DIFF_MOVING_SEEDS", 2);
+    let first = env_or("CORIUM_FLEET_DIFF_FIRST_SEED", 1);
+    let length = usize::try_from(env_or("CORIUM_FLEET_DIFF_LENGTH", 40)).unwrap_or(40);
+    let (stock, mut fleet, address) = fresh_pair().await;
+    let (mut handoffs, mut kills) = (0, 0);
+    for seed in first..first + seeds {
+        let ops = generate::sequence(seed, &format!("m{seed}"), length);
+        let stock_answers = play(&stock.endpoint, &ops).await;
+        let mut rng = corium_fleet_faults::Rng::new(seed ^ 0x5eed);
+        let mut created = std::collections::BTreeSet::new();
+        let fleet_answers = play_with(&address, &ops, async |_, op| {
+            let Some(db) = op.db().map(corium_fleet_common::names::home) else {
+                return;
+            };
+            if created.contains(db) {
+                match move_or_kill(&mut fleet, &address, db, &mut rng).await {
+                    Some("kill") => kills += 1,
+                    Some(_) => handoffs += 1,
+                    None => {}
+                }
+            }
+            if matches!(op, Op::Create { .. }) {
+                created.insert(db.to_owned());
+            }
+        })
+        .await;
+        let found = unexplained(&stock_answers, &fleet_answers);
+        assert!(
+            found.is_empty(),
+            "seed {seed}: {} unexplained differences while databases moved:\n{}\n\nreplay: \
+             CORIUM_FLEET_DIFF_FIRST_SEED={seed} CORIUM_FLEET_DIFF_MOVING_SEEDS=1 CORIUM_FLEET_DIFF_LENGTH={length} \
+             cargo nextest run -p corium-fleet-tests --test differential owners_die",
+            found.len(),
+            found.join("\n"),
+        );
+    }
+    assert!(
+        handoffs > 0 && kills > 0,
+        "both movements happened: {handoffs} handoffs, {kills} kills"
+    );
 }

@@ -9,11 +9,13 @@
 //! finding. The list, with the reason for each, is
 //! `docs/design/0016-differential-tests.md`.
 //!
-//! Layout: [`op`] — the calls a sequence is made of; [`answer`] — rendering
-//! an answer, entity ids renamed by first appearance; [`play`] — running a
-//! sequence against one endpoint and comparing two transcripts.
+//! Layout: [`op`] — the calls a sequence is made of; [`generate`] — seeded
+//! sequences and shrinking; [`answer`] — rendering an answer, entity ids
+//! renamed by first appearance; [`play`] — running a sequence against one
+//! endpoint and comparing two transcripts.
 
 pub mod answer;
+pub mod generate;
 pub mod op;
 pub mod play;
 

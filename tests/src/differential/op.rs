@@ -133,6 +133,32 @@ pub enum Op {
 }
 
 impl Op {
+    /// The database the call names (a fork: its source), if any.
+    #[must_use]
+    pub fn db(&self) -> Option<&str> {
+        match self {
+            Self::Create { db, .. }
+            | Self::CreateRaw { db, .. }
+            | Self::Transact { db, .. }
+            | Self::TransactRaw { db, .. }
+            | Self::Sync { db, .. }
+            | Self::Status { db }
+            | Self::Subscribe { db, .. }
+            | Self::SagaCommit { db, .. }
+            | Self::SagaFinish { db, .. }
+            | Self::Delete { db }
+            | Self::Fork { db, .. }
+            | Self::RequestIndex { db }
+            | Self::SetIndexPolicy { db, .. }
+            | Self::StorageInfo { db }
+            | Self::KeyStatus { db }
+            | Self::RotateKey { db }
+            | Self::Rewrap { db, .. }
+            | Self::AlterSchema { db, .. } => Some(db),
+            Self::List | Self::GcDeleted => None,
+        }
+    }
+
     /// The RPC's name, `Service/Method`.
     #[must_use]
     pub fn rpc(&self) -> &'static str {

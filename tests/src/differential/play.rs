@@ -2,6 +2,7 @@
 //! route header, the development token, a deadline on every call), and
 //! comparing two transcripts.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -61,16 +62,22 @@ pub async fn play(endpoint: &str, ops: &[Op]) -> Transcript {
 /// When the endpoint cannot be reached at all.
 pub async fn play_with(endpoint: &str, ops: &[Op], mut before: impl AsyncFnMut(usize, &Op)) -> Transcript {
     let channel = crate::corium::channel(endpoint).await;
-    let mut names = Names::default();
+    // Per database (a saga branch shares its database's ids): ids of two
+    // databases are unrelated, and one name for both would tie them.
+    let mut names: HashMap<String, Names> = HashMap::new();
     let mut lines = Vec::with_capacity(ops.len());
     for (index, op) in ops.iter().enumerate() {
         before(index, op).await;
-        let answer = call(&channel, op, &mut names)
+        let home = op.db().map_or("", corium_fleet_common::names::home).to_owned();
+        let answer = call(&channel, op, names.entry(home).or_default())
             .await
             .unwrap_or_else(|status| answer::status(&status));
         match op {
             Op::Create { db, .. } | Op::Fork { target: db, .. } if !answer.starts_with("error") => {
-                learn_schema(&channel, db, &mut names).await;
+                // A new database: its ids start afresh.
+                let fresh = names.entry(db.clone()).or_default();
+                *fresh = Names::default();
+                learn_schema(&channel, db, fresh).await;
             }
             _ => {}
         }
