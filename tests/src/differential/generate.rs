@@ -1,7 +1,7 @@
 //! Generated sequences: seeded, bounded sequences of calls over a few
 //! databases — transactions with tempids, upserts, references and
 //! retractions, refused ones, reads from random bases, index requests,
-//! forks, deletes and sagas — for the differential runs. The same seed gives
+//! schema changes, forks, deletes and sagas — for the differential runs. The same seed gives
 //! the same sequence; [`shrink`] makes a failing one shorter.
 
 use corium_fleet_faults::Rng;
@@ -131,7 +131,7 @@ fn write(rng: &mut Rng, db: &str, state: &mut Known, counter: u64, roll: u64) ->
 }
 
 /// Anything but a plain transaction on `db` (`roll` 11–19): reads, an index
-/// request, sagas, a fork or a delete.
+/// request, a schema change, sagas, a fork or a delete.
 fn other(rng: &mut Rng, db: String, state: &mut Known, counter: u64, prefix: &str, roll: u64) -> Op {
     match roll {
         11 => Op::Sync {
@@ -143,7 +143,15 @@ fn other(rng: &mut Rng, db: String, state: &mut Known, counter: u64, prefix: &st
             db,
             from_basis_t: rng.below(state.sent + 2),
         },
-        15 => Op::RequestIndex { db },
+        15 if rng.chance(0.5) => Op::RequestIndex { db },
+        // A schema change: the schema with one attribute more.
+        15 => Op::AlterSchema {
+            db,
+            desired: SCHEMA.replace(
+                "]",
+                &format!(" {{:db/ident :item/note-{counter} :db/valueType :db.type/string :db/cardinality :db.cardinality/one}}]"),
+            ),
+        },
         16 => {
             let saga = format!("{:032x}", rng.next_u64() | 1);
             state.sagas.push(saga.clone());

@@ -351,26 +351,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 .await?;
             "rewrapped".to_owned()
         }
-        Op::AlterSchema { db, desired } => {
-            let response = catalog
-                .alter_schema(request(pb::AlterSchemaRequest {
-                    db: db.clone(),
-                    desired_schema: edn(desired),
-                    plan_digest: String::new(),
-                    installed_fingerprint: String::new(),
-                    observed_basis_t: 0,
-                    prune: false,
-                    allow: Vec::new(),
-                    ack: Vec::new(),
-                    tool: "fleet-differential".to_owned(),
-                }))
-                .await?
-                .into_inner();
-            format!(
-                "basis {}, generation {}, changed {}, steps {}",
-                response.basis_t, response.schema_generation, response.changed, response.steps
-            )
-        }
+        Op::AlterSchema { db, desired } => alter_schema(&mut catalog, db, desired).await?,
     })
 }
 
@@ -454,4 +435,56 @@ async fn learn_schema(channel: &Channel, db: &str, names: &mut Names) {
     {
         let _ = answer::schema(&handshake.schema, names);
     }
+}
+
+/// `AlterSchema` the way `corium schema update --apply` does it: the plan is
+/// asked for (a call without a digest, refused with the current plan's
+/// digest), then applied under that digest. The digest covers the installed
+/// schema, which on the fleet includes its request-id attributes, so it is
+/// not part of the answer.
+async fn alter_schema(
+    catalog: &mut CatalogClient<Channel>,
+    db: &str,
+    desired: &str,
+) -> Result<String, tonic::Status> {
+    let ask = |plan_digest: String| {
+        request(pb::AlterSchemaRequest {
+            db: db.to_owned(),
+            desired_schema: edn(desired),
+            plan_digest,
+            installed_fingerprint: String::new(),
+            observed_basis_t: 0,
+            prune: false,
+            allow: Vec::new(),
+            ack: Vec::new(),
+            tool: "fleet-differential".to_owned(),
+        })
+    };
+    let response = match catalog.alter_schema(ask(String::new())).await {
+        Ok(response) => response,
+        Err(status) => {
+            const CURRENT: &str = "the current plan for this schema file is ";
+            let Some(digest) = status
+                .message()
+                .split_once(CURRENT)
+                .and_then(|(_, rest)| rest.split(';').next())
+            else {
+                return Err(status);
+            };
+            catalog.alter_schema(ask(digest.to_owned())).await?
+        }
+    }
+    .into_inner();
+    Ok(format!(
+        "basis {}, generation {}, changed {}, steps {}, installed {:?}",
+        response.basis_t,
+        response.schema_generation,
+        response.changed,
+        response.steps,
+        response
+            .installed_idents
+            .iter()
+            .filter(|ident| !answer::fleet_own(ident))
+            .collect::<Vec<_>>()
+    ))
 }
