@@ -148,7 +148,7 @@ fn other(rng: &mut Rng, db: String, state: &mut Known, counter: u64, prefix: &st
         15 => Op::AlterSchema {
             db,
             desired: SCHEMA.replace(
-                "]",
+                ']',
                 &format!(" {{:db/ident :item/note-{counter} :db/valueType :db.type/string :db/cardinality :db.cardinality/one}}]"),
             ),
         },
