@@ -69,9 +69,7 @@ pub async fn play_with(endpoint: &str, ops: &[Op], mut before: impl AsyncFnMut(u
     for (index, op) in ops.iter().enumerate() {
         before(index, op).await;
         let home = op.db().map_or("", corium_fleet_common::names::home).to_owned();
-        let answer = call(&channel, op, names.entry(home).or_default())
-            .await
-            .unwrap_or_else(|status| answer::status(&status));
+        let answer = call_until_answered(&channel, op, names.entry(home).or_default()).await;
         match op {
             Op::Create { db, .. } | Op::Fork { target: db, .. } if !answer.starts_with("error") => {
                 // A new database: its ids start afresh.
@@ -107,6 +105,29 @@ impl std::fmt::Display for Difference {
             "call {}: {}\n  stock: {}\n  fleet: {}",
             self.index, self.call, self.stock, self.fleet
         )
+    }
+}
+
+/// `op`'s answer, the call sent again (at most 8 times, 250 ms apart) while
+/// it is refused `UNAVAILABLE` without the typed unknown outcome: the
+/// fleet's word that nothing was done and a retry is safe (0009), as a
+/// lease that could not be renewed in time on a loaded machine says. Such a
+/// retry is one the client is told is safe, so it is not a difference.
+async fn call_until_answered(channel: &Channel, op: &Op, names: &mut Names) -> String {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match call(channel, op, names).await {
+            Ok(answer) => return answer,
+            Err(status)
+                if attempts < 8
+                    && status.code() == tonic::Code::Unavailable
+                    && corium_fleet_wire::outcome::from_status(&status).is_none() =>
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(status) => return answer::status(&status),
+        }
     }
 }
 
