@@ -7,7 +7,8 @@
 //!   the transcript, datoms sorted by raw id first: two servers may number
 //!   entities differently (the fleet installs its request-id attributes in
 //!   every database) but must relate them alike; for the same reason the
-//!   values of entity-id counters (`ID_COUNTERS`) read `<id counter>`;
+//!   values of entity-id counters (`ID_COUNTERS`) read `<id counter>`, and
+//!   recorded schema-plan digests (`PLAN_DIGESTS`) `<plan digest>`;
 //! - instants within a day of now (transaction instants, server clocks)
 //!   read `<now>`;
 //! - the fleet's own attributes (`:fleet.request/*`, `:fleet.tempid/*`) are
@@ -48,6 +49,10 @@ impl Names {
 /// holds more entities (its request-id schema), so only their presence is
 /// compared.
 const ID_COUNTERS: [&str; 1] = [":db.saga.grant/start"];
+
+/// Attributes whose values digest a schema plan, which covers the installed
+/// schema: on the fleet it includes the request-id attributes.
+const PLAN_DIGESTS: [&str; 1] = [":db.schemaUpdate/planDigest"];
 
 /// Whether `ident` is one of the attributes the fleet adds to every
 /// database for request ids.
@@ -116,6 +121,8 @@ pub fn datoms(bytes: &[u8], names: &mut Names) -> String {
         let (e, a) = (names.name(datom.e.raw()), names.name(datom.a.raw()));
         let v = if ID_COUNTERS.contains(&a.as_str()) {
             "<id counter>".to_owned()
+        } else if PLAN_DIGESTS.contains(&a.as_str()) {
+            "<plan digest>".to_owned()
         } else {
             value(&datom.v, &interner, names)
         };
