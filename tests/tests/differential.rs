@@ -53,6 +53,19 @@ fn explained(found: &Difference) -> Option<u8> {
             };
             (stale && fleet >= t).then_some(3)
         }
+        // 4. A schema change's generation counts changes since the database
+        //    value was opened (Corium starts it at 0 on recovery); a fleet
+        //    database reopens on every move and after a fork of it.
+        "Catalog/AlterSchema" => {
+            let generation = |answer: &str| -> Option<(u64, String)> {
+                let (before, rest) = answer.split_once("generation ")?;
+                let (number, after) = rest.split_once(',')?;
+                Some((number.parse().ok()?, format!("{before}{after}")))
+            };
+            let (stock, stock_rest) = generation(&found.stock)?;
+            let (fleet, fleet_rest) = generation(&found.fleet)?;
+            (stock_rest == fleet_rest && fleet <= stock).then_some(4)
+        }
         _ => None,
     }
 }
