@@ -30,6 +30,14 @@ pub struct Metrics {
     /// Connect failures of candidate and any-node calls (each moves on to
     /// the next node).
     pub connect_retries: AtomicU64,
+    /// `PeerServer` reads answered by a read replica that is not the owner.
+    pub reads_to_replica: AtomicU64,
+    /// `PeerServer` reads answered by the owner's node (no other replica
+    /// could, or the owner is the only candidate).
+    pub reads_to_owner: AtomicU64,
+    /// `PeerServer` reads sent to another replica after one refused
+    /// (behind the basis asked for, between owners) or could not be reached.
+    pub read_retries: AtomicU64,
     /// Attempts whose outcome is unknown (the hop broke after sending).
     pub ambiguous_failures: AtomicU64,
     /// Ambiguous failures of a `Transact` with a request id, retried with
@@ -152,7 +160,7 @@ impl Metrics {
 
     /// Every counter: its metric name, its help text and its value.
     #[allow(clippy::too_many_lines)] // One entry per counter: a table, not logic.
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 19] {
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 22] {
         [
             (
                 "corium_fleet_ingress_owner_cache_hits_total",
@@ -188,6 +196,21 @@ impl Metrics {
                 "corium_fleet_ingress_resolution_failures_total",
                 "Owner resolutions that failed (storage unavailable).",
                 &self.resolution_failures,
+            ),
+            (
+                "corium_fleet_ingress_reads_to_replica_total",
+                "PeerServer reads answered by a read replica on a node other than the owner's.",
+                &self.reads_to_replica,
+            ),
+            (
+                "corium_fleet_ingress_reads_to_owner_total",
+                "PeerServer reads answered on the owner's node.",
+                &self.reads_to_owner,
+            ),
+            (
+                "corium_fleet_ingress_read_retries_total",
+                "PeerServer reads sent to another replica after one refused or could not be reached.",
+                &self.read_retries,
             ),
             (
                 "corium_fleet_ingress_connect_retries_total",

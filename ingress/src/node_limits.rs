@@ -96,6 +96,16 @@ impl NodeLimits {
         }
     }
 
+    /// Calls this ingress has open at `endpoint` now.
+    #[must_use]
+    pub fn open(&self, endpoint: &str) -> usize {
+        self.nodes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(endpoint)
+            .map_or(0, |node| node.open.load(Ordering::Acquire))
+    }
+
     /// A place for one call at `endpoint`.
     ///
     /// # Errors

@@ -11,6 +11,16 @@
 /// call (its stream is watched for a stalled client, `stall.rs`).
 pub const SUBSCRIBE: &str = "/corium.v1.Transactor/Subscribe";
 
+/// The path of `corium.v1.PeerServer/Subscribe`, a thin client's
+/// subscription (served by the owner, like [`SUBSCRIBE`]).
+pub const PEER_SUBSCRIBE: &str = "/corium.v1.PeerServer/Subscribe";
+
+/// Whether `path` is a subscription (a stream watched for a stalled client).
+#[must_use]
+pub fn is_subscribe(path: &str) -> bool {
+    path == SUBSCRIBE || path == PEER_SUBSCRIBE
+}
+
 /// The path of `corium.v1.Catalog/DeleteDatabase`, whose answer for a
 /// database that does not exist is `deleted: false`, not an error.
 pub const DELETE_DATABASE: &str = "/corium.v1.Catalog/DeleteDatabase";
@@ -24,15 +34,37 @@ pub enum Target {
     Candidate,
     /// Any node able to read storage.
     AnyNode,
+    /// A read replica of the database: its candidates, the owner last
+    /// (`corium.v1.PeerServer` reads).
+    Replica,
+}
+
+/// Where a request names its database.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum DbField {
+    /// Nowhere (the call is not about one database).
+    None,
+    /// String field 1.
+    First,
+    /// Field 1 is a `DbViewSpec` (or the first of several), whose field 1
+    /// names it (`PeerServer`'s `Query`, `Pull`, `Datoms`, `DbStats`).
+    View,
 }
 
 /// The routing class of a gRPC path, or `None` for a method the fleet does
 /// not serve.
 #[must_use]
-pub fn classify(path: &str) -> Option<(Target, bool)> {
-    // (target, whether the request names a database in field 1)
+pub fn classify(path: &str) -> Option<(Target, DbField)> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
-    match service {
+    let (target, names_db) = match service {
+        "corium.v1.PeerServer" => {
+            return match method {
+                "Query" | "Pull" | "Datoms" | "DbStats" => Some((Target::Replica, DbField::View)),
+                "TxRange" => Some((Target::Replica, DbField::First)),
+                "Transact" | "Subscribe" => Some((Target::Owner, DbField::First)),
+                _ => None,
+            };
+        }
         "corium.v1.Transactor" => match method {
             "Transact" | "SagaCommit" | "SagaFinish" | "Subscribe" | "Sync" | "Status" => {
                 Some((Target::Owner, true))
@@ -60,7 +92,8 @@ pub fn classify(path: &str) -> Option<(Target, bool)> {
             _ => None,
         },
         _ => None,
-    }
+    }?;
+    Some((target, if names_db { DbField::First } else { DbField::None }))
 }
 
 /// Whether an owner-routed call only reads (Corium's `Sync`, `Status`,
@@ -73,6 +106,11 @@ pub fn read_only(path: &str) -> bool {
         path,
         "/corium.v1.Transactor/Sync"
             | "/corium.v1.Transactor/Status"
+            | "/corium.v1.PeerServer/Query"
+            | "/corium.v1.PeerServer/Pull"
+            | "/corium.v1.PeerServer/Datoms"
+            | "/corium.v1.PeerServer/TxRange"
+            | "/corium.v1.PeerServer/DbStats"
             | "/corium.v1.Catalog/GetStorageInfo"
             | "/corium.v1.Catalog/KeyStatus"
             | "/corium.fleet.v1.Requests/Status"
@@ -127,12 +165,33 @@ fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, ScanError> {
     Err(ScanError::Protobuf)
 }
 
+/// Reads the database name from field 1 of the `DbViewSpec` in field 1 of
+/// a protobuf message (the first view, as Corium's peer server binds the
+/// first database of a query to its replica).
+///
+/// # Errors
+/// A malformed message, or no non-empty database.
+pub fn scan_view_db(message: &[u8]) -> Result<String, ScanError> {
+    scan_db(field_one(message, true)?.ok_or(ScanError::NoDatabase)?)
+}
+
 /// Reads string field 1 of a protobuf message (the last occurrence wins, as
 /// protobuf merging does).
 ///
 /// # Errors
 /// A malformed message, or no non-empty field 1.
 pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
+    let found = field_one(message, false)?;
+    let db = std::str::from_utf8(found.ok_or(ScanError::NoDatabase)?).map_err(|_| ScanError::NotText)?;
+    if db.is_empty() {
+        return Err(ScanError::NoDatabase);
+    }
+    Ok(db.to_owned())
+}
+
+/// The bytes of length-delimited field 1 of `message`: its first occurrence
+/// with `first`, else its last; the whole message is checked either way.
+fn field_one(message: &[u8], first: bool) -> Result<Option<&[u8]>, ScanError> {
     let mut at = 0;
     let mut found: Option<&[u8]> = None;
     while at < message.len() {
@@ -154,7 +213,7 @@ pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
                     .checked_add(length)
                     .filter(|end| *end <= message.len())
                     .ok_or(ScanError::Protobuf)?;
-                if field == 1 {
+                if field == 1 && !(first && found.is_some()) {
                     found = Some(&message[at..end]);
                 }
                 at = end;
@@ -168,11 +227,7 @@ pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
             _ => return Err(ScanError::Protobuf),
         }
     }
-    let db = std::str::from_utf8(found.ok_or(ScanError::NoDatabase)?).map_err(|_| ScanError::NotText)?;
-    if db.is_empty() {
-        return Err(ScanError::NoDatabase);
-    }
-    Ok(db.to_owned())
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -228,39 +283,78 @@ mod tests {
 
     #[test]
     fn classifies_every_served_method() {
-        assert_eq!(
-            classify("/corium.v1.Transactor/Transact"),
-            Some((Target::Owner, true))
-        );
-        assert_eq!(
-            classify("/corium.v1.Transactor/Subscribe"),
-            Some((Target::Owner, true))
-        );
-        assert_eq!(
-            classify("/corium.v1.Catalog/CreateDatabase"),
-            Some((Target::Candidate, true))
-        );
-        assert_eq!(
-            classify("/corium.v1.Catalog/ListDatabases"),
-            Some((Target::AnyNode, false))
-        );
-        assert_eq!(
-            classify("/corium.fleet.v1.FleetAdmin/NodeStatus"),
-            Some((Target::AnyNode, false))
-        );
-        assert_eq!(
-            classify("/corium.fleet.v1.FleetAdmin/FleetStatus"),
-            Some((Target::AnyNode, false))
-        );
-        assert_eq!(
-            classify("/corium.fleet.v1.FleetAdmin/Handoff"),
-            Some((Target::Owner, true))
-        );
+        let cases = [
+            ("/corium.v1.Transactor/Transact", Target::Owner, DbField::First),
+            ("/corium.v1.Transactor/Subscribe", Target::Owner, DbField::First),
+            (
+                "/corium.v1.Catalog/CreateDatabase",
+                Target::Candidate,
+                DbField::First,
+            ),
+            ("/corium.v1.Catalog/ListDatabases", Target::AnyNode, DbField::None),
+            (
+                "/corium.fleet.v1.FleetAdmin/NodeStatus",
+                Target::AnyNode,
+                DbField::None,
+            ),
+            (
+                "/corium.fleet.v1.FleetAdmin/FleetStatus",
+                Target::AnyNode,
+                DbField::None,
+            ),
+            (
+                "/corium.fleet.v1.FleetAdmin/Handoff",
+                Target::Owner,
+                DbField::First,
+            ),
+            ("/corium.v1.PeerServer/Query", Target::Replica, DbField::View),
+            ("/corium.v1.PeerServer/Pull", Target::Replica, DbField::View),
+            ("/corium.v1.PeerServer/Datoms", Target::Replica, DbField::View),
+            ("/corium.v1.PeerServer/DbStats", Target::Replica, DbField::View),
+            ("/corium.v1.PeerServer/TxRange", Target::Replica, DbField::First),
+            ("/corium.v1.PeerServer/Transact", Target::Owner, DbField::First),
+            ("/corium.v1.PeerServer/Subscribe", Target::Owner, DbField::First),
+        ];
+        for (path, target, field) in cases {
+            assert_eq!(classify(path), Some((target, field)), "{path}");
+        }
         assert_eq!(classify("/corium.fleet.v1.FleetAdmin/Activate"), None);
         assert_eq!(classify("/corium.fleet.v1.FleetAdmin/Prepare"), None);
-        assert_eq!(classify("/corium.v1.PeerServer/Query"), None);
+        assert_eq!(classify("/corium.v1.PeerServer/Nope"), None);
         assert_eq!(classify("/corium.v1.Transactor/Nope"), None);
         assert_eq!(classify("garbage"), None);
+    }
+
+    #[test]
+    fn scans_the_first_view_of_a_query() {
+        use corium_protocol::pb;
+        let query = pb::QueryRequest {
+            dbs: vec![
+                pb::DbViewSpec {
+                    db: "orders".into(),
+                    view: Some(pb::db_view_spec::View::AsOf(9)),
+                },
+                pb::DbViewSpec {
+                    db: "other".into(),
+                    view: None,
+                },
+            ],
+            query: b"[:find ?e]".to_vec(),
+            args: vec![],
+            fuel: 0,
+        };
+        assert_eq!(scan_view_db(&query.encode_to_vec()), Ok("orders".to_owned()));
+        let pull = pb::PullRequest {
+            db: Some(pb::DbViewSpec {
+                db: "people".into(),
+                view: None,
+            }),
+            pattern: vec![1],
+            eid: vec![2],
+        };
+        assert_eq!(scan_view_db(&pull.encode_to_vec()), Ok("people".to_owned()));
+        let unnamed = pb::DbStatsRequest { db: None };
+        assert_eq!(scan_view_db(&unnamed.encode_to_vec()), Err(ScanError::NoDatabase));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A stock Corium transactor: `corium transactor` from the crates.io package
 //! `corium-cli` 0.1.90 (`make test` and `make bench` install it under
 //! `target/stock/`), on the filesystem store in a temporary directory, on a
-//! loopback port. The reference the fleet is compared with.
+//! loopback port, and a stock peer server ([`StockPeerServer`]). The
+//! references the fleet is compared with.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -87,5 +88,77 @@ impl StockTransactor {
     #[must_use]
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("stock.log")).unwrap_or_default()
+    }
+}
+
+/// A running stock peer server (`corium peer-server`) hosting one database
+/// for thin clients, following a transactor (a stock one, or the fleet's
+/// ingress); killed when dropped. The reference for `PeerServer` answers.
+pub struct StockPeerServer {
+    child: Child,
+    dir: tempfile::TempDir,
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+}
+
+impl Drop for StockPeerServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl StockPeerServer {
+    /// Starts one hosting `db` from `transactor` (anonymous, as a stock
+    /// client with `--token ""`) and waits (at most 60 s) until it listens:
+    /// it listens once it has caught up with the database.
+    ///
+    /// # Errors
+    /// No stock binary, or it did not listen.
+    pub async fn start(transactor: &str, db: &str) -> anyhow::Result<Self> {
+        let binary = binary();
+        anyhow::ensure!(
+            binary.exists(),
+            "{} missing: `make test` installs it",
+            binary.display()
+        );
+        let dir = tempfile::tempdir()?;
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("peer-server.log"))?;
+        let mut child = Command::new(binary)
+            .args([
+                "peer-server",
+                "--db",
+                db,
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--transactor", transactor, "--token", ""])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_mins(1);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.try_wait()? {
+                let log = std::fs::read_to_string(dir.path().join("peer-server.log")).unwrap_or_default();
+                anyhow::bail!("stock corium peer-server exited ({status}): {log}");
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "stock corium peer-server did not listen within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self {
+            child,
+            dir,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        })
+    }
+
+    /// What it wrote to standard error so far.
+    #[must_use]
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("peer-server.log")).unwrap_or_default()
     }
 }

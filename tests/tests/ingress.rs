@@ -205,7 +205,7 @@ async fn bad_input_gets_a_clear_status_and_changes_nothing() {
         ),
         (
             "unknown method",
-            "/corium.v1.PeerServer/Query",
+            "/corium.v1.PeerServer/Explain",
             vec![],
             valid.clone(),
             tonic::Code::Unimplemented,

@@ -14,6 +14,8 @@
 //! - [`counting`] — the shared store, counting root operations per database;
 //! - [`peer`] — calls to other nodes' admin service (handoff, drain);
 //! - [`request_id`] — exactly-once `Transact`: durable request ids at the owner;
+//! - [`replica`] — hosted read replicas: `PeerServer` reads served from a
+//!   replica that follows the owner, at least as far as the client asked;
 //! - [`standby`] — standing of each database and the takeover watcher;
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
@@ -48,6 +50,7 @@ pub mod metrics;
 pub mod peer;
 pub mod principal;
 pub mod read_ahead;
+pub mod replica;
 pub mod request_id;
 pub mod seams;
 pub mod service;
@@ -63,6 +66,7 @@ use corium_fleet_common::cert_reload::{Reload, Reloading};
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
 use corium_fleet_proto::fleet::requests_server::RequestsServer;
 use corium_protocol::pb::catalog_server::CatalogServer;
+use corium_protocol::pb::peer_server_server::PeerServerServer;
 use corium_protocol::pb::transactor_server::TransactorServer;
 use tokio::net::TcpListener;
 
@@ -302,6 +306,20 @@ fn follow_registry(
     tokio::spawn(standby::watch(Arc::clone(host), records_rx, stop.clone()));
 }
 
+/// Applies read-replica evictions (idle, over the cap) every few seconds
+/// until `stop`: moka applies them only on cache operations, and an idle
+/// node performs none.
+async fn sweep_replicas(host: Arc<host::Host>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let period =
+        (host.config.read_replicas.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(period) => host.replicas.sweep().await,
+            _ = stop.changed() => return,
+        }
+    }
+}
+
 /// Starts a node's host over `store` (already opened, and wrapped as the
 /// caller wants), with cells opened through the storage view `view_kind`,
 /// their logs read ahead through `prefix_read` (`None`: listing and reads
@@ -395,6 +413,7 @@ pub async fn start(
         stop_rx.clone(),
     ));
     follow_registry(&host, prefix_read, &stop_rx);
+    tokio::spawn(sweep_replicas(Arc::clone(&host), stop_rx.clone()));
     if let Some(admin) = admin {
         tokio::spawn(corium_fleet_common::admin_http::serve(
             admin,
@@ -487,6 +506,12 @@ pub async fn run_with(
         ))
         .add_service(tonic::service::interceptor::InterceptedService::new(
             CatalogServer::new(service::catalog::FleetCatalog(Arc::clone(&host)))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            guard.clone(),
+        ))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            PeerServerServer::new(service::peer_server::FleetPeerServer(Arc::clone(&host)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             guard.clone(),

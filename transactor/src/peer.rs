@@ -28,6 +28,9 @@ pub struct Peers {
     /// only if it names the node id (the chart may give every node one
     /// certificate), so the token goes along there too, encrypted.
     token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// The same token as text, for clients that add the `Bearer` prefix
+    /// themselves (a read replica's `corium_peer` connection).
+    raw_token: Option<String>,
     /// Over mTLS: a peer's certificate must name its node id.
     verify_node_identity: bool,
 }
@@ -45,6 +48,7 @@ impl Peers {
         token: Option<String>,
         verify_node_identity: bool,
     ) -> Result<Self, corium_fleet_common::tls::TlsError> {
+        let raw_token = token.clone();
         let token = token.and_then(|token| format!("Bearer {token}").parse().ok());
         // Readable now, so a bad path is a start-up error.
         if let Some(tls) = tls {
@@ -54,6 +58,7 @@ impl Peers {
             tls: tls.cloned(),
             timeout,
             token,
+            raw_token,
             verify_node_identity,
         })
     }
@@ -70,40 +75,68 @@ impl Peers {
             .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?)))
     }
 
+    /// This node's client TLS for reaching node `node_id` (`None`: h2c),
+    /// read from the files now; with `--verify-node-identity`, the peer's
+    /// certificate must name `node_id`, not merely the address the registry
+    /// gave for it.
+    ///
+    /// # Errors
+    /// `UNAVAILABLE` for unreadable material.
+    pub fn tls_for(&self, node_id: &str) -> Result<Option<ClientTlsConfig>, Status> {
+        let Some(tls) = &self.tls else {
+            return Ok(None);
+        };
+        let config = Self::client_tls(tls)
+            .map_err(|error| Status::unavailable(format!("peer TLS material: {error}")))?;
+        Ok(Some(if self.verify_node_identity {
+            config.domain_name(node_id)
+        } else {
+            config
+        }))
+    }
+
+    /// The bearer token this node presents to its peers (`None` with
+    /// `--serve-open`).
+    #[must_use]
+    pub fn token(&self) -> Option<&str> {
+        self.raw_token.as_deref()
+    }
+
+    /// A channel to node `node_id` at `endpoint`, connected now.
+    ///
+    /// # Errors
+    /// `UNAVAILABLE` (or `FAILED_PRECONDITION` for a cleartext endpoint on
+    /// an mTLS node) when the node cannot be reached as `node_id`.
+    pub async fn channel(&self, endpoint: &str, node_id: &str) -> Result<tonic::transport::Channel, Status> {
+        let mut target = Endpoint::from_shared(endpoint.to_owned())
+            .map_err(|error| Status::invalid_argument(format!("bad peer endpoint {endpoint:?}: {error}")))?
+            .connect_timeout(self.timeout)
+            .timeout(self.timeout);
+        // Never downgrade: a node that speaks mTLS does not dial a member in
+        // cleartext (it would send requests unauthenticated and unencrypted,
+        // to whoever answers).
+        if self.tls.is_some() && !endpoint.starts_with("https://") {
+            return Err(Status::failed_precondition(format!(
+                "peer endpoint {endpoint} is not https:// but this node's internal routes are mutual TLS"
+            )));
+        }
+        if let Some(config) = self.tls_for(node_id)? {
+            target = target
+                .tls_config(config)
+                .map_err(|error| Status::internal(format!("peer TLS: {error}")))?;
+        }
+        target
+            .connect()
+            .await
+            .map_err(|error| Status::unavailable(format!("cannot reach peer {endpoint}: {error}")))
+    }
+
     async fn admin(
         &self,
         endpoint: &str,
         node_id: &str,
     ) -> Result<FleetAdminClient<tonic::transport::Channel>, Status> {
-        let mut target = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|error| Status::invalid_argument(format!("bad peer endpoint {endpoint:?}: {error}")))?
-            .connect_timeout(self.timeout)
-            .timeout(self.timeout);
-        if let Some(tls) = &self.tls {
-            // Never downgrade: a node that speaks mTLS does not dial a
-            // member in cleartext (it would send requests unauthenticated
-            // and unencrypted, to whoever answers).
-            if !endpoint.starts_with("https://") {
-                return Err(Status::failed_precondition(format!(
-                    "peer endpoint {endpoint} is not https:// but this node's internal routes are mutual TLS"
-                )));
-            }
-            let mut config = Self::client_tls(tls)
-                .map_err(|error| Status::unavailable(format!("peer TLS material: {error}")))?;
-            if self.verify_node_identity {
-                // The certificate must name the node we mean to reach, not
-                // merely the address the registry gave for it.
-                config = config.domain_name(node_id);
-            }
-            target = target
-                .tls_config(config)
-                .map_err(|error| Status::internal(format!("peer TLS: {error}")))?;
-        }
-        let channel = target
-            .connect()
-            .await
-            .map_err(|error| Status::unavailable(format!("cannot reach peer {endpoint}: {error}")))?;
-        Ok(FleetAdminClient::new(channel))
+        Ok(FleetAdminClient::new(self.channel(endpoint, node_id).await?))
     }
 
     /// Connects to node `node_id` at `endpoint` (with mTLS: verifying its

@@ -29,6 +29,13 @@ pub const REPLAYED: &str = "corium-replayed";
 pub const PRINCIPAL: &str = "corium-principal";
 /// Correlation id carried across client, ingress and owner.
 pub const X_REQUEST_ID: &str = "x-request-id";
+/// On a `corium.v1.PeerServer` read: the basis the answer must reflect at
+/// least (a `t` the client has seen, e.g. its last write's `basis_t`). A
+/// read replica waits until it has applied that basis, within the call's
+/// deadline, and otherwise refuses `UNAVAILABLE` with a retry hint: never an
+/// answer from behind it. Set by clients (the SDK sets its last written
+/// basis); forwarded as sent.
+pub const MIN_BASIS: &str = "corium-min-basis";
 
 /// Why a metadata value was refused.
 #[derive(Debug, thiserror::Error, Eq, PartialEq)]
@@ -72,6 +79,26 @@ pub enum MetadataError {
     /// `corium-request-id` is text but not a UUID in any of its forms.
     #[error("{REQUEST_ID} {0:?} is not a UUID")]
     RequestIdNotUuid(String),
+}
+
+/// Parses `corium-min-basis`: absent → `None`, else a `u64`.
+///
+/// # Errors
+/// [`MetadataError::NotText`] or [`MetadataError::NotANumber`].
+pub fn min_basis(map: &tonic::metadata::MetadataMap) -> Result<Option<u64>, MetadataError> {
+    let Some(value) = map.get(MIN_BASIS) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| MetadataError::NotText { key: MIN_BASIS })?;
+    text.trim()
+        .parse()
+        .map(Some)
+        .map_err(|_| MetadataError::NotANumber {
+            key: MIN_BASIS,
+            value: text.to_owned(),
+        })
 }
 
 /// The longest `corium-request-id` accepted (a braced URN-form UUID is 45).
@@ -177,6 +204,17 @@ mod tests {
             map.insert(*key, value.parse().unwrap());
         }
         map
+    }
+
+    #[test]
+    fn min_basis_is_a_number_or_absent() {
+        assert_eq!(min_basis(&map(&[])), Ok(None));
+        assert_eq!(min_basis(&map(&[(MIN_BASIS, "42")])), Ok(Some(42)));
+        assert!(matches!(
+            min_basis(&map(&[(MIN_BASIS, "-1")])),
+            Err(MetadataError::NotANumber { key: MIN_BASIS, .. })
+        ));
+        assert!(min_basis(&map(&[(MIN_BASIS, "soon")])).is_err());
     }
 
     #[test]

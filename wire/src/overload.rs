@@ -103,6 +103,22 @@ pub fn refused(message: String, retry_after: Duration) -> tonic::Status {
     )
 }
 
+/// `UNAVAILABLE` with the standard retry hint (at most [`MAX_HINT`]): a
+/// state that passes — a read replica behind the basis asked for, or between
+/// owners. Nothing was done, so the call may be sent again, here or to
+/// another replica, after `retry_after`.
+#[must_use]
+pub fn unavailable(message: String, retry_after: Duration) -> tonic::Status {
+    let delay = retry_after.min(MAX_HINT);
+    let detail = rpc::RetryInfo {
+        retry_delay: Some(prost_types::Duration {
+            seconds: i64::try_from(delay.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(delay.subsec_nanos()).unwrap_or(0),
+        }),
+    };
+    crate::detail::to_status(tonic::Code::Unavailable, message, RETRY_INFO_TYPE_URL, &detail)
+}
+
 /// The retry hint of a status that carries one (any code; the standard
 /// detail may accompany `UNAVAILABLE` too).
 #[must_use]
@@ -124,6 +140,14 @@ pub fn is_refusal(status: &tonic::Status) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unavailable_hint_survives_the_round_trip() {
+        let status = unavailable("replica behind".into(), Duration::from_millis(500));
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert_eq!(retry_after(&status), Some(Duration::from_millis(500)));
+        assert!(!is_refusal(&status), "not a load refusal");
+    }
 
     #[test]
     fn the_hint_survives_the_round_trip() {

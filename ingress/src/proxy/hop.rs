@@ -112,7 +112,7 @@ impl Proxy {
                 // Streamed through, or a trailers-only answer (complete). A
                 // subscription whose client stops reading is ended.
                 let response = response.map(crate::stream_end::StreamEnd::boxed);
-                if parts.uri.path() == crate::route::SUBSCRIBE
+                if crate::route::is_subscribe(parts.uri.path())
                     && !response.headers().contains_key("grpc-status")
                 {
                     let (timeout, metrics) = (self.config.stream_stall_timeout, Arc::clone(&self.metrics));

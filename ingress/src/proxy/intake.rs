@@ -22,6 +22,9 @@ pub(super) const CLIENT_CERT_PROVIDER: &str = "client-cert";
 
 /// The path of `corium.v1.Transactor/Transact`.
 pub(super) const TRANSACT: &str = "/corium.v1.Transactor/Transact";
+/// A thin client's `Transact` (`corium.v1.PeerServer`): the same request,
+/// the same exactly-once path at the owner.
+pub(super) const PEER_TRANSACT: &str = "/corium.v1.PeerServer/Transact";
 
 /// Metadata only the fleet sets; a client sending any of it is refused.
 const FLEET_ONLY: [&str; 4] = [
@@ -165,13 +168,13 @@ impl Proxy {
     ) -> Result<Call, Status> {
         let started = Instant::now();
         let path = request.uri().path();
-        let Some((target, names_db)) = route::classify(path) else {
+        let Some((target, db_field)) = route::classify(path) else {
             return Err(Self::reject(
                 &self.metrics.rejected_unknown_method,
                 Status::unimplemented(format!("method {path} is not served by Corium Fleet")),
             ));
         };
-        let transact = path == TRANSACT;
+        let transact = path == TRANSACT || path == PEER_TRANSACT;
         for key in FLEET_ONLY {
             if request.headers().contains_key(key) {
                 return Err(Self::reject(
@@ -206,12 +209,12 @@ impl Proxy {
         }
         let deadline = self.deadline(&parts, started);
         let body = self.body(body, deadline).await?;
-        let db = if names_db {
-            let db = self.routed_db(&parts, &body)?;
+        let db = if db_field == route::DbField::None {
+            None
+        } else {
+            let db = self.routed_db(&parts, &body, db_field)?;
             tracing::Span::current().record("db", db.as_str());
             Some(db)
-        } else {
-            None
         };
         // A saga step (a `Transact` on a branch) takes no request id of
         // this ingress's: the owner records ids in a database, not in a
@@ -341,15 +344,18 @@ impl Proxy {
 
     /// The database `body` names in field 1 of its first message, which a
     /// route header, if sent, must agree with (the body is authoritative).
-    fn routed_db(&self, parts: &Parts, body: &[u8]) -> Result<String, Status> {
-        let db = route::first_message(body)
-            .and_then(route::scan_db)
-            .map_err(|error| {
-                Self::reject(
-                    &self.metrics.rejected_unroutable,
-                    Status::invalid_argument(error.to_string()),
-                )
-            })?;
+    fn routed_db(&self, parts: &Parts, body: &[u8], field: route::DbField) -> Result<String, Status> {
+        let scan = if field == route::DbField::View {
+            route::scan_view_db
+        } else {
+            route::scan_db
+        };
+        let db = route::first_message(body).and_then(scan).map_err(|error| {
+            Self::reject(
+                &self.metrics.rejected_unroutable,
+                Status::invalid_argument(error.to_string()),
+            )
+        })?;
         // Corium's name rule before any lookup: junk never costs a storage
         // read, and the client learns it is junk (not "try again").
         corium_fleet_common::names::check(&db).map_err(|error| {

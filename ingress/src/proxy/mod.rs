@@ -9,8 +9,9 @@
 //! 2. [`owner`] sends owner-dependent calls to the lease holder, retrying
 //!    what is provably unsent (a typed `NotOwner`, a refused connection)
 //!    and — for a `Transact` with a request id — what is ambiguous, with the
-//!    same id, until the deadline; [`any`] sends the rest to a candidate or
-//!    any node;
+//!    same id, until the deadline; [`replica`] sends `PeerServer` reads to
+//!    a read replica (the owner last); [`any`] sends the rest to a candidate
+//!    or any node;
 //! 3. [`hop`] is one attempt: the fleet metadata, the remaining deadline,
 //!    and a classification of how it failed.
 //!
@@ -21,6 +22,7 @@ mod any;
 mod hop;
 mod intake;
 mod owner;
+mod replica;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -225,6 +227,7 @@ impl Proxy {
                         self.to_owner(&call, corium_fleet_common::names::home(&db)).await
                     }
                     (Target::Candidate, Some(db)) => self.to_candidates(&call, &db).await,
+                    (Target::Replica, Some(db)) => self.to_replicas(&call, &db).await,
                     _ => self.to_any(&call, &self.any_hops()).await,
                 };
                 self.metrics.forward_seconds.observe(started.elapsed());

@@ -122,6 +122,7 @@ impl World {
             drain_deadline: Duration::from_secs(50),
             storage_pool_size: 16,
             activation_read_ahead_mib: 256,
+            read_replicas: corium_fleet_transactor::replica::Settings::default(),
             postgres_quick_ack: true,
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,

@@ -165,6 +165,21 @@ pub struct Args {
     /// 64 MiB each; 0 turns read-ahead off [default: 256].
     #[arg(long)]
     pub activation_read_ahead_mib: Option<usize>,
+    /// Read replicas (`corium.v1.PeerServer` reads) this node keeps at most;
+    /// past it the least recently used is evicted. 0 turns hosted reads off
+    /// on this node [default: 64].
+    #[arg(long)]
+    pub max_replicas: Option<u64>,
+    /// A read replica unused this long is evicted, its memory and its
+    /// subscription to the owner released [default: 300000].
+    #[arg(long)]
+    pub replica_idle_ms: Option<u64>,
+    /// How often a read replica asks its owner how far the database is; a
+    /// replica that has not heard from the owner in three periods, or has
+    /// fallen behind where the owner was one period ago, refuses reads
+    /// [default: 500].
+    #[arg(long)]
+    pub replica_follow_interval_ms: Option<u64>,
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,

@@ -82,6 +82,11 @@ impl Args {
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
             activation_read_ahead_mib: self.activation_read_ahead_mib.or(file.activation_read_ahead_mib),
+            max_replicas: self.max_replicas.or(file.max_replicas),
+            replica_idle_ms: self.replica_idle_ms.or(file.replica_idle_ms),
+            replica_follow_interval_ms: self
+                .replica_follow_interval_ms
+                .or(file.replica_follow_interval_ms),
             postgres_quick_ack: self.postgres_quick_ack.or(file.postgres_quick_ack),
             log: self.log.or(file.log),
             log_format: self.log_format.or(file.log_format),
@@ -240,6 +245,17 @@ impl Args {
                 n => n,
             },
             activation_read_ahead_mib: self.activation_read_ahead_mib.unwrap_or(256),
+            read_replicas: crate::replica::Settings {
+                max: self.max_replicas.unwrap_or(64),
+                idle: match self.replica_idle_ms.unwrap_or(300_000) {
+                    0 => return Err(ConfigError::from("--replica-idle-ms must be positive")),
+                    ms => Duration::from_millis(ms),
+                },
+                follow_interval: match self.replica_follow_interval_ms.unwrap_or(500) {
+                    0 => return Err(ConfigError::from("--replica-follow-interval-ms must be positive")),
+                    ms => Duration::from_millis(ms),
+                },
+            },
             postgres_quick_ack: self.postgres_quick_ack.unwrap_or(true),
             drain_deadline: match self.drain_deadline_ms.unwrap_or(50_000) {
                 0 => return Err(ConfigError::from("--drain-deadline-ms must be positive")),

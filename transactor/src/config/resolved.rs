@@ -59,6 +59,9 @@ pub struct Config {
     pub storage_pool_size: usize,
     /// The node's activation read-ahead budget in MiB (0: off).
     pub activation_read_ahead_mib: usize,
+    /// Hosted read replicas: how many, how long kept idle, how often each
+    /// checks it still follows its owner.
+    pub read_replicas: crate::replica::Settings,
     /// Quick ACKs on `PostgreSQL` connections (`store/src/pg_connect.rs`).
     pub postgres_quick_ack: bool,
     /// How long a drain may take before the databases not yet handed over

@@ -89,6 +89,8 @@ pub struct Host {
     pub work: Arc<crate::work_limits::WorkLimits>,
     /// The node's reloadable TLS material, once serving (for `/metrics`).
     pub tls_material: std::sync::OnceLock<Vec<Arc<dyn corium_fleet_common::cert_reload::Reload>>>,
+    /// Read replicas this node serves `PeerServer` reads from.
+    pub replicas: crate::replica::Replicas,
 }
 
 impl Host {
@@ -106,6 +108,7 @@ impl Host {
         let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
         Arc::new(Self {
             work: crate::work_limits::WorkLimits::new(config.work_limits.clone()),
+            replicas: crate::replica::Replicas::new(config.read_replicas),
             members: corium_fleet_store::registry::Members::new(config.members.clone()),
             // Empty until the node loads its `--placement-map`.
             map: placement_map::Watched::new(placement_map::Map::default()),

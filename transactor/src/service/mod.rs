@@ -1,10 +1,12 @@
 //! The node's gRPC services: Corium's `corium.v1` `Transactor` and `Catalog`
 //! dispatched per database to its cell, the fleet's own admin service, and
-//! `Requests` ("did my request commit?"); [`authorize`] decides who may.
+//! `Requests` ("did my request commit?"), Corium's `PeerServer` (reads from
+//! read replicas, [`peer_server`]); [`authorize`] decides who may.
 
 pub mod admin;
 pub mod authorize;
 pub mod catalog;
+pub mod peer_server;
 pub mod requests;
 pub mod subscribe;
 pub mod transactor;

@@ -1,0 +1,487 @@
+//! Reads through the fleet: Corium's thin-client surface,
+//! `corium.v1.PeerServer`, at the fleet address, answered by read replicas
+//! that follow the owner (`transactor/src/replica/`, design note 0017).
+//!
+//! The reference is stock Corium itself: a stock `corium peer-server`
+//! (crates.io `corium-cli` 0.1.90) following the same database through the
+//! ingress, and stock `corium_client::RemotePeer` as the client.
+
+use std::time::{Duration, Instant};
+
+use corium_client::{Peer as _, RemotePeer};
+use corium_fleet_tests::stock::StockPeerServer;
+use corium_fleet_tests::{Backend, Fleet, corium, eventually, http_get, metric};
+use corium_protocol::codec;
+use corium_protocol::pb;
+use corium_protocol::pb::peer_server_client::PeerServerClient;
+use corium_query::edn::{Edn, read_one};
+use tonic::transport::Channel;
+
+/// Every item's name: `[:find ?name :where [_ :item/name ?name]]`.
+const NAMES: &str = "[:find ?e ?name :where [?e :item/name ?name]]";
+
+fn view(db: &str, as_of: Option<u64>) -> pb::DbViewSpec {
+    pb::DbViewSpec {
+        db: db.to_owned(),
+        view: as_of.map(pb::db_view_spec::View::AsOf),
+    }
+}
+
+fn with_min_basis<T>(message: T, min_basis: Option<u64>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(Duration::from_secs(10));
+    if let Some(basis) = min_basis {
+        request
+            .metadata_mut()
+            .insert(corium_fleet_wire::metadata::MIN_BASIS, basis.into());
+    }
+    request
+}
+
+/// A datom as text, comparable across processes (keyword ids are interned
+/// per process; names are not).
+fn datom_rows(bytes: &[u8]) -> Vec<String> {
+    let mut interner = corium_core::KeywordInterner::default();
+    codec::decode_datoms(bytes, &mut interner)
+        .expect("datoms decode")
+        .iter()
+        .map(|datom| {
+            format!(
+                "{} {} {:?} {} {}",
+                datom.e.raw(),
+                datom.a.raw(),
+                datom.v,
+                datom.tx.raw(),
+                datom.added
+            )
+        })
+        .collect()
+}
+
+/// What a `PeerServer` answers for the test's reads of `db` at `as_of`.
+#[derive(Debug, PartialEq)]
+struct Answers {
+    names: Vec<String>,
+    pulled: String,
+    datoms: Vec<String>,
+    log: Vec<(u64, i64, Vec<String>)>,
+    stats: pb::DbStatsResponse,
+    bad_query: (tonic::Code, String),
+}
+
+async fn query_rows(
+    client: &mut PeerServerClient<Channel>,
+    db: &str,
+    as_of: Option<u64>,
+    min_basis: Option<u64>,
+) -> Result<Vec<String>, tonic::Status> {
+    let request = pb::QueryRequest {
+        dbs: vec![view(db, as_of)],
+        query: codec::encode_edn(&read_one(NAMES).unwrap()),
+        args: codec::encode_edn(&Edn::Vector(Vec::new())),
+        fuel: 0,
+    };
+    let mut stream = client
+        .query(with_min_basis(request, min_basis))
+        .await?
+        .into_inner();
+    let mut chunks = Vec::new();
+    while let Some(chunk) = stream.message().await? {
+        chunks.push(chunk);
+    }
+    let Edn::Vector(rows) = corium_peer::server::assemble_query_result(&chunks).expect("result decodes")
+    else {
+        panic!("a relation is a vector")
+    };
+    let mut rows: Vec<String> = rows.iter().map(ToString::to_string).collect();
+    rows.sort();
+    Ok(rows)
+}
+
+async fn answers(endpoint: &str, db: &str, as_of: u64) -> Answers {
+    let mut client = PeerServerClient::new(corium::channel(endpoint).await);
+    let names = query_rows(&mut client, db, Some(as_of), None)
+        .await
+        .expect("query");
+    let first = names.first().expect("items were written");
+    let eid: i64 = first
+        .trim_start_matches('[')
+        .split_whitespace()
+        .next()
+        .and_then(|id| id.parse().ok())
+        .expect("the row starts with the entity id");
+    let pulled = client
+        .pull(with_min_basis(
+            pb::PullRequest {
+                db: Some(view(db, Some(as_of))),
+                pattern: codec::encode_edn(&read_one("[*]").unwrap()),
+                eid: codec::encode_edn(&Edn::Long(eid)),
+            },
+            None,
+        ))
+        .await
+        .expect("pull")
+        .into_inner();
+    let mut datoms = Vec::new();
+    let mut stream = client
+        .datoms(with_min_basis(
+            pb::DatomsRequest {
+                db: Some(view(db, Some(as_of))),
+                index: "aevt".into(),
+                components: codec::encode_edn(&read_one("[:item/name]").unwrap()),
+                limit: 0,
+            },
+            None,
+        ))
+        .await
+        .expect("datoms")
+        .into_inner();
+    while let Some(chunk) = stream.message().await.expect("datoms stream") {
+        datoms.extend(datom_rows(&chunk.datoms));
+    }
+    let mut log = Vec::new();
+    let mut stream = client
+        .tx_range(with_min_basis(
+            pb::TxRangeRequest {
+                db: db.to_owned(),
+                start: 1,
+                end: as_of + 1,
+            },
+            Some(as_of),
+        ))
+        .await
+        .expect("tx range")
+        .into_inner();
+    while let Some(chunk) = stream.message().await.expect("tx range stream") {
+        for tx in chunk.txes {
+            log.push((tx.t, tx.tx_instant, datom_rows(&tx.datoms)));
+        }
+    }
+    let stats = client
+        .db_stats(with_min_basis(
+            pb::DbStatsRequest {
+                db: Some(view(db, Some(as_of))),
+            },
+            None,
+        ))
+        .await
+        .expect("db stats")
+        .into_inner();
+    let bad = pb::QueryRequest {
+        dbs: vec![view(db, Some(as_of))],
+        query: codec::encode_edn(&read_one("[:find ?x :where [?x :no/such ?y]]").unwrap()),
+        args: codec::encode_edn(&Edn::Vector(Vec::new())),
+        fuel: 0,
+    };
+    let bad_query = match client.query(with_min_basis(bad, None)).await {
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            match stream.message().await {
+                Ok(_) => (tonic::Code::Ok, String::new()),
+                Err(refused) => (refused.code(), refused.message().to_owned()),
+            }
+        }
+        Err(refused) => (refused.code(), refused.message().to_owned()),
+    };
+    Answers {
+        names,
+        pulled: format!("{:?}", codec::decode_edn(&pulled.result).expect("pull decodes")),
+        datoms,
+        log,
+        stats,
+        bad_query,
+    }
+}
+
+/// `(replicas held, replica reads served or waited)` per node.
+async fn replica_counts(fleet: &Fleet) -> Vec<(f64, f64)> {
+    let mut counts = Vec::new();
+    for node in &fleet.nodes {
+        let text = http_get(node.admin, "/metrics")
+            .await
+            .map(|(_, text)| text)
+            .unwrap_or_default();
+        let reads = metric(&text, "corium_fleet_replica_reads_total{result=\"served\"}").unwrap_or(0.0)
+            + metric(&text, "corium_fleet_replica_reads_total{result=\"waited\"}").unwrap_or(0.0);
+        counts.push((metric(&text, "corium_fleet_replicas").unwrap_or(0.0), reads));
+    }
+    counts
+}
+
+async fn write_items(address: &str, db: &str, prefix: &str, count: usize) -> u64 {
+    let mut basis = 0;
+    for n in 0..count {
+        basis = corium::transact(address, db, &format!("{prefix}-{n}"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("write {n}: {status:?}"))
+            .basis_t;
+    }
+    basis
+}
+
+async fn reads_answer_as_a_stock_peer_server_does(backend: Backend) {
+    let mut fleet = Fleet::builder(backend).mtls().start().await;
+    fleet.start_ingresses(2, &[]).await;
+    let (writer, reader) = (fleet.ingresses[0].endpoint(), fleet.ingresses[1].endpoint());
+    assert!(corium::create(&writer, "reads").await.unwrap());
+    let basis = write_items(&writer, "reads", "item", 25).await;
+    let stock = StockPeerServer::start(&writer, "reads")
+        .await
+        .expect("stock peer server");
+    let mut stock_client = PeerServerClient::new(corium::channel(&stock.endpoint).await);
+    eventually(
+        Duration::from_secs(30),
+        "the stock peer server caught up",
+        async || {
+            let stats = stock_client
+                .db_stats(with_min_basis(
+                    pb::DbStatsRequest {
+                        db: Some(view("reads", None)),
+                    },
+                    None,
+                ))
+                .await
+                .map_err(|status| status.to_string())?
+                .into_inner();
+            if stats.basis_t >= basis {
+                Ok(())
+            } else {
+                Err(format!("at {}", stats.basis_t))
+            }
+        },
+    )
+    .await;
+    let through_fleet = answers(&reader, "reads", basis).await;
+    let from_stock = answers(&stock.endpoint, "reads", basis).await;
+    assert_eq!(through_fleet.names.len(), 25, "{through_fleet:?}");
+    assert_eq!(through_fleet.log.len(), 25, "{through_fleet:?}");
+    assert_eq!(
+        through_fleet.bad_query.0,
+        tonic::Code::InvalidArgument,
+        "{through_fleet:?}"
+    );
+    assert_eq!(through_fleet, from_stock, "{}", stock.log());
+
+    // The reads ran on a replica that is not the owner's node.
+    let owner = fleet.index(&corium::placement(&writer, "reads").await.owner_id);
+    let counts = replica_counts(&fleet).await;
+    assert_eq!(counts[owner], (0.0, 0.0), "reads stay off the owner: {counts:?}");
+    assert!(
+        counts
+            .iter()
+            .any(|(replicas, reads)| *replicas >= 1.0 && *reads >= 6.0),
+        "one replica answered them: {counts:?}"
+    );
+
+    // Stock's own thin client at the fleet address: a write through one
+    // ingress, then reads at the basis it returned, through the other.
+    let peer = RemotePeer::connect(&reader, "reads", None, None)
+        .await
+        .expect("remote peer");
+    let report = peer
+        .transact(corium::item_forms("from-the-thin-client").into())
+        .await
+        .expect("thin client transact");
+    let rows = report
+        .db_after
+        .query_edn(read_one(NAMES).unwrap(), Vec::new())
+        .await
+        .expect("thin client query");
+    assert_eq!(rows.rows().len(), 26, "its own write is visible at its basis");
+    let stats = peer.db().await.unwrap().stats().await.expect("stats");
+    assert!(stats.basis_t >= report.basis_t, "{stats:?} {}", report.basis_t);
+
+    // Errors are Corium's: an unknown database, a junk name.
+    let mut client = PeerServerClient::new(corium::channel(&reader).await);
+    let unknown = client
+        .db_stats(with_min_basis(
+            pb::DbStatsRequest {
+                db: Some(view("no-such-db", None)),
+            },
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    let junk = client
+        .db_stats(with_min_basis(
+            pb::DbStatsRequest {
+                db: Some(view("../etc", None)),
+            },
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(junk.code(), tonic::Code::InvalidArgument, "{junk:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thin_client_reads_answer_as_a_stock_peer_server_does_on_the_filesystem() {
+    reads_answer_as_a_stock_peer_server_does(Backend::Filesystem).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thin_client_reads_answer_as_a_stock_peer_server_does_on_postgres() {
+    let postgres = Backend::all()
+        .into_iter()
+        .nth(1)
+        .expect("PostgreSQL is part of the suite");
+    reads_answer_as_a_stock_peer_server_does(postgres).await;
+}
+
+/// Write-then-read pairs: a write through one ingress, a read through the
+/// other (with `corium-min-basis`, as the SDK sends) or through the stock
+/// thin client's view at its write's basis. None reads behind its write.
+async fn reads_never_go_behind_their_writes(backend: Backend, pairs: usize) {
+    let mut fleet = Fleet::builder(backend).start().await;
+    fleet.start_ingresses(2, &[]).await;
+    let (a, b) = (fleet.ingresses[0].endpoint(), fleet.ingresses[1].endpoint());
+    assert!(corium::create(&a, "ryw").await.unwrap());
+    let mut client = PeerServerClient::new(corium::channel(&b).await);
+    let peer = RemotePeer::connect(&a, "ryw", None, None)
+        .await
+        .expect("remote peer");
+    let started = Instant::now();
+    for n in 0..pairs {
+        let seen = if n % 2 == 0 {
+            let written = corium::transact(&a, "ryw", &format!("pair-{n}"), &[])
+                .await
+                .unwrap_or_else(|status| panic!("write {n}: {status:?}"));
+            query_rows(&mut client, "ryw", None, Some(written.basis_t))
+                .await
+                .unwrap_or_else(|status| panic!("read {n}: {status:?}"))
+                .len()
+        } else {
+            let report = peer
+                .transact(corium::item_forms(&format!("pair-{n}")).into())
+                .await
+                .unwrap_or_else(|error| panic!("thin write {n}: {error}"));
+            report
+                .db_after
+                .query_edn(read_one(NAMES).unwrap(), Vec::new())
+                .await
+                .unwrap_or_else(|error| panic!("thin read {n}: {error}"))
+                .rows()
+                .len()
+        };
+        assert_eq!(seen, n + 1, "pair {n}: the read saw every write before it");
+    }
+    eprintln!("{pairs} write-then-read pairs in {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_writes_then_reads_through_two_ingresses_never_read_behind_on_the_filesystem() {
+    reads_never_go_behind_their_writes(Backend::Filesystem, 1000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_writes_then_reads_through_two_ingresses_never_read_behind_on_postgres() {
+    let postgres = Backend::all()
+        .into_iter()
+        .nth(1)
+        .expect("PostgreSQL is part of the suite");
+    reads_never_go_behind_their_writes(postgres, 1000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_continue_on_another_replica_when_a_replica_node_is_killed_and_none_is_stale() {
+    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "hot").await.unwrap());
+    let mut written = write_items(&address, "hot", "before", 10).await;
+    let mut client = PeerServerClient::new(corium::channel(&address).await);
+    let mut count = 10;
+    query_rows(&mut client, "hot", None, Some(written))
+        .await
+        .expect("first read");
+    let owner = fleet.index(&corium::placement(&address, "hot").await.owner_id);
+    let counts = replica_counts(&fleet).await;
+    let replica = counts
+        .iter()
+        .position(|(replicas, _)| *replicas >= 1.0)
+        .unwrap_or_else(|| panic!("a replica serves: {counts:?}"));
+    assert_ne!(replica, owner, "{counts:?}");
+    fleet.nodes[replica].kill();
+    // Writes and reads alternate past the kill: every read succeeds (the
+    // ingress goes to the next replica) and sees every write before it.
+    let mut reads = 0;
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        written = corium::transact(&address, "hot", &format!("after-{count}"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("write {count}: {status:?}"))
+            .basis_t;
+        count += 1;
+        let rows = query_rows(&mut client, "hot", None, Some(written))
+            .await
+            .unwrap_or_else(|status| panic!("read after the kill: {status:?}\n{}", fleet.logs()));
+        assert_eq!(rows.len(), count, "never stale");
+        reads += 1;
+    }
+    assert!(reads >= 10, "reads went on: {reads}");
+    let after = replica_counts(&fleet).await;
+    assert!(
+        after
+            .iter()
+            .enumerate()
+            .any(|(index, (replicas, _))| index != replica && *replicas >= 1.0),
+        "another node holds a replica now: {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_replica_is_evicted_and_its_memory_released() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .node_flags(&["--replica-idle-ms", "1000"])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "idle").await.unwrap());
+    let written = write_items(&address, "idle", "item", 3).await;
+    let mut client = PeerServerClient::new(corium::channel(&address).await);
+    assert_eq!(
+        query_rows(&mut client, "idle", None, Some(written))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    let held: f64 = replica_counts(&fleet)
+        .await
+        .iter()
+        .map(|(replicas, _)| replicas)
+        .sum();
+    assert!(held >= 1.0, "a replica was built");
+    eventually(
+        Duration::from_secs(15),
+        "the idle replica is evicted",
+        async || {
+            let mut evicted = 0.0;
+            let mut held = 0.0;
+            for node in &fleet.nodes {
+                let text = http_get(node.admin, "/metrics")
+                    .await
+                    .map(|(_, text)| text)
+                    .unwrap_or_default();
+                evicted += metric(&text, "corium_fleet_replica_evictions_total").unwrap_or(0.0);
+                held += metric(&text, "corium_fleet_replicas").unwrap_or(0.0);
+            }
+            if held == 0.0 && evicted >= 1.0 {
+                Ok(())
+            } else {
+                Err(format!("{held} held, {evicted} evicted"))
+            }
+        },
+    )
+    .await;
+    // A read after the eviction builds a replica again and answers.
+    assert_eq!(
+        query_rows(&mut client, "idle", None, Some(written))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+}

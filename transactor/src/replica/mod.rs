@@ -1,0 +1,275 @@
+//! Hosted read replicas: `corium.v1.PeerServer` reads (`Query`, `Pull`,
+//! `Datoms`, `TxRange`, `DbStats`) answered on this node from an on-demand
+//! replica of the database that follows its owner, so query work spreads
+//! over the fleet instead of landing on the lease holder (Corium's fleet
+//! design: "hosted peer servers can maintain on-demand read replicas and
+//! evict them when idle").
+//!
+//! A replica is a stock `corium_peer::Connection` subscribed to the owner,
+//! served by stock `corium_peer::server::PeerServerSvc` with the node's
+//! guard, so its answers are Corium's own. What the fleet adds:
+//!
+//! - where it follows from: the owner named by the database's lease,
+//!   reached over the node-to-node mTLS (its certificate must name that
+//!   node); a database nobody owns is activated at its candidates first;
+//! - that it still follows: [`Replica`] asks the owner for its basis every
+//!   `--replica-follow-interval-ms` and refuses reads once it has not heard
+//!   from it in three periods or has not applied what the owner had one
+//!   period ago; a `NotOwner` (the lease moved) retires it at once, and the
+//!   next read builds one that follows the new holder;
+//! - how far it must be: a read waits, within its deadline, until the
+//!   replica has applied the `corium-min-basis` the client sent and the
+//!   basis its view names (an as-of or since `t`, as far as the owner has
+//!   got: a stock peer server answers a view past its basis with its
+//!   present), else refuses `UNAVAILABLE` with a retry hint — never an
+//!   answer from behind it;
+//! - how many: at most `--max-replicas`, evicted after `--replica-idle-ms`
+//!   unused, which drops the connection (its memory and its subscription).
+//!
+//! Layout: this file holds [`Replicas`], the node's set; `follow.rs` one
+//! [`Replica`] and its follow probe.
+
+mod follow;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use corium_fleet_common::names;
+use corium_fleet_common::owner::{node_of, now_unix_ms};
+use tonic::Status;
+
+pub use follow::Replica;
+
+use crate::host::{Host, Refusal};
+
+/// The node's read-replica settings (`--max-replicas`, `--replica-idle-ms`,
+/// `--replica-follow-interval-ms`).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct Settings {
+    /// Replicas kept at most (0: hosted reads are off on this node).
+    pub max: u64,
+    /// Unused this long, a replica is evicted.
+    pub idle: Duration,
+    /// How often a replica asks its owner how far the database is.
+    pub follow_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max: 64,
+            idle: Duration::from_mins(5),
+            follow_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Reads by what became of them, for `/metrics`.
+#[derive(Default)]
+pub struct ReadCounts {
+    /// Answered at once.
+    pub served: AtomicU64,
+    /// Answered after waiting for the replica to reach a basis.
+    pub waited: AtomicU64,
+    /// Refused: the replica could not reach the basis in time, or does not
+    /// follow its owner now.
+    pub refused: AtomicU64,
+    /// Replicas built.
+    pub activations: AtomicU64,
+    /// Replicas evicted (idle, over the cap) or retired (the owner moved).
+    pub evictions: AtomicU64,
+}
+
+/// The node's read replicas, by database name.
+pub struct Replicas {
+    cache: moka::future::Cache<String, Arc<Replica>>,
+    settings: Settings,
+    /// Reads and replicas, counted.
+    pub counts: Arc<ReadCounts>,
+}
+
+impl Replicas {
+    /// An empty set under `settings`.
+    #[must_use]
+    pub fn new(settings: Settings) -> Self {
+        let counts = Arc::new(ReadCounts::default());
+        let evicted = Arc::clone(&counts);
+        let cache = moka::future::Cache::builder()
+            .max_capacity(settings.max)
+            .time_to_idle(settings.idle)
+            .eviction_listener(move |_db, _replica, _cause| {
+                evicted.evictions.fetch_add(1, Ordering::Relaxed);
+            })
+            .build();
+        Self {
+            cache,
+            settings,
+            counts,
+        }
+    }
+
+    /// Replicas held now: built less dropped (the cache's own count lags
+    /// until its pending work runs).
+    #[must_use]
+    pub fn active(&self) -> u64 {
+        let built = self.counts.activations.load(Ordering::Relaxed);
+        built.saturating_sub(self.counts.evictions.load(Ordering::Relaxed))
+    }
+
+    /// The largest lag of any replica, in transactions behind what its owner
+    /// last reported.
+    #[must_use]
+    pub fn max_lag(&self) -> u64 {
+        self.cache
+            .iter()
+            .map(|(_, replica)| replica.lag())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Appends the replica series to a `/metrics` exposition.
+    pub fn render(&self, out: &mut String) {
+        use corium_fleet_common::prometheus::{counter, gauge};
+        use std::fmt::Write as _;
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        gauge(
+            out,
+            "corium_fleet_replicas",
+            "Read replicas this node holds.",
+            self.active(),
+        );
+        gauge(
+            out,
+            "corium_fleet_replica_lag_transactions",
+            "The largest number of transactions any replica was behind its owner at its last probe.",
+            self.max_lag(),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP corium_fleet_replica_reads_total PeerServer reads by outcome: served at once, served after waiting for a basis, refused (behind or not following).
+# TYPE corium_fleet_replica_reads_total counter"
+        );
+        for (result, value) in [
+            ("served", &self.counts.served),
+            ("waited", &self.counts.waited),
+            ("refused", &self.counts.refused),
+        ] {
+            let _ = writeln!(
+                out,
+                "corium_fleet_replica_reads_total{{result=\"{result}\"}} {}",
+                load(value)
+            );
+        }
+        counter(
+            out,
+            "corium_fleet_replica_activations_total",
+            "Read replicas built (a subscription to the owner and its backfill).",
+            load(&self.counts.activations),
+        );
+        counter(
+            out,
+            "corium_fleet_replica_evictions_total",
+            "Read replicas dropped: idle past --replica-idle-ms, over --max-replicas, or no longer following their owner.",
+            load(&self.counts.evictions),
+        );
+    }
+
+    /// Applies idle and capacity evictions now (moka applies them lazily,
+    /// on cache operations; an idle node performs none).
+    pub async fn sweep(&self) {
+        self.cache.run_pending_tasks().await;
+    }
+
+    /// The replica of `db` that follows its owner now, built if there is
+    /// none (once however many reads wait for it), within `within`.
+    ///
+    /// # Errors
+    /// `NOT_FOUND` for an unknown database, `INVALID_ARGUMENT` for a name
+    /// that can name none, `UNAVAILABLE` (with a retry hint) when no replica
+    /// can follow an owner now, `FAILED_PRECONDITION` when hosted reads are
+    /// off here.
+    pub async fn get(&self, host: &Arc<Host>, db: &str, within: Duration) -> Result<Arc<Replica>, Status> {
+        if self.settings.max == 0 {
+            return Err(Status::failed_precondition(
+                "this node serves no read replicas (--max-replicas 0)",
+            ));
+        }
+        if let Some(replica) = self.cache.get(db).await {
+            if !replica.is_retired() {
+                return Ok(replica);
+            }
+            self.cache.invalidate(db).await;
+        }
+        // Boxed: a connection's set-up is a large future.
+        let open = Box::pin(async {
+            let replica = self.open(host, db).await?;
+            self.counts.activations.fetch_add(1, Ordering::Relaxed);
+            Ok::<_, Status>(replica)
+        });
+        match tokio::time::timeout(within, self.cache.try_get_with(db.to_owned(), open)).await {
+            Ok(Ok(replica)) => Ok(replica),
+            Ok(Err(status)) => Err((*status).clone()),
+            Err(_) => Err(follow::not_now(
+                format!("the read replica of {db:?} is still loading; retry"),
+                self.settings.follow_interval,
+            )),
+        }
+    }
+
+    /// Builds a replica of `db` following its current owner (activating
+    /// the database at its candidates when nobody holds it).
+    async fn open(&self, host: &Arc<Host>, db: &str) -> Result<Arc<Replica>, Status> {
+        names::check(db).map_err(|error| Status::from(Refusal::from(error)))?;
+        let (node, endpoint) = owner(host, names::home(db)).await?;
+        let cache = self.cache.clone();
+        let retire: follow::Retire = Arc::new(move |db: String| {
+            let cache = cache.clone();
+            tokio::spawn(async move { cache.invalidate(&db).await });
+        });
+        Replica::connect(host, db, &node, &endpoint, self.settings.follow_interval, retire).await
+    }
+}
+
+/// The node and endpoint holding `db`'s lease now; when nobody does, the
+/// database is activated at its candidates first (as a stock client's first
+/// call would).
+async fn owner(host: &Arc<Host>, db: &str) -> Result<(String, String), Status> {
+    let view = host.read_root(db).await?;
+    if !view.exists {
+        return Err(Refusal::UnknownDatabase(db.to_owned()).into());
+    }
+    if let Some(root) = view.live_owner(now_unix_ms()) {
+        return Ok((node_of(&root.owner).to_owned(), root.owner_endpoint.clone()));
+    }
+    if host.rank(db).is_some() {
+        // A candidate: the ownership decision activates it here, or names
+        // whoever took it meanwhile.
+        match host.owner(&tonic::metadata::MetadataMap::new(), db).await {
+            Ok(_) => return Ok((host.config.node_id.clone(), host.config.advertise.clone())),
+            Err(Refusal::NotOwner(hint)) if !hint.owner_id.is_empty() && !hint.route_endpoint.is_empty() => {
+                return Ok((hint.owner_id, hint.route_endpoint));
+            }
+            Err(refusal) => return Err(refusal.into()),
+        }
+    }
+    for candidate in host.candidate_list(db) {
+        if host
+            .peers
+            .activate(&candidate.endpoint, &candidate.node_id, db)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+    }
+    let view = host.read_root(db).await?;
+    view.live_owner(now_unix_ms())
+        .map(|root| (node_of(&root.owner).to_owned(), root.owner_endpoint.clone()))
+        .ok_or_else(|| {
+            follow::not_now(
+                format!("{db:?} has no owner to follow yet; retry"),
+                Duration::from_millis(500),
+            )
+        })
+}

@@ -1,0 +1,241 @@
+//! `corium.v1.PeerServer`, Corium's thin-client surface: reads (`Query`,
+//! `Pull`, `Datoms`, `TxRange`, `DbStats`) from this node's read replica of
+//! the database (`crate::replica`), at least as far as the client asked;
+//! `Transact` and `Subscribe` as the owner serves them on `Transactor`
+//! (the ingress routes those to the owner, with the same request ids).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use corium_fleet_wire::metadata;
+use corium_protocol::authz::{self, Access, Action};
+use corium_protocol::pb;
+use corium_protocol::pb::peer_server_server::PeerServer;
+use corium_protocol::pb::transactor_server::Transactor;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use super::transactor::FleetTransactor;
+use crate::host::{Host, Refusal};
+use crate::replica::Replica;
+
+/// A stream of chunks, as Corium's peer server answers.
+type Chunks<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// The margin kept from a call's deadline, so a replica that cannot reach
+/// the basis in time answers `UNAVAILABLE` with a hint before the caller
+/// gives up.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
+
+/// How long a read may wait without `grpc-timeout` (the server's own bound
+/// is a minute; a replica answers well before it).
+const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+/// The fleet's `PeerServer` service.
+pub struct FleetPeerServer(pub Arc<Host>);
+
+/// The time left of the call's `grpc-timeout` (less a margin), or
+/// [`DEFAULT_WAIT`].
+fn time_left(map: &tonic::metadata::MetadataMap) -> Duration {
+    let Some(value) = map.get("grpc-timeout").and_then(|value| value.to_str().ok()) else {
+        return DEFAULT_WAIT;
+    };
+    let (digits, unit) = value.split_at(value.len().saturating_sub(1));
+    let Ok(amount) = digits.parse::<u64>() else {
+        return DEFAULT_WAIT;
+    };
+    let timeout = match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return DEFAULT_WAIT,
+    };
+    timeout.saturating_sub(DEADLINE_MARGIN)
+}
+
+/// The basis a view names: as of `t` or since `t` need the database at `t`.
+fn view_basis(spec: &pb::DbViewSpec) -> Option<u64> {
+    match spec.view {
+        Some(pb::db_view_spec::View::AsOf(t) | pb::db_view_spec::View::Since(t)) => Some(t),
+        _ => None,
+    }
+}
+
+impl FleetPeerServer {
+    /// The replica that answers a read of `db` by `request`'s caller, once
+    /// it has applied the client's `corium-min-basis` and the basis `view_t`
+    /// names; the caller is authorized for `action` first, so nobody
+    /// unauthorized makes a node build a replica.
+    async fn replica<T>(
+        &self,
+        request: &Request<T>,
+        db: &str,
+        action: Action,
+        view_t: Option<u64>,
+    ) -> Result<Arc<Replica>, Status> {
+        let host = &self.0;
+        corium_fleet_common::names::check(db).map_err(|error| Status::from(Refusal::from(error)))?;
+        host.check_metadata(request.metadata(), db)?;
+        let min_basis = metadata::min_basis(request.metadata())
+            .map_err(|error| Status::invalid_argument(error.to_string()))?;
+        let principal = authz::principal(request);
+        if let Err(error) = host.guard.authorize(&principal, &Access::on(action, db)).await {
+            host.metrics.denied.fetch_add(1, Ordering::Relaxed);
+            return Err(error.to_status());
+        }
+        let within = time_left(request.metadata());
+        let started = std::time::Instant::now();
+        let counts = &host.replicas.counts;
+        let outcome = async {
+            let replica = host.replicas.get(host, db, within).await?;
+            replica.check_following()?;
+            let waited = replica
+                .reach(min_basis, view_t, within.saturating_sub(started.elapsed()))
+                .await?;
+            Ok::<_, Status>((replica, waited))
+        }
+        .await;
+        match outcome {
+            Ok((replica, waited)) => {
+                let counter = if waited { &counts.waited } else { &counts.served };
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok(replica)
+            }
+            Err(status) => {
+                counts.refused.fetch_add(1, Ordering::Relaxed);
+                Err(status)
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl PeerServer for FleetPeerServer {
+    type QueryStream = Chunks<pb::QueryResultChunk>;
+
+    async fn query(&self, request: Request<pb::QueryRequest>) -> Result<Response<Self::QueryStream>, Status> {
+        let dbs = &request.get_ref().dbs;
+        let db = dbs
+            .first()
+            .map(|spec| spec.db.clone())
+            .ok_or_else(|| Status::invalid_argument("request names no database"))?;
+        let view_t = dbs.iter().filter_map(view_basis).max();
+        let replica = self.replica(&request, &db, Action::Query, view_t).await?;
+        replica.service.query(request).await
+    }
+
+    async fn pull(&self, request: Request<pb::PullRequest>) -> Result<Response<pb::PullResponse>, Status> {
+        let spec = request
+            .get_ref()
+            .db
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("request names no database"))?;
+        let replica = self
+            .replica(&request, &spec.db, Action::Pull, view_basis(&spec))
+            .await?;
+        replica.service.pull(request).await
+    }
+
+    async fn transact(
+        &self,
+        request: Request<pb::TransactRequest>,
+    ) -> Result<Response<pb::TransactResponse>, Status> {
+        // The owner's own path: request ids, the ledger, the fence.
+        FleetTransactor(Arc::clone(&self.0)).transact(request).await
+    }
+
+    type DatomsStream = Chunks<pb::DatomChunk>;
+
+    async fn datoms(
+        &self,
+        request: Request<pb::DatomsRequest>,
+    ) -> Result<Response<Self::DatomsStream>, Status> {
+        let spec = request
+            .get_ref()
+            .db
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("request names no database"))?;
+        let replica = self
+            .replica(&request, &spec.db, Action::Datoms, view_basis(&spec))
+            .await?;
+        replica.service.datoms(request).await
+    }
+
+    type TxRangeStream = Chunks<pb::TxChunk>;
+
+    async fn tx_range(
+        &self,
+        request: Request<pb::TxRangeRequest>,
+    ) -> Result<Response<Self::TxRangeStream>, Status> {
+        let db = request.get_ref().db.clone();
+        let replica = self.replica(&request, &db, Action::TxRange, None).await?;
+        replica.service.tx_range(request).await
+    }
+
+    async fn db_stats(
+        &self,
+        request: Request<pb::DbStatsRequest>,
+    ) -> Result<Response<pb::DbStatsResponse>, Status> {
+        let spec = request
+            .get_ref()
+            .db
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("request names no database"))?;
+        let replica = self
+            .replica(&request, &spec.db, Action::Inspect, view_basis(&spec))
+            .await?;
+        replica.service.db_stats(request).await
+    }
+
+    type SubscribeStream = super::subscribe::ItemStream;
+
+    async fn subscribe(
+        &self,
+        request: Request<pb::SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        // The owner's own stream (a stock peer server relays the
+        // transactor's; the ingress routes this call to the owner).
+        FleetTransactor(Arc::clone(&self.0)).subscribe(request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_timeout(value: &str) -> tonic::metadata::MetadataMap {
+        let mut map = tonic::metadata::MetadataMap::new();
+        map.insert("grpc-timeout", value.parse().unwrap());
+        map
+    }
+
+    #[test]
+    fn the_wait_is_the_deadline_less_a_margin() {
+        assert_eq!(time_left(&with_timeout("2S")), Duration::from_millis(1950));
+        assert_eq!(time_left(&with_timeout("300m")), Duration::from_millis(250));
+        assert_eq!(time_left(&with_timeout("10m")), Duration::ZERO);
+        assert_eq!(time_left(&tonic::metadata::MetadataMap::new()), DEFAULT_WAIT);
+        assert_eq!(time_left(&with_timeout("junk")), DEFAULT_WAIT);
+    }
+
+    #[test]
+    fn as_of_and_since_name_a_basis_and_the_rest_do_not() {
+        let spec = |view| pb::DbViewSpec { db: "a".into(), view };
+        assert_eq!(view_basis(&spec(Some(pb::db_view_spec::View::AsOf(7)))), Some(7));
+        assert_eq!(view_basis(&spec(Some(pb::db_view_spec::View::Since(3)))), Some(3));
+        assert_eq!(
+            view_basis(&spec(Some(pb::db_view_spec::View::History(true)))),
+            None
+        );
+        assert_eq!(
+            view_basis(&spec(Some(pb::db_view_spec::View::AsOfInstant(5)))),
+            None
+        );
+        assert_eq!(view_basis(&spec(None)), None);
+    }
+}
