@@ -23,6 +23,9 @@ pub struct Client {
     /// `authorization: Bearer <token>` for every call ([`Config::token`]).
     pub(crate) bearer: Bearer,
     pub(crate) config: Config,
+    /// The highest basis committed through this client, per database: every
+    /// read waits for it (read-your-writes, `reads.rs`).
+    pub(crate) written: crate::reads::WrittenBases,
 }
 
 /// A committed transaction and the request id it was committed under.
@@ -77,6 +80,7 @@ impl Client {
             channel: endpoint.connect_lazy(),
             bearer,
             config,
+            written: crate::reads::WrittenBases::default(),
         })
     }
 
@@ -163,7 +167,11 @@ pub struct Database {
     pub(crate) name: String,
 }
 
-fn request<T>(message: T, db: &str, timeout: Duration) -> Result<tonic::Request<T>, tonic::Status> {
+pub(crate) fn request<T>(
+    message: T,
+    db: &str,
+    timeout: Duration,
+) -> Result<tonic::Request<T>, tonic::Status> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
     let route = db.parse().map_err(|_| {
@@ -269,11 +277,14 @@ impl Database {
             })
             .await;
         match result {
-            Ok((response, attempts)) => Ok(Transacted {
-                request_id: request_id.to_owned(),
-                response,
-                attempts,
-            }),
+            Ok((response, attempts)) => {
+                self.client.written.record(&self.name, response.basis_t);
+                Ok(Transacted {
+                    request_id: request_id.to_owned(),
+                    response,
+                    attempts,
+                })
+            }
             Err((status, attempts)) if status_kind(&status) == ErrorKind::RetryLater => {
                 Err(Error::Ambiguous {
                     request_id: request_id.to_owned(),

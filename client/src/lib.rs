@@ -9,7 +9,8 @@
 //! capped exponential backoff and jitter inside a time budget, decided on
 //! the error's kind, typed `NotOwner` and ambiguity errors, and
 //! subscriptions that resume from the last fully applied basis after any
-//! disconnect.
+//! disconnect, and reads from read replicas that never miss this client's
+//! own writes (`corium-min-basis`, [`reads`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), corium_fleet_client::Error> {
@@ -28,12 +29,15 @@
 //! - [`retry`] — backoff with jitter and the retry budget;
 //! - [`client`] — [`Client`] and [`Database`]: create, transact, status,
 //!   "did my request commit?";
+//! - [`reads`] — queries and counts from the fleet's read replicas, at
+//!   least as far as this client's own writes (read-your-writes);
 //! - [`subscription`] — resuming subscriptions.
 
 pub mod auth;
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod reads;
 pub mod retry;
 pub mod subscription;
 

@@ -209,3 +209,54 @@ fn the_sdk_example_runs_against_corium_fleet_dev() {
     assert_eq!(stdout.matches("report t=").count(), 3, "{stdout}");
     drop(dev);
 }
+
+/// The SDK's reads go to a read replica and never miss its own writes: each
+/// read right after a write sees it (the replica waits for the write's
+/// basis), across an owner kill too; a basis nobody reached is refused, not
+/// answered stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_reads_see_every_write_the_client_made_even_across_an_owner_kill() {
+    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
+    fleet.start_ingresses(1, &[]).await;
+    let client = Client::connect(Config::new(fleet.ingresses[0].endpoint()))
+        .await
+        .unwrap();
+    let db = client.database("sdk-reads");
+    assert!(db.create(SCHEMA).await.unwrap());
+    let count = "[:find (count ?e) . :where [?e :item/name]]";
+    for i in 0..40 {
+        if i == 20 {
+            let owner = fleet.index(&corium::placement(client.endpoint(), "sdk-reads").await.owner_id);
+            fleet.nodes[owner].kill();
+        }
+        let done = db
+            .transact_edn(&format!(r#"[{{:db/id "x" :item/name "read-{i}"}}]"#))
+            .await
+            .unwrap_or_else(|error| panic!("write {i}: {error}\n{}", fleet.logs()));
+        assert_eq!(db.written_basis(), done.response.basis_t);
+        let seen = db
+            .query_edn(count, &[])
+            .await
+            .unwrap_or_else(|error| panic!("read {i}: {error} ({:?})\n{}", error.kind(), fleet.logs()));
+        assert_eq!(
+            seen,
+            corium_query::edn::Edn::Long(i + 1),
+            "read {i} saw every write before it"
+        );
+    }
+    assert_eq!(db.stats().await.unwrap().basis_t, db.written_basis());
+    let short = Client::connect(
+        Config::new(fleet.ingresses[0].endpoint()).with_retry(RetryPolicy {
+            budget: Duration::from_secs(2),
+            ..RetryPolicy::default()
+        }),
+    )
+    .await
+    .unwrap();
+    let beyond = short
+        .database("sdk-reads")
+        .query_at_least(count, &[], db.written_basis() + 1_000)
+        .await
+        .expect_err("no replica reaches a basis nobody wrote");
+    assert_eq!(beyond.kind(), ErrorKind::RetryLater, "{beyond}");
+}
