@@ -21,12 +21,14 @@
 //! - [`storage_health`] — storage probed in the background; readiness;
 //! - [`stall`] — a stream whose client stops reading is ended;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
-//! - [`proxy`] — the forwarding path: intake, one hop, the owner's retry rules;
+//! - [`proxy`] — the forwarding path: intake, one hop, the owner's retry
+//!   rules, reads to read replicas;
 //! - [`stream_end`] — a stream broken upstream ends `UNAVAILABLE`, not reset;
 //! - [`suspects`] — nodes whose calls hung are tried last (outlier detection);
 //! - [`upstream`] — the hop: one HTTP/2 connection per node (h2, mTLS or h2c);
 //! - [`metrics`] — cache, forwarding and rejection counters;
 //! - [`status_page`] — `/status`, the fleet as a picture, and `/status.json`;
+//! - [`session`] — what a client connection wrote, so its reads wait for it;
 //! - [`server`] — HTTP/2 (h2c) client listener and graceful shutdown.
 //!
 //! [`run`] starts an ingress on given listeners until a shutdown future
@@ -45,6 +47,7 @@ pub mod proxy;
 pub mod retry_budget;
 pub mod route;
 pub mod server;
+pub mod session;
 pub mod stall;
 pub mod status_page;
 pub mod storage_health;

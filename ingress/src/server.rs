@@ -176,6 +176,7 @@ pub async fn serve(
                     ip: tcp.peer_addr().ok().map(|addr| addr.ip()),
                     certificate,
                     activity: Activity::new(),
+                    written: std::sync::Arc::default(),
                 };
                 serve_connection(&proxy, stream, connection(client, slot));
                 continue;
@@ -185,6 +186,7 @@ pub async fn serve(
                     ip: stream.peer_addr().ok().map(|addr| addr.ip()),
                     certificate: None,
                     activity: Activity::new(),
+                    written: std::sync::Arc::default(),
                 };
                 serve_connection(&proxy, stream, connection(client, slot));
                 continue;

@@ -81,6 +81,12 @@ pub enum MetadataError {
     RequestIdNotUuid(String),
 }
 
+/// On a `Transact` response: the basis the transaction committed at (its
+/// `t`), as a header, so a proxy can learn it without decoding the body
+/// (the ingress gives later reads on the same client connection at least
+/// that basis: read-your-writes for stock thin clients).
+pub const BASIS_T: &str = "corium-basis-t";
+
 /// Parses `corium-min-basis`: absent → `None`, else a `u64`.
 ///
 /// # Errors

@@ -216,6 +216,18 @@ impl Proxy {
             tracing::Span::current().record("db", db.as_str());
             Some(db)
         };
+        // A read on this connection waits for the connection's own writes
+        // (`session.rs`), unless the client named a basis itself.
+        if target == route::Target::Replica
+            && !parts.headers.contains_key(metadata::MIN_BASIS)
+            && let Some(basis) = db
+                .as_deref()
+                .and_then(|db| caller.written.get(corium_fleet_common::names::home(db)))
+        {
+            parts
+                .headers
+                .insert(metadata::MIN_BASIS, HeaderValue::from(basis));
+        }
         // A saga step (a `Transact` on a branch) takes no request id of
         // this ingress's: the owner records ids in a database, not in a
         // branch (a client's own id is refused there, typed).

@@ -48,6 +48,9 @@ pub struct Caller {
     pub certificate: Option<Arc<str>>,
     /// Calls open on the connection (its idle clock).
     pub activity: Arc<crate::connection_life::Activity>,
+    /// What `Transact` calls on this connection committed, per database
+    /// (read-your-writes for its `PeerServer` reads, `session.rs`).
+    pub written: Arc<crate::session::Written>,
 }
 
 /// The ingress's request handler.
@@ -233,6 +236,14 @@ impl Proxy {
                 self.metrics.forward_seconds.observe(started.elapsed());
                 let mut response = response.unwrap_or_else(|status| status_response(&status));
                 call.stamp(&mut response);
+                if let Some(db) = &call.db
+                    && let Some(basis) = response
+                        .headers()
+                        .get(corium_fleet_wire::metadata::BASIS_T)
+                        .and_then(|value| value.to_str().ok()?.parse().ok())
+                {
+                    client.written.record(corium_fleet_common::names::home(db), basis);
+                }
                 tracing::debug!(
                     elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
                     "answered"

@@ -50,6 +50,21 @@ fn read_order(mut hops: Vec<Hop>, owner: Option<&str>, open: impl Fn(&str) -> us
 }
 
 impl Proxy {
+    /// Every live member in `db`'s rendezvous order (the placement map
+    /// first), nodes whose calls recently hung last.
+    fn read_candidates(&self, db: &str) -> Vec<Hop> {
+        let members = self.members.get();
+        let hops: Vec<Hop> =
+            corium_fleet_common::placement_map::candidates(db, &members, members.len(), &self.map.get())
+                .into_iter()
+                .map(|member| Hop {
+                    endpoint: member.endpoint.clone(),
+                    lease_version: None,
+                })
+                .collect();
+        self.suspects.order(hops, |hop: &Hop| hop.endpoint.as_str())
+    }
+
     /// Sends a `PeerServer` read of `db` to its read replicas.
     pub(super) async fn to_replicas(&self, call: &Call, db: &str) -> Result<Response<Body>, Status> {
         let home = corium_fleet_common::names::home(db);
@@ -57,7 +72,7 @@ impl Proxy {
             Ok(Resolution::Owned(owner)) => Some(owner.endpoint),
             _ => None,
         };
-        let hops = read_order(self.candidate_hops(home), owner.as_deref(), |endpoint| {
+        let hops = read_order(self.read_candidates(home), owner.as_deref(), |endpoint| {
             self.node_limits.open(endpoint)
         });
         let mut refused: Option<Response<Body>> = None;

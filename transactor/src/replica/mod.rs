@@ -187,12 +187,13 @@ impl Replicas {
     /// # Errors
     /// `NOT_FOUND` for an unknown database, `INVALID_ARGUMENT` for a name
     /// that can name none, `UNAVAILABLE` (with a retry hint) when no replica
-    /// can follow an owner now, `FAILED_PRECONDITION` when hosted reads are
-    /// off here.
+    /// can follow an owner now or hosted reads are off here.
     pub async fn get(&self, host: &Arc<Host>, db: &str, within: Duration) -> Result<Arc<Replica>, Status> {
         if self.settings.max == 0 {
-            return Err(Status::failed_precondition(
-                "this node serves no read replicas (--max-replicas 0)",
+            // Nothing read: another replica can answer.
+            return Err(follow::not_now(
+                "this node serves no read replicas (--max-replicas 0); try another".into(),
+                Duration::ZERO,
             ));
         }
         if let Some(replica) = self.cache.get(db).await {

@@ -129,8 +129,10 @@ impl Transactor for FleetTransactor {
             };
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        let basis_t = transacted.response.basis_t;
         let mut response = Response::new(transacted.response);
         super::stamp_lease_version(&mut response, cell.lease_version);
+        response.metadata_mut().insert(metadata::BASIS_T, basis_t.into());
         if transacted.outcome == Outcome::Replayed {
             response.metadata_mut().insert(
                 metadata::REPLAYED,
