@@ -17,6 +17,9 @@
 //!   the node's shedding on and off: goodput and admitted latency;
 //! - `scaling`: aggregate throughput over many databases, fleet with 1–3
 //!   nodes against one stock `corium transactor` (filesystem store).
+//! - `reads`: one hot database's query throughput with 1–3 read replica
+//!   nodes beside a stock `corium peer-server`, and the owner's write p50
+//!   with and without heavy reads (filesystem store).
 //!
 //! The ingress-vs-HAProxy/Envoy comparison is `scripts/bench/proxies.sh`.
 //! `make bench` runs everything (release build, `PostgreSQL` on loopback).
@@ -39,7 +42,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, owner-cache, auth, tracing, drain, overload, scale-model, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -189,6 +192,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("scaling") {
         scaling(&args, &mut report).await?;
+    }
+    if wants("reads") {
+        reads(&args, &mut report).await?;
     }
     if wants("scale-model") {
         scale_model(&args, &mut report).await?;
@@ -477,6 +483,42 @@ async fn scaling(args: &Args, report: &mut Report) -> anyhow::Result<()> {
         );
     }
     report.insert("scaling_filesystem".into(), serde_json::to_value(&rows)?);
+    Ok(())
+}
+
+/// `reads`: one hot database's query throughput with 1–3 replica nodes
+/// beside a stock `corium peer-server`, and the owner's write p50 with and
+/// without heavy reads (filesystem store). Prints the tables and adds the
+/// figures to `report`.
+async fn reads(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let seconds = if args.quick { 2 } else { 5 };
+    let result = scenario::reads::run(args.rounds, seconds).await?;
+    println!("\n== reads (filesystem): one hot database, a count over 2,000 items, {seconds} s rounds ==");
+    let stock = result
+        .throughput
+        .first()
+        .map_or(1.0, |row| row.reads_per_second.median);
+    for row in &result.throughput {
+        println!(
+            "{:<48} {:>3} readers {:>22} reads/s ({:.2}× stock) {:>22} reads/CPU-s",
+            row.target,
+            row.readers,
+            row.reads_per_second.to_string(),
+            row.reads_per_second.median / stock,
+            row.reads_per_cpu_second.to_string(),
+        );
+    }
+    println!("owner's write p50 under read load:");
+    for row in &result.writes {
+        println!(
+            "  reads: {:<40} write p50 {:>22} us  reads {:>22}/s",
+            row.reads,
+            row.write_p50_us.to_string(),
+            row.reads_per_second.to_string()
+        );
+    }
+    println!("(load {})", result.load);
+    report.insert("reads_filesystem".into(), serde_json::to_value(&result)?);
     Ok(())
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod drain;
 pub(crate) mod failover;
 pub(crate) mod overload;
 pub(crate) mod owner_cache;
+pub(crate) mod reads;
 pub(crate) mod real_path;
 pub(crate) mod recovery;
 pub(crate) mod scale_model;

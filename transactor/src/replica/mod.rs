@@ -24,15 +24,19 @@
 //!   present), else refuses `UNAVAILABLE` with a retry hint — never an
 //!   answer from behind it;
 //! - how many: at most `--max-replicas`, evicted after `--replica-idle-ms`
-//!   unused, which drops the connection (its memory and its subscription).
+//!   unused, which drops the connection (its memory and its subscription);
+//! - where the work runs: on the process's read threads ([`on_read_threads`]),
+//!   at a lower CPU priority, so a query (which Corium executes inline, as
+//!   CPU work on the calling thread) never starves the node's writes.
 //!
 //! Layout: this file holds [`Replicas`], the node's set; `follow.rs` one
 //! [`Replica`] and its follow probe.
 
 mod follow;
 
-use std::sync::Arc;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use corium_fleet_common::names;
@@ -42,6 +46,44 @@ use tonic::Status;
 pub use follow::Replica;
 
 use crate::host::{Host, Refusal};
+
+/// The nice value of the read threads: a replica's work (applying the
+/// owner's stream, answering queries) yields the CPU to the node's own
+/// writes when both want it.
+const READ_NICE: i32 = 10;
+
+/// The process's read runtime, started on the first read: as many threads
+/// as cores, each at [`READ_NICE`]. One per process (every host in it shares
+/// it), never dropped.
+fn read_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
+            .thread_name("corium-reads")
+            .on_thread_start(|| {
+                // On Linux a nice value is per thread: this one only.
+                if let Err(error) = rustix::process::setpriority_process(None, READ_NICE) {
+                    tracing::warn!(%error, "read thread keeps the default priority");
+                }
+            })
+            .enable_all()
+            .build()
+            .expect("the read runtime starts (threads and a timer)")
+    })
+}
+
+/// Runs `work` on the read threads and waits for it. Whatever `work`
+/// spawns (a replica's stream, its probe) runs there too.
+///
+/// # Panics
+/// When `work` panics (the panic goes on in the caller).
+pub async fn on_read_threads<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
+    match read_runtime().spawn(work).await {
+        Ok(value) => value,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
 
 /// The node's read-replica settings (`--max-replicas`, `--replica-idle-ms`,
 /// `--replica-follow-interval-ms`).
@@ -228,7 +270,12 @@ impl Replicas {
             let cache = cache.clone();
             tokio::spawn(async move { cache.invalidate(&db).await });
         });
-        Replica::connect(host, db, &node, &endpoint, self.settings.follow_interval, retire).await
+        let (host, db) = (Arc::clone(host), db.to_owned());
+        let interval = self.settings.follow_interval;
+        // Its stream and probe are spawned where it connects: on the read
+        // threads.
+        on_read_threads(async move { Replica::connect(&host, &db, &node, &endpoint, interval, retire).await })
+            .await
     }
 }
 

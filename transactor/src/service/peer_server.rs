@@ -3,6 +3,8 @@
 //! the database (`crate::replica`), at least as far as the client asked;
 //! `Transact` and `Subscribe` as the owner serves them on `Transactor`
 //! (the ingress routes those to the owner, with the same request ids).
+//! A read's work runs on the process's read threads, below the writes'
+//! priority.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,7 +21,7 @@ use tonic::{Request, Response, Status};
 
 use super::transactor::FleetTransactor;
 use crate::host::{Host, Refusal};
-use crate::replica::Replica;
+use crate::replica::{Replica, on_read_threads};
 
 /// A stream of chunks, as Corium's peer server answers.
 type Chunks<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -126,7 +128,7 @@ impl PeerServer for FleetPeerServer {
             .ok_or_else(|| Status::invalid_argument("request names no database"))?;
         let view_t = dbs.iter().filter_map(view_basis).max();
         let replica = self.replica(&request, &db, Action::Query, view_t).await?;
-        replica.service.query(request).await
+        on_read_threads(async move { replica.service.query(request).await }).await
     }
 
     async fn pull(&self, request: Request<pb::PullRequest>) -> Result<Response<pb::PullResponse>, Status> {
@@ -138,7 +140,7 @@ impl PeerServer for FleetPeerServer {
         let replica = self
             .replica(&request, &spec.db, Action::Pull, view_basis(&spec))
             .await?;
-        replica.service.pull(request).await
+        on_read_threads(async move { replica.service.pull(request).await }).await
     }
 
     async fn transact(
@@ -163,7 +165,7 @@ impl PeerServer for FleetPeerServer {
         let replica = self
             .replica(&request, &spec.db, Action::Datoms, view_basis(&spec))
             .await?;
-        replica.service.datoms(request).await
+        on_read_threads(async move { replica.service.datoms(request).await }).await
     }
 
     type TxRangeStream = Chunks<pb::TxChunk>;
@@ -174,7 +176,7 @@ impl PeerServer for FleetPeerServer {
     ) -> Result<Response<Self::TxRangeStream>, Status> {
         let db = request.get_ref().db.clone();
         let replica = self.replica(&request, &db, Action::TxRange, None).await?;
-        replica.service.tx_range(request).await
+        on_read_threads(async move { replica.service.tx_range(request).await }).await
     }
 
     async fn db_stats(
@@ -189,7 +191,7 @@ impl PeerServer for FleetPeerServer {
         let replica = self
             .replica(&request, &spec.db, Action::Inspect, view_basis(&spec))
             .await?;
-        replica.service.db_stats(request).await
+        on_read_threads(async move { replica.service.db_stats(request).await }).await
     }
 
     type SubscribeStream = super::subscribe::ItemStream;
