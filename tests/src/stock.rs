@@ -89,6 +89,12 @@ impl StockTransactor {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("stock.log")).unwrap_or_default()
     }
+
+    /// Its process id (for CPU accounting in benchmarks).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 /// A running stock peer server (`corium peer-server`) hosting one database
@@ -160,5 +166,11 @@ impl StockPeerServer {
     #[must_use]
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("peer-server.log")).unwrap_or_default()
+    }
+
+    /// Its process id (for CPU accounting in benchmarks).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
