@@ -487,3 +487,42 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
         3
     );
 }
+
+/// The owner is frozen (SIGSTOP) past its lease and another node takes the
+/// database over: the replica that followed the frozen owner stops serving
+/// (its probe hears nothing; a read of the new owner's writes cannot be
+/// answered from it), is retired, and reads go on from a replica that
+/// follows the new owner — never an answer that misses a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_takeover_reads_follow_the_new_owner_and_the_old_replica_is_retired() {
+    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "moving").await.unwrap());
+    let written = write_items(&address, "moving", "before", 5).await;
+    let mut client = PeerServerClient::new(corium::channel(&address).await);
+    assert_eq!(query_rows(&mut client, "moving", None, Some(written)).await.unwrap().len(), 5);
+    let owner = fleet.index(&corium::placement(&address, "moving").await.owner_id);
+    fleet.nodes[owner].freeze().await;
+    // The ingress holds the write until a successor took the lease over.
+    let after = corium::transact(&address, "moving", "after-the-takeover", &[])
+        .await
+        .unwrap_or_else(|status| panic!("write after the freeze: {status:?}\n{}", fleet.logs()));
+    let rows = eventually(Duration::from_secs(20), "a read at the new owner's basis", async || {
+        query_rows(&mut client, "moving", None, Some(after.basis_t))
+            .await
+            .map_err(|status| format!("{status:?}"))
+    })
+    .await;
+    assert_eq!(rows.len(), 6, "the read sees the write made at the new owner");
+    let mut retired = 0.0;
+    for (index, node) in fleet.nodes.iter().enumerate() {
+        if index == owner {
+            continue;
+        }
+        let text = http_get(node.admin, "/metrics").await.map(|(_, text)| text).unwrap_or_default();
+        retired += metric(&text, "corium_fleet_replica_evictions_total").unwrap_or(0.0);
+    }
+    fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGCONT);
+    assert!(retired >= 1.0, "the replica of the frozen owner was retired: {retired}");
+}
