@@ -71,15 +71,16 @@ fn view_basis(spec: &pb::DbViewSpec) -> Option<u64> {
 impl FleetPeerServer {
     /// The replica that answers a read of `db` by `request`'s caller, once
     /// it has applied the client's `corium-min-basis` and the basis `view_t`
-    /// names; the caller is authorized for `action` first, so nobody
-    /// unauthorized makes a node build a replica.
+    /// names, and the read's place under the node's work limits (held until
+    /// it is answered); the caller is authorized for `action` first, so
+    /// nobody unauthorized makes a node build a replica.
     async fn replica<T>(
         &self,
         request: &Request<T>,
         db: &str,
         action: Action,
         view_t: Option<u64>,
-    ) -> Result<Arc<Replica>, Status> {
+    ) -> Result<(Arc<Replica>, crate::work_limits::WorkPermit), Status> {
         let host = &self.0;
         corium_fleet_common::names::check(db).map_err(|error| Status::from(Refusal::from(error)))?;
         host.check_metadata(request.metadata(), db)?;
@@ -92,6 +93,7 @@ impl FleetPeerServer {
         }
         let within = time_left(request.metadata());
         let started = std::time::Instant::now();
+        let work = super::enter(host, request, db).await?;
         let counts = &host.replicas.counts;
         let outcome = async {
             let replica = host.replicas.get(host, db, within).await?;
@@ -106,7 +108,7 @@ impl FleetPeerServer {
             Ok((replica, waited)) => {
                 let counter = if waited { &counts.waited } else { &counts.served };
                 counter.fetch_add(1, Ordering::Relaxed);
-                Ok(replica)
+                Ok((replica, work))
             }
             Err(status) => {
                 counts.refused.fetch_add(1, Ordering::Relaxed);
@@ -127,7 +129,7 @@ impl PeerServer for FleetPeerServer {
             .map(|spec| spec.db.clone())
             .ok_or_else(|| Status::invalid_argument("request names no database"))?;
         let view_t = dbs.iter().filter_map(view_basis).max();
-        let replica = self.replica(&request, &db, Action::Query, view_t).await?;
+        let (replica, _work) = self.replica(&request, &db, Action::Query, view_t).await?;
         on_read_threads(async move { replica.service.query(request).await }).await
     }
 
@@ -137,7 +139,7 @@ impl PeerServer for FleetPeerServer {
             .db
             .clone()
             .ok_or_else(|| Status::invalid_argument("request names no database"))?;
-        let replica = self
+        let (replica, _work) = self
             .replica(&request, &spec.db, Action::Pull, view_basis(&spec))
             .await?;
         on_read_threads(async move { replica.service.pull(request).await }).await
@@ -162,7 +164,7 @@ impl PeerServer for FleetPeerServer {
             .db
             .clone()
             .ok_or_else(|| Status::invalid_argument("request names no database"))?;
-        let replica = self
+        let (replica, _work) = self
             .replica(&request, &spec.db, Action::Datoms, view_basis(&spec))
             .await?;
         on_read_threads(async move { replica.service.datoms(request).await }).await
@@ -175,7 +177,7 @@ impl PeerServer for FleetPeerServer {
         request: Request<pb::TxRangeRequest>,
     ) -> Result<Response<Self::TxRangeStream>, Status> {
         let db = request.get_ref().db.clone();
-        let replica = self.replica(&request, &db, Action::TxRange, None).await?;
+        let (replica, _work) = self.replica(&request, &db, Action::TxRange, None).await?;
         on_read_threads(async move { replica.service.tx_range(request).await }).await
     }
 
@@ -188,7 +190,7 @@ impl PeerServer for FleetPeerServer {
             .db
             .clone()
             .ok_or_else(|| Status::invalid_argument("request names no database"))?;
-        let replica = self
+        let (replica, _work) = self
             .replica(&request, &spec.db, Action::Inspect, view_basis(&spec))
             .await?;
         on_read_threads(async move { replica.service.db_stats(request).await }).await
