@@ -19,8 +19,32 @@ use crate::{Bearer, Clients, TOKEN, TTL, clients, code};
 /// One call of every method class the fleet serves, each answered with its
 /// status code: `(class, code)`.
 #[allow(clippy::too_many_lines)] // One call per class, each spelled out.
+/// A thin client's read of `db` (`PeerServer/DbStats`, served by a read
+/// replica).
+fn stats_request(db: &str) -> pb::DbStatsRequest {
+    pb::DbStatsRequest {
+        db: Some(pb::DbViewSpec {
+            db: db.to_owned(),
+            view: None,
+        }),
+    }
+}
+
 async fn every_class(clients: &mut Clients, db: &str) -> Vec<(&'static str, Code)> {
     let mut codes = Vec::new();
+    codes.push((
+        "replica-read",
+        code(clients.peer.db_stats(stats_request(db)).await),
+    ));
+    codes.push((
+        "thin-client-transact",
+        code(
+            clients
+                .peer
+                .transact(corium::transact_request(db, "intruder"))
+                .await,
+        ),
+    ));
     codes.push((
         "create",
         code(
@@ -198,6 +222,15 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
         .into_inner()
         .dbs;
     assert_eq!(listed, vec![db.to_owned()]);
+    // The operator reads through a read replica, which follows the owner
+    // with the node's own credential: the write, and nothing else.
+    let stats = operator
+        .peer
+        .db_stats(stats_request(db))
+        .await
+        .expect("the operator reads through a replica")
+        .into_inner();
+    assert_eq!(stats.basis_t, written.basis_t);
     let log = corium::read_log(
         &mut operator
             .transactor

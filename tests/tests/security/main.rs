@@ -21,6 +21,7 @@ use corium_fleet_proto::fleet::requests_client::RequestsClient;
 use corium_fleet_tests::corium::channel;
 use corium_fleet_tests::{http_get, metric};
 use corium_protocol::pb::catalog_client::CatalogClient;
+use corium_protocol::pb::peer_server_client::PeerServerClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
@@ -51,6 +52,7 @@ pub(crate) struct Clients {
     pub(crate) catalog: CatalogClient<Intercepted>,
     pub(crate) admin: FleetAdminClient<Intercepted>,
     pub(crate) requests: RequestsClient<Intercepted>,
+    pub(crate) peer: PeerServerClient<Intercepted>,
 }
 
 pub(crate) async fn clients(endpoint: &str, token: Option<&str>) -> Clients {
@@ -60,7 +62,8 @@ pub(crate) async fn clients(endpoint: &str, token: Option<&str>) -> Clients {
         transactor: TransactorClient::with_interceptor(channel.clone(), bearer.clone()),
         catalog: CatalogClient::with_interceptor(channel.clone(), bearer.clone()),
         admin: FleetAdminClient::with_interceptor(channel.clone(), bearer.clone()),
-        requests: RequestsClient::with_interceptor(channel, bearer),
+        requests: RequestsClient::with_interceptor(channel.clone(), bearer.clone()),
+        peer: PeerServerClient::with_interceptor(channel, bearer),
     }
 }
 
