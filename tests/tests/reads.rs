@@ -359,7 +359,11 @@ async fn reads_never_go_behind_their_writes(backend: Backend, pairs: usize) {
                 .unwrap_or_else(|error| panic!("thin write {n}: {error}"));
             // Its write's own view (as of its basis), or the current view:
             // the ingress gives this connection's reads its written basis.
-            let db = if n % 4 == 1 { report.db_after } else { peer.db().await.unwrap() };
+            let db = if n % 4 == 1 {
+                report.db_after
+            } else {
+                peer.db().await.unwrap()
+            };
             db.query_edn(read_one(NAMES).unwrap(), Vec::new())
                 .await
                 .unwrap_or_else(|error| panic!("thin read {n}: {error}"))
@@ -501,18 +505,28 @@ async fn after_a_takeover_reads_follow_the_new_owner_and_the_old_replica_is_reti
     assert!(corium::create(&address, "moving").await.unwrap());
     let written = write_items(&address, "moving", "before", 5).await;
     let mut client = PeerServerClient::new(corium::channel(&address).await);
-    assert_eq!(query_rows(&mut client, "moving", None, Some(written)).await.unwrap().len(), 5);
+    assert_eq!(
+        query_rows(&mut client, "moving", None, Some(written))
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
     let owner = fleet.index(&corium::placement(&address, "moving").await.owner_id);
     fleet.nodes[owner].freeze().await;
     // The ingress holds the write until a successor took the lease over.
     let after = corium::transact(&address, "moving", "after-the-takeover", &[])
         .await
         .unwrap_or_else(|status| panic!("write after the freeze: {status:?}\n{}", fleet.logs()));
-    let rows = eventually(Duration::from_secs(20), "a read at the new owner's basis", async || {
-        query_rows(&mut client, "moving", None, Some(after.basis_t))
-            .await
-            .map_err(|status| format!("{status:?}"))
-    })
+    let rows = eventually(
+        Duration::from_secs(20),
+        "a read at the new owner's basis",
+        async || {
+            query_rows(&mut client, "moving", None, Some(after.basis_t))
+                .await
+                .map_err(|status| format!("{status:?}"))
+        },
+    )
     .await;
     assert_eq!(rows.len(), 6, "the read sees the write made at the new owner");
     let mut retired = 0.0;
@@ -520,9 +534,15 @@ async fn after_a_takeover_reads_follow_the_new_owner_and_the_old_replica_is_reti
         if index == owner {
             continue;
         }
-        let text = http_get(node.admin, "/metrics").await.map(|(_, text)| text).unwrap_or_default();
+        let text = http_get(node.admin, "/metrics")
+            .await
+            .map(|(_, text)| text)
+            .unwrap_or_default();
         retired += metric(&text, "corium_fleet_replica_evictions_total").unwrap_or(0.0);
     }
     fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGCONT);
-    assert!(retired >= 1.0, "the replica of the frozen owner was retired: {retired}");
+    assert!(
+        retired >= 1.0,
+        "the replica of the frozen owner was retired: {retired}"
+    );
 }
