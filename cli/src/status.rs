@@ -242,6 +242,8 @@ fn member_json(member: &FleetMember) -> serde_json::Value {
             "max_inflight": load.max_inflight,
             "subscriptions": load.subscriptions,
             "calls_total": load.calls_total,
+            "read_replicas": load.read_replicas,
+            "replica_lag": load.replica_lag,
         })),
         "databases": databases,
     })
@@ -304,12 +306,14 @@ fn node_row(member: &FleetMember, now_ms: i64) -> [String; 9] {
             },
             status.load.as_ref().map_or_else(dash, |load| {
                 format!(
-                    "{}/{} running, {} waiting, {} subs, {} calls",
+                    "{}/{} running, {} waiting, {} subs, {} calls, {} read replicas (lag {})",
                     load.calls_running,
                     load.max_inflight,
                     load.calls_waiting,
                     load.subscriptions,
-                    load.calls_total
+                    load.calls_total,
+                    load.read_replicas,
+                    load.replica_lag
                 )
             }),
         )

@@ -460,6 +460,20 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
         .map(|(replicas, _)| replicas)
         .sum();
     assert!(held >= 1.0, "a replica was built");
+    // The operator sees it in the fleet's status (`corium-fleet status`).
+    let status = corium::admin(&fleet.nodes[0].endpoint())
+        .await
+        .fleet_status(corium_fleet_proto::fleet::FleetStatusRequest {})
+        .await
+        .expect("fleet status")
+        .into_inner();
+    let listed: u32 = status
+        .members
+        .iter()
+        .filter_map(|member| member.status.as_ref()?.load.as_ref())
+        .map(|load| load.read_replicas)
+        .sum();
+    assert!(listed >= 1, "{status:?}");
     eventually(
         Duration::from_secs(15),
         "the idle replica is evicted",

@@ -90,6 +90,8 @@ async fn own_status(host: &Host) -> Result<NodeStatusResponse, Status> {
             max_inflight: u32::try_from(host.work.max_inflight()).unwrap_or(u32::MAX),
             subscriptions: load.subscriptions,
             calls_total: load.calls_total,
+            read_replicas: u32::try_from(host.replicas.active()).unwrap_or(u32::MAX),
+            replica_lag: host.replicas.max_lag(),
         }),
         ..NodeStatusResponse::default()
     };
