@@ -12,7 +12,11 @@
 //! - instants within a day of now (transaction instants, server clocks)
 //!   read `<now>`;
 //! - the fleet's own attributes (`:fleet.request/*`, `:fleet.tempid/*`) are
-//!   left out of schemas, and datoms about them out of reports;
+//!   left out of schemas, and datoms about them out of reports, datom
+//!   lists and `DbStats` counts;
+//! - query rows are sorted (a relation is a set), and longs in EDN answers
+//!   that are entity ids (user and transaction partitions) renamed as in
+//!   datoms;
 //! - status messages are compared whole.
 
 use std::collections::{BTreeSet, HashMap};
@@ -107,14 +111,17 @@ fn value(value: &Value, interner: &KeywordInterner, names: &mut Names) -> String
 /// about the fleet's own attributes left out.
 #[must_use]
 pub fn datoms(bytes: &[u8], names: &mut Names) -> String {
-    let mut interner = KeywordInterner::default();
-    let mut datoms: Vec<Datom> = match codec::decode_datoms(bytes, &mut interner) {
-        Ok(datoms) => datoms,
+    datom_chunks(std::slice::from_ref(&bytes.to_vec()), names)
+}
+
+/// Datom lists (a stream's chunks) as one, as [`datoms`] renders it.
+#[must_use]
+pub fn datom_chunks(chunks: &[Vec<u8>], names: &mut Names) -> String {
+    let (mut datoms, interner) = match decode_chunks(chunks) {
+        Ok(decoded) => decoded,
         Err(error) => return format!("<undecodable datoms: {error}>"),
     };
-    datoms.retain(|datom| {
-        !names.own_attributes.contains(&datom.a.raw()) && !names.own_attributes.contains(&datom.e.raw())
-    });
+    datoms.retain(|datom| !names.own(datom));
     datoms.sort_by_key(|datom| (datom.e.raw(), datom.a.raw(), datom.tx.raw(), datom.added));
     let mut out = String::from("[");
     for datom in &datoms {
@@ -132,6 +139,111 @@ pub fn datoms(bytes: &[u8], names: &mut Names) -> String {
     }
     out.push(']');
     out
+}
+
+fn decode_chunks(chunks: &[Vec<u8>]) -> Result<(Vec<Datom>, KeywordInterner), String> {
+    let mut interner = KeywordInterner::default();
+    let mut datoms = Vec::new();
+    for chunk in chunks {
+        datoms.extend(codec::decode_datoms(chunk, &mut interner).map_err(|error| error.to_string())?);
+    }
+    Ok((datoms, interner))
+}
+
+impl Names {
+    /// Whether `datom` is about the fleet's own attributes (one of them, or
+    /// a fact of one).
+    fn own(&self, datom: &Datom) -> bool {
+        self.own_attributes.contains(&datom.a.raw()) || self.own_attributes.contains(&datom.e.raw())
+    }
+}
+
+/// The first raw id of the transaction partition: in an EDN answer a long
+/// at or above it is an entity id (of a transaction or of user data) and
+/// is renamed; below it, a number (the answers compared here return no
+/// attribute ids).
+fn first_entity_id() -> u64 {
+    corium_core::EntityId::new(corium_core::Partition::Tx as u32, 0).raw()
+}
+
+/// An EDN answer (a query's, a pull's) with entity ids renamed and clock
+/// readings normalised, as text.
+#[must_use]
+pub fn edn(form: &Edn, names: &mut Names) -> String {
+    renamed(form, names).to_string()
+}
+
+fn renamed(form: &Edn, names: &mut Names) -> Edn {
+    let all = |items: &[Edn], names: &mut Names| items.iter().map(|item| renamed(item, names)).collect();
+    match form {
+        Edn::Long(n) if n.cast_unsigned() >= first_entity_id() => Edn::Symbol(names.name(n.cast_unsigned())),
+        Edn::Tagged(tag, inner) if tag == "inst" => match inner.as_ref() {
+            Edn::Long(ms) => Edn::Symbol(instant(*ms)),
+            other => Edn::Tagged(tag.clone(), Box::new(other.clone())),
+        },
+        Edn::Tagged(tag, inner) => Edn::Tagged(tag.clone(), Box::new(renamed(inner, names))),
+        Edn::List(items) => Edn::List(all(items, names)),
+        Edn::Vector(items) => Edn::Vector(all(items, names)),
+        Edn::Set(items) => Edn::Set(all(items, names)),
+        Edn::Map(pairs) => Edn::Map(
+            pairs
+                .iter()
+                .map(|(key, value)| (renamed(key, names), renamed(value, names)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// A query's result: its shape, and a relation's or a collection's rows in
+/// order (sorted by their raw values first: rows come back in any order,
+/// and a server numbers entities in the same order as another but not with
+/// the same numbers); a tuple or a scalar as it is.
+#[must_use]
+pub fn query_result(shape: pb::ResultShape, result: &Edn, names: &mut Names) -> String {
+    let name = shape
+        .as_str_name()
+        .trim_start_matches("RESULT_SHAPE_")
+        .to_lowercase();
+    match (shape, result) {
+        (pb::ResultShape::Relation | pb::ResultShape::Collection, Edn::Vector(rows)) => {
+            let mut rows = rows.clone();
+            rows.sort();
+            let rows: Vec<String> = rows.iter().map(|row| edn(row, names)).collect();
+            format!("{name} of {} [{}]", rows.len(), rows.join(" "))
+        }
+        (_, other) => format!("{name} {}", edn(other, names)),
+    }
+}
+
+/// `DbStats`, less what the fleet's own attributes add to its counts: the
+/// datoms about them, the entities only they describe, the attributes only
+/// they use, in `listing` (every datom of the same view, `eavt`).
+#[must_use]
+pub fn stats(response: &pb::DbStatsResponse, listing: &[Vec<u8>], names: &Names) -> String {
+    let (datoms, _) = match decode_chunks(listing) {
+        Ok(decoded) => decoded,
+        Err(error) => return format!("<undecodable listing: {error}>"),
+    };
+    let count = |datoms: &[&Datom]| {
+        let entities: BTreeSet<u64> = datoms.iter().map(|datom| datom.e.raw()).collect();
+        let attributes: BTreeSet<u64> = datoms.iter().map(|datom| datom.a.raw()).collect();
+        (
+            datoms.len() as u64,
+            entities.len() as u64,
+            attributes.len() as u64,
+        )
+    };
+    let all: Vec<&Datom> = datoms.iter().collect();
+    let theirs: Vec<&Datom> = datoms.iter().filter(|datom| !names.own(datom)).collect();
+    let (all, theirs) = (count(&all), count(&theirs));
+    format!(
+        "basis {}, datoms {}, entities {}, attributes {}",
+        response.basis_t,
+        response.datom_count.saturating_sub(all.0 - theirs.0),
+        response.entity_count.saturating_sub(all.1 - theirs.1),
+        response.attribute_count.saturating_sub(all.2 - theirs.2)
+    )
 }
 
 /// A tempid map (EDN `{"name" id}`), renamed, in name order.
@@ -186,6 +298,13 @@ pub fn schema(bytes: &[u8], names: &mut Names) -> String {
     }
     lines.sort();
     format!("[{}]", lines.join("; "))
+}
+
+/// A transaction as the log holds it (a `TxRange` report): its instant and
+/// its datoms.
+#[must_use]
+pub fn logged(tx_instant: i64, bytes: &[u8], names: &mut Names) -> String {
+    format!("instant {}, datoms {}", instant(tx_instant), datoms(bytes, names))
 }
 
 /// A committed transaction.

@@ -1,12 +1,17 @@
 //! Generated sequences: seeded, bounded sequences of calls over a few
 //! databases — transactions with tempids, upserts, references and
 //! retractions, refused ones, reads from random bases, index requests,
-//! schema changes, forks, deletes and sagas — for the differential runs. The same seed gives
-//! the same sequence; [`shrink`] makes a failing one shorter.
+//! schema changes, forks, deletes and sagas — for the differential runs,
+//! with `PeerServer` calls (reads in every view, thin-client writes and
+//! subscriptions) between them. The same seed gives the same sequence;
+//! [`shrink`] makes a failing one shorter.
 
 use corium_fleet_faults::Rng;
 
-use super::op::Op;
+use super::op::{Op, View};
+
+/// How often a `PeerServer` call comes before a generated call.
+const PEER_SERVER_CALLS: f64 = 0.2;
 
 /// The schema every generated database is created with.
 pub const SCHEMA: &str = "[{:db/ident :item/name :db/valueType :db.type/string \
@@ -26,13 +31,23 @@ struct Known {
     sent: u64,
     /// Sagas opened and not yet committed or aborted.
     sagas: Vec<String>,
+    /// Item names asserted through `PeerServer/Transact`, and how many
+    /// such transactions were sent (apart from the others, so the other
+    /// calls are drawn as before `PeerServer` calls were added).
+    peer_items: Vec<String>,
+    peer_sent: u64,
 }
 
 /// A sequence of `length` calls from `seed`, over databases named
 /// `<prefix>-0` … `<prefix>-2` (a deleted one is followed by a new name).
+///
+/// `PeerServer` calls are drawn from a second generator of the seed, so
+/// the other calls are the sequence the seed gave before they were added
+/// (interleaved with them, and cut at `length`).
 #[must_use]
 pub fn sequence(seed: u64, prefix: &str, length: usize) -> Vec<Op> {
     let mut rng = Rng::new(seed);
+    let mut reads = Rng::new(seed ^ 0x7ee7_5e7e_7ee7_5e7e);
     let mut names: Vec<String> = (0..3).map(|i| format!("{prefix}-{i}")).collect();
     let mut known = vec![Known::default(); names.len()];
     let mut ops = Vec::with_capacity(length);
@@ -49,6 +64,12 @@ pub fn sequence(seed: u64, prefix: &str, length: usize) -> Vec<Op> {
             });
             state.created = true;
             continue;
+        }
+        if reads.chance(PEER_SERVER_CALLS) {
+            ops.push(peer_server(&mut reads, &db, state, counter));
+            if ops.len() == length {
+                break;
+            }
         }
         let roll = rng.below(20);
         let op = if roll <= 10 {
@@ -196,6 +217,101 @@ fn other(rng: &mut Rng, db: String, state: &mut Known, counter: u64, prefix: &st
     }
 }
 
+/// A view of a database that has had at most `sent` transactions: as of
+/// or since a basis up to one past it (a view past the basis reads the
+/// present on both sides), its history, or as it is.
+fn view(rng: &mut Rng, sent: u64) -> View {
+    match rng.below(5) {
+        0 => View::AsOf(rng.below(sent + 2)),
+        1 => View::Since(rng.below(sent + 2)),
+        2 => View::History,
+        _ => View::Current,
+    }
+}
+
+/// A `PeerServer` call on `db`: a query, a pull, a datom range, the log,
+/// the counts, a write or a subscription.
+fn peer_server(rng: &mut Rng, db: &str, state: &mut Known, counter: u64) -> Op {
+    let db = db.to_owned();
+    let items = [state.items.as_slice(), state.peer_items.as_slice()].concat();
+    // An item asserted, or (1 in 5, or none yet) one that never was.
+    let item = match pick(rng, &items) {
+        Some(name) if !rng.chance(0.2) => name,
+        _ => format!("nobody-{counter}"),
+    };
+    let sent = state.sent + state.peer_sent;
+    let view = view(rng, sent);
+    match rng.below(10) {
+        0 | 1 => {
+            let (query, args) = match rng.below(4) {
+                0 => ("[:find ?e ?name :where [?e :item/name ?name]]", "[]".to_owned()),
+                1 => (
+                    "[:find ?e ?tag ?friend :where [?e :item/tags ?tag] [(get-else $ ?e :item/friend 0) ?friend]]",
+                    "[]".to_owned(),
+                ),
+                2 => (
+                    "[:find (count ?e) . :in $ ?name :where [?e :item/name ?name]]",
+                    format!("[{item:?}]"),
+                ),
+                _ => ("[:find (pull ?e [*]) :where [?e :item/size _]]", "[]".to_owned()),
+            };
+            Op::Query {
+                db,
+                view,
+                query: query.to_owned(),
+                args,
+            }
+        }
+        2 => Op::Pull {
+            db,
+            view,
+            pattern: "[* {:item/friend [:item/name]}]".to_owned(),
+            eid: format!("[:item/name {item:?}]"),
+        },
+        3 | 4 => {
+            let (index, components, limit) = match rng.below(4) {
+                0 => ("aevt", "[:item/name]".to_owned(), rng.below(3)),
+                1 => ("eavt", format!("[[:item/name {item:?}]]"), 0),
+                2 => ("avet", format!("[:item/name {item:?}]"), 0),
+                _ => ("vaet", "[]".to_owned(), 0),
+            };
+            Op::Datoms {
+                db,
+                view,
+                index: index.to_owned(),
+                components,
+                limit,
+            }
+        }
+        5 => Op::TxRange {
+            db,
+            start: rng.below(sent + 2),
+            end: rng.below(sent + 3),
+        },
+        6 => Op::DbStats { db, view },
+        7 | 8 => {
+            let name = format!("peer-{counter}");
+            state.peer_items.push(name.clone());
+            state.peer_sent += 1;
+            // A reference to an item through a lookup ref (refused when
+            // the item never was).
+            let friend = if items.is_empty() {
+                String::new()
+            } else {
+                format!(" :item/friend [:item/name {item:?}]")
+            };
+            Op::PeerTransact {
+                db,
+                edn: format!(r#"[{{:db/id "p" :item/name "{name}"{friend}}}]"#),
+            }
+        }
+        _ => Op::PeerSubscribe {
+            db,
+            from_basis_t: rng.below(sent + 2),
+        },
+    }
+}
+
 fn transact(db: &str, edn: &str) -> Op {
     Op::Transact {
         db: db.to_owned(),
@@ -259,9 +375,18 @@ mod tests {
                         "{db} used before it was created: {first:?}"
                     );
                 }
+                op if op.is_peer_server() => {
+                    let db = op.db().unwrap_or_default();
+                    assert!(created.contains(db), "{db} used before it was created: {first:?}");
+                }
                 _ => {}
             }
         }
+        let peer_server = first.iter().filter(|op| op.is_peer_server()).count();
+        assert!(
+            (4..=24).contains(&peer_server),
+            "{peer_server} PeerServer calls in 60"
+        );
     }
 
     #[tokio::test]

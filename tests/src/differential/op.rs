@@ -1,5 +1,18 @@
 //! The calls a differential sequence is made of: every RPC of `corium.v1`
-//! `Transactor` and `Catalog`, with the inputs a test picks.
+//! `Transactor`, `Catalog` and `PeerServer`, with the inputs a test picks.
+
+/// The view of a database a `PeerServer` read names (`DbViewSpec`).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub enum View {
+    /// The database as it is (no view).
+    Current,
+    /// As of basis `t`.
+    AsOf(u64),
+    /// Since basis `t`.
+    Since(u64),
+    /// Every assertion and retraction.
+    History,
+}
 
 /// One call. EDN is given as text and encoded the way stock clients do.
 #[derive(Clone, Debug)]
@@ -130,6 +143,71 @@ pub enum Op {
         /// The desired schema, EDN text.
         desired: String,
     },
+    /// `PeerServer/Query`: one view, bound to `$`.
+    Query {
+        /// The database.
+        db: String,
+        /// Its view.
+        view: View,
+        /// The query, EDN text.
+        query: String,
+        /// The other inputs, EDN text (a vector).
+        args: String,
+    },
+    /// `PeerServer/Pull`.
+    Pull {
+        /// The database.
+        db: String,
+        /// Its view.
+        view: View,
+        /// The pull pattern, EDN text.
+        pattern: String,
+        /// The entity: a lookup ref, an ident or an id, EDN text.
+        eid: String,
+    },
+    /// `PeerServer/Datoms`.
+    Datoms {
+        /// The database.
+        db: String,
+        /// Its view.
+        view: View,
+        /// `eavt`, `aevt`, `avet` or `vaet` (or anything else, refused).
+        index: String,
+        /// The leading components, EDN text (a vector).
+        components: String,
+        /// At most this many (0: the server's limit).
+        limit: u64,
+    },
+    /// `PeerServer/TxRange` from `start` to `end` (exclusive; 0: open).
+    TxRange {
+        /// The database.
+        db: String,
+        /// The first basis.
+        start: u64,
+        /// The basis after the last (0: the latest).
+        end: u64,
+    },
+    /// `PeerServer/DbStats`.
+    DbStats {
+        /// The database.
+        db: String,
+        /// Its view.
+        view: View,
+    },
+    /// `PeerServer/Transact`.
+    PeerTransact {
+        /// The database.
+        db: String,
+        /// The transaction forms, EDN text (a vector).
+        edn: String,
+    },
+    /// `PeerServer/Subscribe`, as [`Op::Subscribe`].
+    PeerSubscribe {
+        /// The database.
+        db: String,
+        /// Reports after this basis.
+        from_basis_t: u64,
+    },
 }
 
 impl Op {
@@ -154,7 +232,14 @@ impl Op {
             | Self::KeyStatus { db }
             | Self::RotateKey { db }
             | Self::Rewrap { db, .. }
-            | Self::AlterSchema { db, .. } => Some(db),
+            | Self::AlterSchema { db, .. }
+            | Self::Query { db, .. }
+            | Self::Pull { db, .. }
+            | Self::Datoms { db, .. }
+            | Self::TxRange { db, .. }
+            | Self::DbStats { db, .. }
+            | Self::PeerTransact { db, .. }
+            | Self::PeerSubscribe { db, .. } => Some(db),
             Self::List | Self::GcDeleted => None,
         }
     }
@@ -181,12 +266,40 @@ impl Op {
             Self::RotateKey { .. } => "Catalog/RotateStorageKey",
             Self::Rewrap { .. } => "Catalog/RewrapKeys",
             Self::AlterSchema { .. } => "Catalog/AlterSchema",
+            Self::Query { .. } => "PeerServer/Query",
+            Self::Pull { .. } => "PeerServer/Pull",
+            Self::Datoms { .. } => "PeerServer/Datoms",
+            Self::TxRange { .. } => "PeerServer/TxRange",
+            Self::DbStats { .. } => "PeerServer/DbStats",
+            Self::PeerTransact { .. } => "PeerServer/Transact",
+            Self::PeerSubscribe { .. } => "PeerServer/Subscribe",
         }
+    }
+
+    /// Whether the call is a `PeerServer` read (answered from a replica on
+    /// the fleet, from a peer server that follows its transactor on stock).
+    #[must_use]
+    pub fn is_peer_read(&self) -> bool {
+        matches!(
+            self,
+            Self::Query { .. }
+                | Self::Pull { .. }
+                | Self::Datoms { .. }
+                | Self::TxRange { .. }
+                | Self::DbStats { .. }
+        )
+    }
+
+    /// Whether the call goes to `PeerServer`.
+    #[must_use]
+    pub fn is_peer_server(&self) -> bool {
+        self.is_peer_read() || matches!(self, Self::PeerTransact { .. } | Self::PeerSubscribe { .. })
     }
 }
 
-/// Every RPC of `Transactor` and `Catalog`, for the coverage check.
-pub const EVERY_RPC: [&str; 18] = [
+/// Every RPC of `Transactor`, `Catalog` and `PeerServer`, for the coverage
+/// check.
+pub const EVERY_RPC: [&str; 25] = [
     "Transactor/Transact",
     "Transactor/SagaCommit",
     "Transactor/SagaFinish",
@@ -205,4 +318,11 @@ pub const EVERY_RPC: [&str; 18] = [
     "Catalog/RotateStorageKey",
     "Catalog/RewrapKeys",
     "Catalog/AlterSchema",
+    "PeerServer/Query",
+    "PeerServer/Pull",
+    "PeerServer/Transact",
+    "PeerServer/Datoms",
+    "PeerServer/TxRange",
+    "PeerServer/DbStats",
+    "PeerServer/Subscribe",
 ];

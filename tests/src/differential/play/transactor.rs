@@ -1,166 +1,24 @@
-//! Running a sequence against one endpoint, as a stock client does (no
-//! route header, the development token, a deadline on every call), and
-//! comparing two transcripts.
+//! The `Transactor` and `Catalog` calls of a sequence, at the side's
+//! endpoint.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_client::CatalogClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
-use corium_query::edn::read_one;
 use tonic::transport::Channel;
 
-use super::answer::{self, Names};
-use super::op::Op;
-
-/// Every call's deadline.
-/// Every call's deadline: long, so a loaded machine (the whole suite on two
-/// cores) does not turn a slow answer into a difference.
-const DEADLINE: Duration = Duration::from_secs(20);
-
-/// The deadline of a `Sync` to a later basis, which stock Corium 0.1.90
-/// waits out (note 0016): short, as the wait is expected.
-const WAIT_DEADLINE: Duration = Duration::from_secs(5);
-
-/// One sequence's answers at one endpoint, one rendered line per call.
-#[derive(Debug)]
-pub struct Transcript {
-    /// `(call, answer)`, in order.
-    pub lines: Vec<(String, String)>,
-}
-
-/// A request with the development token and the call's deadline.
-fn request<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(DEADLINE);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {}", corium_protocol::auth::DEFAULT_DEV_TOKEN)
-            .parse()
-            .expect("ASCII"),
-    );
-    request
-}
-
-/// EDN text encoded as stock clients send it (invalid EDN: its text as a
-/// string, which the server must refuse as it refuses any non-vector).
-fn edn(text: &str) -> Vec<u8> {
-    read_one(text).map_or_else(
-        |_| corium_protocol::codec::encode_edn(&corium_query::edn::Edn::Str(text.to_owned())),
-        |form| corium_protocol::codec::encode_edn(&form),
-    )
-}
-
-/// Plays `ops` against `endpoint` in order.
-///
-/// # Panics
-/// When the endpoint cannot be reached at all.
-pub async fn play(endpoint: &str, ops: &[Op]) -> Transcript {
-    play_with(endpoint, ops, async |_, _| {}).await
-}
-
-/// Plays `ops` against `endpoint` in order, running `before(index, op)`
-/// before each call (a handoff, a kill: what happens between two calls).
-///
-/// # Panics
-/// When the endpoint cannot be reached at all.
-pub async fn play_with(endpoint: &str, ops: &[Op], mut before: impl AsyncFnMut(usize, &Op)) -> Transcript {
-    let channel = crate::corium::channel(endpoint).await;
-    // Per database (a saga branch shares its database's ids): ids of two
-    // databases are unrelated, and one name for both would tie them.
-    let mut names: HashMap<String, Names> = HashMap::new();
-    let mut lines = Vec::with_capacity(ops.len());
-    for (index, op) in ops.iter().enumerate() {
-        before(index, op).await;
-        let home = op.db().map_or("", corium_fleet_common::names::home).to_owned();
-        let answer = call_until_answered(&channel, op, names.entry(home).or_default()).await;
-        match op {
-            Op::Create { db, .. } | Op::Fork { target: db, .. } if !answer.starts_with("error") => {
-                // A new database: its ids start afresh.
-                let fresh = names.entry(db.clone()).or_default();
-                *fresh = Names::default();
-                learn_schema(&channel, db, fresh).await;
-            }
-            _ => {}
-        }
-        eprintln!("{endpoint}: {} → {answer}", op.rpc());
-        lines.push((format!("{} {op:?}", op.rpc()), answer));
-    }
-    Transcript { lines }
-}
-
-/// One call whose answers differ.
-#[derive(Clone, Debug)]
-pub struct Difference {
-    /// Its place in the sequence.
-    pub index: usize,
-    /// The call (`Service/Method` and the op).
-    pub call: String,
-    /// Stock Corium's answer.
-    pub stock: String,
-    /// The fleet's answer.
-    pub fleet: String,
-}
-
-impl std::fmt::Display for Difference {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "call {}: {}\n  stock: {}\n  fleet: {}",
-            self.index, self.call, self.stock, self.fleet
-        )
-    }
-}
-
-/// `op`'s answer, the call sent again (at most 8 times, 250 ms apart) while
-/// it is refused `UNAVAILABLE` without the typed unknown outcome: the
-/// fleet's word that nothing was done and a retry is safe (0009), as a
-/// lease that could not be renewed in time on a loaded machine says. Such a
-/// retry is one the client is told is safe, so it is not a difference.
-async fn call_until_answered(channel: &Channel, op: &Op, names: &mut Names) -> String {
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        match call(channel, op, names).await {
-            Ok(answer) => return answer,
-            Err(status)
-                if attempts < 8
-                    && status.code() == tonic::Code::Unavailable
-                    && corium_fleet_wire::outcome::from_status(&status).is_none() =>
-            {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            Err(status) => return answer::status(&status),
-        }
-    }
-}
-
-/// The calls whose answers differ, each with both answers.
-///
-/// # Panics
-/// When the transcripts are not of one sequence (their lengths differ).
-#[must_use]
-pub fn differences(stock: &Transcript, fleet: &Transcript) -> Vec<Difference> {
-    assert_eq!(stock.lines.len(), fleet.lines.len(), "one sequence, one length");
-    stock
-        .lines
-        .iter()
-        .zip(&fleet.lines)
-        .enumerate()
-        .filter(|(_, ((_, stock), (_, fleet)))| stock != fleet)
-        .map(|(index, ((call, stock), (_, fleet)))| Difference {
-            index,
-            call: call.clone(),
-            stock: stock.clone(),
-            fleet: fleet.clone(),
-        })
-        .collect()
-}
+use super::{Bases, DEADLINE, WAIT_DEADLINE, edn, request};
+use crate::differential::answer::{self, Names};
+use crate::differential::op::Op;
 
 #[allow(clippy::too_many_lines)] // one arm per RPC
-async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, tonic::Status> {
+pub(super) async fn call(
+    channel: &Channel,
+    op: &Op,
+    names: &mut Names,
+    bases: &mut Bases,
+) -> Result<String, tonic::Status> {
     let mut transactor = TransactorClient::new(channel.clone());
     let mut catalog = CatalogClient::new(channel.clone());
     let version = corium_protocol::PROTOCOL_VERSION;
@@ -203,6 +61,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 }))
                 .await?
                 .into_inner();
+            bases.saw(db, response.basis_t);
             answer::transacted(&response, names)
         }
         Op::TransactRaw { db, tx_data } => {
@@ -215,6 +74,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 }))
                 .await?
                 .into_inner();
+            bases.saw(db, response.basis_t);
             answer::transacted(&response, names)
         }
         Op::Sync { db, t } => {
@@ -226,6 +86,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 sync.set_timeout(WAIT_DEADLINE);
             }
             let response = transactor.sync(sync).await?.into_inner();
+            bases.saw(db, response.basis_t);
             format!("basis {}", response.basis_t)
         }
         Op::Status { db } => {
@@ -233,6 +94,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 .status(request(pb::StatusRequest { db: db.clone() }))
                 .await?
                 .into_inner();
+            bases.saw(db, response.basis_t);
             format!(
                 "basis {}, has a lease owner {}, has an endpoint {}",
                 response.basis_t,
@@ -240,7 +102,17 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 !response.lease_owner_endpoint.is_empty()
             )
         }
-        Op::Subscribe { db, from_basis_t } => subscribe(&mut transactor, db, *from_basis_t, names).await?,
+        Op::Subscribe { db, from_basis_t } => {
+            let stream = transactor
+                .subscribe(request(pb::SubscribeRequest {
+                    db: db.clone(),
+                    protocol_version: version,
+                    from_basis_t: *from_basis_t,
+                }))
+                .await?
+                .into_inner();
+            backfill(stream, db, *from_basis_t, names, bases).await?
+        }
         Op::SagaCommit { db, saga } => {
             let response = transactor
                 .saga_commit(request(pb::SagaCommitRequest {
@@ -252,6 +124,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 }))
                 .await?
                 .into_inner();
+            bases.saw(db, response.basis_t);
             format!(
                 "committed {}, basis {} → {}, steps {}, datoms {}",
                 response.committed, response.basis_before, response.basis_t, response.steps, response.datoms
@@ -269,6 +142,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 }))
                 .await?
                 .into_inner();
+            bases.saw(db, response.basis_t);
             format!(
                 "status {}, basis {} → {}, compensated {}",
                 response.status, response.basis_before, response.basis_t, response.compensated
@@ -300,6 +174,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 }))
                 .await?
                 .into_inner();
+            bases.saw(target, response.basis_t);
             format!("created {}, basis {}", response.created, response.basis_t)
         }
         Op::GcDeleted => {
@@ -336,6 +211,7 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 .get_storage_info(request(pb::GetStorageInfoRequest { db: db.clone() }))
                 .await?
                 .into_inner();
+            bases.saw(db, response.basis_t);
             let kind = match response.storage.and_then(|storage| storage.backend) {
                 None => "none",
                 Some(pb::storage_connection::Backend::Memory(_)) => "memory",
@@ -379,27 +255,27 @@ async fn call(channel: &Channel, op: &Op, names: &mut Names) -> Result<String, t
                 .await?;
             "rewrapped".to_owned()
         }
-        Op::AlterSchema { db, desired } => alter_schema(&mut catalog, db, desired).await?,
+        Op::AlterSchema { db, desired } => alter_schema(&mut catalog, db, desired, bases).await?,
+        Op::Query { .. }
+        | Op::Pull { .. }
+        | Op::Datoms { .. }
+        | Op::TxRange { .. }
+        | Op::DbStats { .. }
+        | Op::PeerTransact { .. }
+        | Op::PeerSubscribe { .. } => unreachable!("a PeerServer call: play/peer.rs"),
     })
 }
 
-/// The handshake and the backfill: every report up to the handshake's
-/// basis (heartbeats and index-basis announcements, which depend on timing,
-/// skipped).
-async fn subscribe(
-    transactor: &mut TransactorClient<Channel>,
+/// A subscription's handshake and backfill: every report up to the
+/// handshake's basis (heartbeats and index-basis announcements, which
+/// depend on timing, skipped).
+pub(super) async fn backfill(
+    mut stream: tonic::Streaming<pb::SubscribeItem>,
     db: &str,
     from_basis_t: u64,
     names: &mut Names,
+    bases: &mut Bases,
 ) -> Result<String, tonic::Status> {
-    let mut stream = transactor
-        .subscribe(request(pb::SubscribeRequest {
-            db: db.to_owned(),
-            protocol_version: corium_protocol::PROTOCOL_VERSION,
-            from_basis_t,
-        }))
-        .await?
-        .into_inner();
     let mut out = String::new();
     let mut backfilled_to = None;
     loop {
@@ -421,6 +297,7 @@ async fn subscribe(
                     handshake.basis_t,
                     answer::schema(&handshake.schema, names)
                 );
+                bases.saw(db, handshake.basis_t);
                 backfilled_to = Some((handshake.basis_t, from_basis_t));
             }
             pb::subscribe_item::Item::Report(report) => {
@@ -444,7 +321,7 @@ async fn subscribe(
 /// Reads `db`'s schema from a subscription's handshake, so datoms about the
 /// fleet's own attributes are known (the harness's own call, not part of
 /// the sequence; a failure leaves nothing learned).
-async fn learn_schema(channel: &Channel, db: &str, names: &mut Names) {
+pub(super) async fn learn_schema(channel: &Channel, db: &str, names: &mut Names) {
     let mut transactor = TransactorClient::new(channel.clone());
     let Ok(response) = transactor
         .subscribe(request(pb::SubscribeRequest {
@@ -474,6 +351,7 @@ async fn alter_schema(
     catalog: &mut CatalogClient<Channel>,
     db: &str,
     desired: &str,
+    bases: &mut Bases,
 ) -> Result<String, tonic::Status> {
     let ask = |plan_digest: String| {
         request(pb::AlterSchemaRequest {
@@ -503,6 +381,7 @@ async fn alter_schema(
         }
     }
     .into_inner();
+    bases.saw(db, response.basis_t);
     Ok(format!(
         "basis {}, generation {}, changed {}, steps {}, installed {:?}",
         response.basis_t,
