@@ -11,6 +11,7 @@
 //!   owner's own node (a 1-node fleet), beside a stock transactor with a
 //!   stock peer server taking the same reads, in one run.
 
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use corium_fleet_tests::stock::{StockPeerServer, StockTransactor};
@@ -81,16 +82,17 @@ async fn fill(endpoint: &str, db: &str) -> anyhow::Result<()> {
     corium::create(endpoint, db).await?;
     let mut transactor = pb::transactor_client::TransactorClient::new(corium::channel(endpoint).await);
     for batch in 0..ITEMS / 100 {
-        let forms: String = (0..100)
-            .map(|n| format!("{{:db/id \"x{n}\" :item/name \"item-{batch}-{n}\"}}"))
-            .collect();
-        let mut request = pb::TransactRequest {
+        let mut forms = String::from("[");
+        for n in 0..100 {
+            let _ = write!(forms, "{{:db/id \"x{n}\" :item/name \"item-{batch}-{n}\"}}");
+        }
+        forms.push(']');
+        let request = pb::TransactRequest {
             db: db.to_owned(),
             protocol_version: corium_protocol::PROTOCOL_VERSION,
-            tx_data: codec::encode_edn(&read_one(&format!("[{forms}]"))?),
+            tx_data: codec::encode_edn(&read_one(&forms)?),
             expected_basis_t: None,
         };
-        request.expected_basis_t = None;
         transactor.transact(request).await?;
     }
     Ok(())

@@ -16,9 +16,6 @@ use tonic::Code;
 
 use crate::{Bearer, Clients, TOKEN, TTL, clients, code};
 
-/// One call of every method class the fleet serves, each answered with its
-/// status code: `(class, code)`.
-#[allow(clippy::too_many_lines)] // One call per class, each spelled out.
 /// A thin client's read of `db` (`PeerServer/DbStats`, served by a read
 /// replica).
 fn stats_request(db: &str) -> pb::DbStatsRequest {
@@ -30,6 +27,9 @@ fn stats_request(db: &str) -> pb::DbStatsRequest {
     }
 }
 
+/// One call of every method class the fleet serves, each answered with its
+/// status code: `(class, code)`.
+#[allow(clippy::too_many_lines)] // One call per class, each spelled out.
 async fn every_class(clients: &mut Clients, db: &str) -> Vec<(&'static str, Code)> {
     let mut codes = Vec::new();
     codes.push((

@@ -284,8 +284,9 @@ impl Replica {
     }
 }
 
-/// The follow probe: every period, the owner's basis; a `NotOwner`, or
-/// [`RETIRE_AFTER_FAILURES`] failures in a row, retire the replica. Ends
+/// The follow probe: every period, the owner's basis; a `NotOwner`, a
+/// `NOT_FOUND` (the database was deleted), or [`RETIRE_AFTER_FAILURES`]
+/// failures in a row, retire the replica. Ends
 /// when the replica is dropped or retired.
 async fn follow(replica: Weak<Replica>, retire: Retire) {
     let mut failures = 0;
@@ -301,13 +302,16 @@ async fn follow(replica: Weak<Replica>, retire: Retire) {
             Ok(_) => failures = 0,
             Err(status) => {
                 failures += 1;
+                // The lease moved, or the database is gone: at once.
                 let moved = not_owner::from_status(&status).is_some();
-                if moved || failures >= RETIRE_AFTER_FAILURES {
+                let deleted = status.code() == tonic::Code::NotFound;
+                if moved || deleted || failures >= RETIRE_AFTER_FAILURES {
                     this.retired.store(true, Ordering::Relaxed);
                     tracing::info!(
                         db = %this.db,
                         owner = %this.owner,
                         moved,
+                        deleted,
                         code = ?status.code(),
                         "read replica stopped following its owner; retired"
                     );
