@@ -135,9 +135,10 @@ start)
   echo $! >"$dir/weed.pid"
   endpoint="http://127.0.0.1:$s3"
   # Ready once the bucket exists and an object can be written (the S3 port opens before the
-  # volume server takes writes). Bounded: 60 s.
+  # volume server takes writes). Bounded: 60 s by the clock (each probe may take its own 3 s).
   ready=
-  for _ in $(seq 1 240); do
+  deadline=$(( $(date +%s) + 60 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
     running || { rm -f "$dir/weed.pid"; stop; fail "weed exited during start"; }
     created=$(status -X PUT "$endpoint/$bucket")
     if { [ "$created" = 200 ] || [ "$created" = 409 ]; } &&
@@ -147,7 +148,12 @@ start)
     fi
     sleep 0.25
   done
-  [ -n "$ready" ] || { stop; fail "S3 at $endpoint took no write within 60 s"; }
+  if [ -z "$ready" ]; then
+    # The usual cause on a developer machine: SeaweedFS makes no volume on a disk under 1 % free.
+    why=$(grep -o 'disk free [0-9.]*% < required [0-9.]*%' "$dir/weed.log" | tail -1 || true)
+    stop
+    fail "S3 at $endpoint took no write within 60 s${why:+ ($why under $dir: free some disk)}"
+  fi
   # The conditional writes Corium's root fencing relies on: a second create is refused.
   probe="$endpoint/$bucket/condwrite-probe"
   status -X DELETE "$probe" >/dev/null
