@@ -227,9 +227,22 @@ impl Replica {
         {
             // A stock peer server answers a view past its basis with its
             // present; here "its basis" is the owner's.
+            // The owner cannot say (it is losing the lease, or gone): nothing
+            // was read, so the caller may try another replica or later.
             let owner_basis = tokio::time::timeout(within, self.owner_basis())
                 .await
-                .map_err(|_| self.too_far(t, within))??;
+                .map_err(|_| self.too_far(t, within))?
+                .map_err(|status| {
+                    not_now(
+                        format!(
+                            "the read replica of {:?} cannot learn its owner's basis ({}: {}); retry",
+                            self.db,
+                            status.code(),
+                            status.message()
+                        ),
+                        self.follow_interval,
+                    )
+                })?;
             target = target.max(t.min(owner_basis));
         }
         if local >= target {
