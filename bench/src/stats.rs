@@ -99,6 +99,26 @@ pub(crate) fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time (user + system) of process `pid` (`None`: this process) so far,
+/// from `/proc/PID/stat`; zero when it cannot be read.
+#[must_use]
+pub(crate) fn cpu_time(pid: Option<u32>) -> std::time::Duration {
+    let path = pid.map_or_else(|| "/proc/self/stat".to_owned(), |pid| format!("/proc/{pid}/stat"));
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|field| field.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime, in clock ticks of 10 ms.
+    std::time::Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

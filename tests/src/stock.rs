@@ -25,6 +25,34 @@ pub fn binary() -> PathBuf {
     )
 }
 
+/// Waits (at most `within`) until the stock `what` started as `child` listens
+/// on loopback `port`.
+///
+/// # Errors
+/// It exited (with its `log`), or did not listen in time.
+async fn wait_listening(
+    child: &mut Child,
+    port: u16,
+    log: &std::path::Path,
+    what: &str,
+    within: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(status) = child.try_wait()? {
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            anyhow::bail!("stock {what} exited ({status}): {log}");
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "stock {what} did not listen within {} s",
+            within.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
 /// A running stock transactor; killed when dropped.
 pub struct StockTransactor {
     child: Child,
@@ -65,18 +93,14 @@ impl StockTransactor {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = child.try_wait()? {
-                let log = std::fs::read_to_string(dir.path().join("stock.log")).unwrap_or_default();
-                anyhow::bail!("stock corium transactor exited ({status}): {log}");
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "stock corium transactor did not listen within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_listening(
+            &mut child,
+            port,
+            &dir.path().join("stock.log"),
+            "corium transactor",
+            Duration::from_secs(30),
+        )
+        .await?;
         Ok(Self {
             child,
             dir,
@@ -143,18 +167,14 @@ impl StockPeerServer {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()?;
-        let deadline = Instant::now() + Duration::from_mins(1);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = child.try_wait()? {
-                let log = std::fs::read_to_string(dir.path().join("peer-server.log")).unwrap_or_default();
-                anyhow::bail!("stock corium peer-server exited ({status}): {log}");
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "stock corium peer-server did not listen within 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_listening(
+            &mut child,
+            port,
+            &dir.path().join("peer-server.log"),
+            "corium peer-server",
+            Duration::from_mins(1),
+        )
+        .await?;
         Ok(Self {
             child,
             dir,

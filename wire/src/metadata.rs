@@ -87,6 +87,24 @@ pub enum MetadataError {
 /// that basis: read-your-writes for stock thin clients).
 pub const BASIS_T: &str = "corium-basis-t";
 
+/// Parses a `grpc-timeout` value (`<digits><H|M|S|m|u|n>`, gRPC over
+/// HTTP/2); `None` for anything else.
+#[must_use]
+pub fn grpc_timeout(text: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
 /// Parses `corium-min-basis`: absent → `None`, else a `u64`.
 ///
 /// # Errors
@@ -210,6 +228,17 @@ mod tests {
             map.insert(*key, value.parse().unwrap());
         }
         map
+    }
+
+    #[test]
+    fn grpc_timeouts_parse_in_every_unit() {
+        use std::time::Duration;
+        assert_eq!(grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(grpc_timeout("300m"), Some(Duration::from_millis(300)));
+        assert_eq!(grpc_timeout("1H"), Some(Duration::from_hours(1)));
+        assert_eq!(grpc_timeout("5n"), Some(Duration::from_nanos(5)));
+        assert_eq!(grpc_timeout("junk"), None);
+        assert_eq!(grpc_timeout(""), None);
     }
 
     #[test]

@@ -55,26 +55,10 @@ pub(crate) struct Result {
     pub(crate) load: String,
 }
 
-/// CPU time (user + system) of the processes `pids`, from `/proc`.
+/// CPU seconds (user + system) of the processes `pids` so far.
 fn cpu_seconds(pids: &[u32]) -> f64 {
     pids.iter()
-        .map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map(|(_, rest)| rest.split_whitespace().collect())
-                .unwrap_or_default();
-            let ticks = |index: usize| {
-                fields
-                    .get(index)
-                    .and_then(|field| field.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            // utime and stime, in clock ticks of 10 ms.
-            #[allow(clippy::cast_precision_loss)]
-            let seconds = (ticks(11) + ticks(12)) as f64 / 100.0;
-            seconds
-        })
+        .map(|pid| stats::cpu_time(Some(*pid)).as_secs_f64())
         .sum()
 }
 
@@ -231,6 +215,29 @@ async fn write_p50(endpoint: &str, db: &str, seconds: u64, round: usize) -> anyh
     Ok(stats::quantile(&samples, 0.5).as_secs_f64() * 1e6)
 }
 
+/// `rounds` pairs of rounds: one writer alone at `writes`, then the writer
+/// with 16 readers at `reads`; (write p50s alone, write p50s with the
+/// readers, reads per second).
+async fn write_rounds(
+    writes: &str,
+    reads: &str,
+    rounds: usize,
+    seconds: u64,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let (mut idle, mut busy, mut rates) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        idle.push(write_p50(writes, "hot", seconds, r).await?);
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let readers = read_until(reads, "hot", 16, deadline);
+        let started = Instant::now();
+        let (written, read) = tokio::join!(write_p50(writes, "hot", seconds, r + 100), readers);
+        busy.push(written?);
+        #[allow(clippy::cast_precision_loss)]
+        rates.push(read? as f64 / started.elapsed().as_secs_f64());
+    }
+    Ok((idle, busy, rates))
+}
+
 /// The owner's write p50 without reads, with 16 readers on the replicas
 /// (3 nodes), and with them on the owner's node (1 node).
 async fn writes(rounds: usize, seconds: u64) -> anyhow::Result<Vec<WriteRow>> {
@@ -241,17 +248,7 @@ async fn writes(rounds: usize, seconds: u64) -> anyhow::Result<Vec<WriteRow>> {
         let stock = StockTransactor::start().await?;
         fill(&stock.endpoint, "hot").await?;
         let peer = StockPeerServer::start(&stock.endpoint, "hot").await?;
-        let (mut idle, mut busy, mut reads) = (Vec::new(), Vec::new(), Vec::new());
-        for r in 0..rounds {
-            idle.push(write_p50(&stock.endpoint, "hot", seconds, r).await?);
-            let deadline = Instant::now() + Duration::from_secs(seconds);
-            let readers = read_until(&peer.endpoint, "hot", 16, deadline);
-            let started = Instant::now();
-            let (written, read) = tokio::join!(write_p50(&stock.endpoint, "hot", seconds, r + 100), readers);
-            busy.push(written?);
-            #[allow(clippy::cast_precision_loss)]
-            reads.push(read? as f64 / started.elapsed().as_secs_f64());
-        }
+        let (idle, busy, reads) = write_rounds(&stock.endpoint, &peer.endpoint, rounds, seconds).await?;
         rows.push(WriteRow {
             reads: "none (stock transactor)",
             write_p50_us: stats::spread(&idle),
@@ -276,17 +273,7 @@ async fn writes(rounds: usize, seconds: u64) -> anyhow::Result<Vec<WriteRow>> {
         let address = fleet.ingresses[0].endpoint();
         fill(&address, "hot").await?;
         read_until(&address, "hot", 2, Instant::now() + Duration::from_secs(1)).await?;
-        let (mut idle, mut busy, mut reads) = (Vec::new(), Vec::new(), Vec::new());
-        for r in 0..rounds {
-            idle.push(write_p50(&address, "hot", seconds, r).await?);
-            let deadline = Instant::now() + Duration::from_secs(seconds);
-            let readers = read_until(&address, "hot", 16, deadline);
-            let started = Instant::now();
-            let (written, read) = tokio::join!(write_p50(&address, "hot", seconds, r + 100), readers);
-            busy.push(written?);
-            #[allow(clippy::cast_precision_loss)]
-            reads.push(read? as f64 / started.elapsed().as_secs_f64());
-        }
+        let (idle, busy, reads) = write_rounds(&address, &address, rounds, seconds).await?;
         rows.push(WriteRow {
             reads: label_idle,
             write_p50_us: stats::spread(&idle),

@@ -48,21 +48,9 @@ impl opentelemetry_sdk::trace::SpanExporter for Dropping {
     }
 }
 
-/// The process's CPU time so far (user + system), from `/proc/self/stat`.
+/// The process's CPU time so far (user + system).
 fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |index: usize| {
-        fields
-            .get(index)
-            .and_then(|field| field.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime, in clock ticks of 10 ms.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    crate::stats::cpu_time(None)
 }
 
 /// One call's tracing work, as the ingress does it: with export off only

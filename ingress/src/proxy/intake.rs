@@ -84,18 +84,7 @@ impl Call {
 
 /// `grpc-timeout` → duration (`<digits><H|M|S|m|u|n>`).
 pub(super) fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
-    let text = value.to_str().ok()?;
-    let (digits, unit) = text.split_at(text.len().checked_sub(1)?);
-    let amount: u64 = digits.parse().ok()?;
-    Some(match unit {
-        "H" => Duration::from_secs(amount.saturating_mul(3600)),
-        "M" => Duration::from_secs(amount.saturating_mul(60)),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return None,
-    })
+    metadata::grpc_timeout(value.to_str().ok()?)
 }
 
 /// A request id for a `Transact` that arrived without one: a UUID made of a

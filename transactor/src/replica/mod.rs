@@ -264,16 +264,22 @@ impl Replicas {
     /// the database at its candidates when nobody holds it).
     async fn open(&self, host: &Arc<Host>, db: &str) -> Result<Arc<Replica>, Status> {
         names::check(db).map_err(|error| Status::from(Refusal::from(error)))?;
-        let (node, endpoint) = owner(host, names::home(db)).await.map_err(|status| match status.code() {
-            // Answers about the name: final.
-            tonic::Code::NotFound | tonic::Code::InvalidArgument => status,
-            // Ownership in motion, storage not answering: nothing was read,
-            // another replica or a later try may answer.
-            _ => follow::not_now(
-                format!("no owner of {db:?} to follow now ({}: {}); retry", status.code(), status.message()),
-                self.settings.follow_interval,
-            ),
-        })?;
+        let (node, endpoint) = owner(host, names::home(db))
+            .await
+            .map_err(|status| match status.code() {
+                // Answers about the name: final.
+                tonic::Code::NotFound | tonic::Code::InvalidArgument => status,
+                // Ownership in motion, storage not answering: nothing was read,
+                // another replica or a later try may answer.
+                _ => follow::not_now(
+                    format!(
+                        "no owner of {db:?} to follow now ({}: {}); retry",
+                        status.code(),
+                        status.message()
+                    ),
+                    self.settings.follow_interval,
+                ),
+            })?;
         let cache = self.cache.clone();
         let retire: follow::Retire = Arc::new(move |db: String| {
             let cache = cache.clone();

@@ -41,23 +41,16 @@ pub struct FleetPeerServer(pub Arc<Host>);
 /// The time left of the call's `grpc-timeout` (less a margin), or
 /// [`DEFAULT_WAIT`].
 fn time_left(map: &tonic::metadata::MetadataMap) -> Duration {
-    let Some(value) = map.get("grpc-timeout").and_then(|value| value.to_str().ok()) else {
-        return DEFAULT_WAIT;
-    };
-    let (digits, unit) = value.split_at(value.len().saturating_sub(1));
-    let Ok(amount) = digits.parse::<u64>() else {
-        return DEFAULT_WAIT;
-    };
-    let timeout = match unit {
-        "H" => Duration::from_secs(amount.saturating_mul(3600)),
-        "M" => Duration::from_secs(amount.saturating_mul(60)),
-        "S" => Duration::from_secs(amount),
-        "m" => Duration::from_millis(amount),
-        "u" => Duration::from_micros(amount),
-        "n" => Duration::from_nanos(amount),
-        _ => return DEFAULT_WAIT,
-    };
-    timeout.saturating_sub(DEADLINE_MARGIN)
+    map.get("grpc-timeout")
+        .and_then(|value| value.to_str().ok())
+        .and_then(metadata::grpc_timeout)
+        .map_or(DEFAULT_WAIT, |timeout| timeout.saturating_sub(DEADLINE_MARGIN))
+}
+
+/// The view a `Pull`, `Datoms` or `DbStats` request names.
+fn spec(view: Option<&pb::DbViewSpec>) -> Result<pb::DbViewSpec, Status> {
+    view.cloned()
+        .ok_or_else(|| Status::invalid_argument("request names no database"))
 }
 
 /// The basis a view names: as of `t` or since `t` need the database at `t`.
@@ -134,11 +127,7 @@ impl PeerServer for FleetPeerServer {
     }
 
     async fn pull(&self, request: Request<pb::PullRequest>) -> Result<Response<pb::PullResponse>, Status> {
-        let spec = request
-            .get_ref()
-            .db
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("request names no database"))?;
+        let spec = spec(request.get_ref().db.as_ref())?;
         let (replica, _work) = self
             .replica(&request, &spec.db, Action::Pull, view_basis(&spec))
             .await?;
@@ -159,11 +148,7 @@ impl PeerServer for FleetPeerServer {
         &self,
         request: Request<pb::DatomsRequest>,
     ) -> Result<Response<Self::DatomsStream>, Status> {
-        let spec = request
-            .get_ref()
-            .db
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("request names no database"))?;
+        let spec = spec(request.get_ref().db.as_ref())?;
         let (replica, _work) = self
             .replica(&request, &spec.db, Action::Datoms, view_basis(&spec))
             .await?;
@@ -185,11 +170,7 @@ impl PeerServer for FleetPeerServer {
         &self,
         request: Request<pb::DbStatsRequest>,
     ) -> Result<Response<pb::DbStatsResponse>, Status> {
-        let spec = request
-            .get_ref()
-            .db
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("request names no database"))?;
+        let spec = spec(request.get_ref().db.as_ref())?;
         let (replica, _work) = self
             .replica(&request, &spec.db, Action::Inspect, view_basis(&spec))
             .await?;
