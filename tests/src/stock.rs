@@ -25,56 +25,36 @@ pub fn binary() -> PathBuf {
     )
 }
 
-/// Waits (at most `within`) until the stock `what` started as `child` listens
-/// on loopback `port`.
-///
-/// # Errors
-/// It exited (with its `log`), or did not listen in time.
-async fn wait_listening(
-    child: &mut Child,
-    port: u16,
-    log: &std::path::Path,
-    what: &str,
-    within: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = child.try_wait()? {
-            let log = std::fs::read_to_string(log).unwrap_or_default();
-            anyhow::bail!("stock {what} exited ({status}): {log}");
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "stock {what} did not listen within {} s",
-            within.as_secs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
-}
-
-/// A running stock transactor; killed when dropped.
-pub struct StockTransactor {
+/// One running stock `corium` process on a loopback port, with its own
+/// temporary directory (and its standard error in a log there); killed when
+/// dropped.
+struct StockProcess {
     child: Child,
-    /// Its data directory (and its log, `stock.log`).
     dir: tempfile::TempDir,
-    /// `http://127.0.0.1:<port>`.
-    pub endpoint: String,
+    log: &'static str,
 }
 
-impl Drop for StockTransactor {
+impl Drop for StockProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-impl StockTransactor {
-    /// Starts one and waits (at most 30 s) until it listens.
+impl StockProcess {
+    /// Runs `corium` with the arguments `args` gives for (its directory, a
+    /// free port), logging to `log` there, and waits (at most `within`)
+    /// until it listens on that port. Returns it and its endpoint.
     ///
     /// # Errors
-    /// No stock binary (`make test` installs it), or it did not listen.
-    pub async fn start() -> anyhow::Result<Self> {
+    /// No stock binary (`make test` installs it), or it exited or did not
+    /// listen in time.
+    async fn start(
+        what: &str,
+        log: &'static str,
+        within: Duration,
+        args: impl FnOnce(&std::path::Path, u16) -> Vec<String>,
+    ) -> anyhow::Result<(Self, String)> {
         let binary = binary();
         anyhow::ensure!(
             binary.exists(),
@@ -83,41 +63,81 @@ impl StockTransactor {
         );
         let dir = tempfile::tempdir()?;
         let port = free_port();
-        let log = std::fs::File::create(dir.path().join("stock.log"))?;
-        let mut child = Command::new(binary)
-            .args(["transactor", "--store", "fs", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--gc-interval", "off"])
-            // Its client endpoint in `Status`, as every fleet node advertises.
-            .args(["--advertise", &format!("http://127.0.0.1:{port}")])
+        let child = Command::new(binary)
+            .args(args(dir.path(), port))
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(std::fs::File::create(dir.path().join(log))?)
             .spawn()?;
-        wait_listening(
-            &mut child,
-            port,
-            &dir.path().join("stock.log"),
+        let mut process = Self { child, dir, log };
+        let deadline = Instant::now() + within;
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = process.child.try_wait()? {
+                anyhow::bail!("stock {what} exited ({status}): {}", process.log());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "stock {what} did not listen within {} s",
+                within.as_secs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok((process, format!("http://127.0.0.1:{port}")))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(self.log)).unwrap_or_default()
+    }
+}
+
+/// A running stock transactor; killed when dropped.
+pub struct StockTransactor {
+    process: StockProcess,
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+}
+
+impl StockTransactor {
+    /// Starts one on the filesystem store and waits (at most 30 s) until it
+    /// listens.
+    ///
+    /// # Errors
+    /// No stock binary (`make test` installs it), or it did not listen.
+    pub async fn start() -> anyhow::Result<Self> {
+        let (process, endpoint) = StockProcess::start(
             "corium transactor",
+            "stock.log",
             Duration::from_secs(30),
+            |dir, port| {
+                let mut args: Vec<String> = ["transactor", "--store", "fs", "--data-dir"]
+                    .map(String::from)
+                    .into();
+                args.push(dir.join("data").display().to_string());
+                args.extend([
+                    "--listen".into(),
+                    format!("127.0.0.1:{port}"),
+                    "--gc-interval".into(),
+                    "off".into(),
+                    // Its client endpoint in `Status`, as every fleet node advertises.
+                    "--advertise".into(),
+                    format!("http://127.0.0.1:{port}"),
+                ]);
+                args
+            },
         )
         .await?;
-        Ok(Self {
-            child,
-            dir,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        })
+        Ok(Self { process, endpoint })
     }
 
     /// What it wrote to standard error so far.
     #[must_use]
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stock.log")).unwrap_or_default()
+        self.process.log()
     }
 
     /// Its process id (for CPU accounting in benchmarks).
     #[must_use]
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.child.id()
     }
 }
 
@@ -125,17 +145,9 @@ impl StockTransactor {
 /// for thin clients, following a transactor (a stock one, or the fleet's
 /// ingress); killed when dropped. The reference for `PeerServer` answers.
 pub struct StockPeerServer {
-    child: Child,
-    dir: tempfile::TempDir,
+    process: StockProcess,
     /// `http://127.0.0.1:<port>`.
     pub endpoint: String,
-}
-
-impl Drop for StockPeerServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl StockPeerServer {
@@ -146,51 +158,37 @@ impl StockPeerServer {
     /// # Errors
     /// No stock binary, or it did not listen.
     pub async fn start(transactor: &str, db: &str) -> anyhow::Result<Self> {
-        let binary = binary();
-        anyhow::ensure!(
-            binary.exists(),
-            "{} missing: `make test` installs it",
-            binary.display()
-        );
-        let dir = tempfile::tempdir()?;
-        let port = free_port();
-        let log = std::fs::File::create(dir.path().join("peer-server.log"))?;
-        let mut child = Command::new(binary)
-            .args([
-                "peer-server",
-                "--db",
-                db,
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-            ])
-            .args(["--transactor", transactor, "--token", ""])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?;
-        wait_listening(
-            &mut child,
-            port,
-            &dir.path().join("peer-server.log"),
+        let (process, endpoint) = StockProcess::start(
             "corium peer-server",
+            "peer-server.log",
             Duration::from_mins(1),
+            |_, port| {
+                vec![
+                    "peer-server".into(),
+                    "--db".into(),
+                    db.into(),
+                    "--listen".into(),
+                    format!("127.0.0.1:{port}"),
+                    "--transactor".into(),
+                    transactor.into(),
+                    "--token".into(),
+                    String::new(),
+                ]
+            },
         )
         .await?;
-        Ok(Self {
-            child,
-            dir,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        })
+        Ok(Self { process, endpoint })
     }
 
     /// What it wrote to standard error so far.
     #[must_use]
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("peer-server.log")).unwrap_or_default()
+        self.process.log()
     }
 
     /// Its process id (for CPU accounting in benchmarks).
     #[must_use]
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.child.id()
     }
 }

@@ -272,6 +272,17 @@ async fn reads_answer_as_a_stock_peer_server_does(backend: Backend) {
             .any(|(replicas, reads)| *replicas >= 1.0 && *reads >= 6.0),
         "one replica answered them: {counts:?}"
     );
+    let (_, ingress) = http_get(fleet.ingresses[1].admin, "/metrics")
+        .await
+        .expect("ingress metrics");
+    assert!(
+        metric(&ingress, "corium_fleet_ingress_reads_to_replica_total").unwrap_or(0.0) >= 6.0,
+        "the ingress counts them as replica reads"
+    );
+    assert_eq!(
+        metric(&ingress, "corium_fleet_ingress_reads_to_owner_total"),
+        Some(0.0)
+    );
 
     // Stock's own thin client at the fleet address: a write through one
     // ingress, then reads at the basis it returned, through the other.
@@ -411,9 +422,9 @@ async fn reads_continue_on_another_replica_when_a_replica_node_is_killed_and_non
     fleet.nodes[replica].kill();
     // Writes and reads alternate past the kill: every read succeeds (the
     // ingress goes to the next replica) and sees every write before it.
-    let mut reads = 0;
-    let until = Instant::now() + Duration::from_secs(4);
-    while Instant::now() < until {
+    // A fixed number of rounds, not a time window: a loaded machine makes
+    // them slower, never fewer.
+    for _ in 0..20 {
         written = corium::transact(&address, "hot", &format!("after-{count}"), &[])
             .await
             .unwrap_or_else(|status| panic!("write {count}: {status:?}"))
@@ -423,9 +434,7 @@ async fn reads_continue_on_another_replica_when_a_replica_node_is_killed_and_non
             .await
             .unwrap_or_else(|status| panic!("read after the kill: {status:?}\n{}", fleet.logs()));
         assert_eq!(rows.len(), count, "never stale");
-        reads += 1;
     }
-    assert!(reads >= 10, "reads went on: {reads}");
     let after = replica_counts(&fleet).await;
     assert!(
         after

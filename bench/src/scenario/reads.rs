@@ -138,6 +138,20 @@ async fn round(
     Ok((reads / elapsed, reads / cpu))
 }
 
+/// A filesystem fleet of `nodes` nodes and an ingress, with the hot
+/// database filled; and the ingress's address.
+async fn hot_fleet(nodes: usize) -> anyhow::Result<(Fleet, String)> {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .nodes(nodes)
+        .lease_ttl(Duration::from_secs(5))
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    fill(&address, "hot").await?;
+    Ok((fleet, address))
+}
+
 fn fleet_pids(fleet: &Fleet) -> Vec<u32> {
     fleet
         .nodes
@@ -170,14 +184,7 @@ async fn throughput(rounds: usize, seconds: u64) -> anyhow::Result<Vec<Throughpu
         });
     }
     for replicas in 1..=3 {
-        let mut fleet = Fleet::builder(Backend::Filesystem)
-            .nodes(replicas + 1)
-            .lease_ttl(Duration::from_secs(5))
-            .start()
-            .await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
-        fill(&address, "hot").await?;
+        let (fleet, address) = hot_fleet(replicas + 1).await?;
         let pids = fleet_pids(&fleet);
         let readers = 8 * replicas;
         round(&address, "hot", readers, 1, &pids).await?;
@@ -264,14 +271,7 @@ async fn writes(rounds: usize, seconds: u64) -> anyhow::Result<Vec<WriteRow>> {
         (3, "none (3 nodes)", "16 readers on the replicas (3 nodes)"),
         (1, "none (1 node)", "16 readers on the owner's node (1 node)"),
     ] {
-        let mut fleet = Fleet::builder(Backend::Filesystem)
-            .nodes(nodes)
-            .lease_ttl(Duration::from_secs(5))
-            .start()
-            .await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
-        fill(&address, "hot").await?;
+        let (_fleet, address) = hot_fleet(nodes).await?;
         read_until(&address, "hot", 2, Instant::now() + Duration::from_secs(1)).await?;
         let (idle, busy, reads) = write_rounds(&address, &address, rounds, seconds).await?;
         rows.push(WriteRow {
