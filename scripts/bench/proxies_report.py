@@ -27,7 +27,7 @@ import sys
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 VARIANTS = ["cleartext", "mtls"]
-TARGETS = ["direct", "haproxy", "envoy", "ingress"]
+TARGETS = ["direct", "haproxy", "envoy", "ingress", "pingora"]
 METRICS = ["p50_us", "p99_us", "rps", "cpu_us_per_req", "rss_kb", "backend_cpu_us_per_req"]
 
 
