@@ -4,9 +4,24 @@
 /// Implements `corium_store::BlobStore` for `$wrapper` by delegating every
 /// call to the store in its field `$inner` (anything that derefs to a
 /// `BlobStore`).
+///
+/// `delegate_blobs!(Wrapper, inner, get = method)` delegates every call but
+/// `get`, which calls `self.method(id)` (an async method with `get`'s
+/// signature): for a wrapper that serves some reads itself.
 #[macro_export]
 macro_rules! delegate_blobs {
     ($wrapper:ty, $inner:ident) => {
+        $crate::delegate_blobs!($wrapper, $inner, get = delegated_get);
+        impl $wrapper {
+            async fn delegated_get(
+                &self,
+                id: &$crate::__private::BlobId,
+            ) -> Result<Option<Vec<u8>>, $crate::__private::StoreError> {
+                self.$inner.get(id).await
+            }
+        }
+    };
+    ($wrapper:ty, $inner:ident, get = $get:ident) => {
         #[$crate::__private::async_trait]
         impl $crate::__private::BlobStore for $wrapper {
             async fn put(
@@ -19,7 +34,7 @@ macro_rules! delegate_blobs {
                 &self,
                 id: &$crate::__private::BlobId,
             ) -> Result<Option<Vec<u8>>, $crate::__private::StoreError> {
-                self.$inner.get(id).await
+                self.$get(id).await
             }
             async fn contains(
                 &self,

@@ -1,10 +1,12 @@
-//! Fast ownership moves (issue 17, parts 2 and 3): on `PostgreSQL`, where the
-//! log is one root per committed batch, a handoff's target reads the log in
-//! one query while the old owner still serves (`Prepare`), and its
-//! activation serves Corium's two recovery passes from memory. The moved
-//! database holds exactly what it held, whether the read-ahead is on or off;
-//! with it on, the target prepared the log, started its activation from it
-//! and read its records from it (its `/metrics` say so), with it off, none.
+//! Fast ownership moves (issue 17, parts 2 and 3): on `PostgreSQL` and S3,
+//! where the log is one root per committed batch, a handoff's target reads
+//! the log in one go, and the index blobs the owner just published, while
+//! the old owner still serves (`Prepare`), and its activation serves
+//! Corium's two recovery passes from memory. The moved database holds
+//! exactly what it held, whether the read-ahead is on or off; with it on,
+//! the target prepared the log, started its activation from it and read its
+//! records and index blobs from it (its `/metrics` say so), with it off,
+//! none.
 
 use std::time::Duration;
 
@@ -28,6 +30,7 @@ struct Counts {
     prepared: f64,
     prepared_used: f64,
     served: f64,
+    index_served: f64,
 }
 
 async fn read_ahead_counts(admin: u16) -> Counts {
@@ -37,13 +40,14 @@ async fn read_ahead_counts(admin: u16) -> Counts {
         prepared: get("corium_fleet_activation_logs_prepared_total"),
         prepared_used: get("corium_fleet_activation_logs_prepared_used_total"),
         served: get("corium_fleet_activation_log_records_served_total"),
+        index_served: get("corium_fleet_activation_index_blobs_served_total"),
     }
 }
 
 /// Writes, hands the database to another candidate, and checks the log the
 /// new owner serves. Returns the target's read-ahead counts after the move.
-async fn move_once(flags: &[&str]) -> Counts {
-    let mut fleet = Fleet::builder(postgres())
+async fn move_once(backend: Backend, flags: &[&str]) -> Counts {
+    let mut fleet = Fleet::builder(backend)
         .lease_ttl(Duration::from_millis(1500))
         .node_flags(flags)
         .start()
@@ -93,12 +97,22 @@ async fn move_once(flags: &[&str]) -> Counts {
         prepared: counts.prepared - counts_before.prepared,
         prepared_used: counts.prepared_used - counts_before.prepared_used,
         served: counts.served - counts_before.served,
+        index_served: counts.index_served - counts_before.index_served,
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_database_is_recovered_from_a_log_read_ahead_with_the_same_contents() {
-    let counts = move_once(&[]).await;
+    moved_from_read_ahead(postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_database_is_recovered_from_a_log_read_ahead_with_the_same_contents_on_s3() {
+    moved_from_read_ahead(Backend::s3_from_env()).await;
+}
+
+async fn moved_from_read_ahead(backend: Backend) {
+    let counts = move_once(backend, &[]).await;
     assert!(
         counts.prepared >= 1.0,
         "the target read the log ahead: {counts:?}"
@@ -113,11 +127,17 @@ async fn a_moved_database_is_recovered_from_a_log_read_ahead_with_the_same_conte
         counts.served >= 2.0 * f64::from(WRITES),
         "recovery read its records from the read-ahead: {counts:?}"
     );
+    // The owner published its index before the move: both passes read at
+    // least a manifest and a chunk.
+    assert!(
+        counts.index_served >= 2.0,
+        "recovery read the index blobs from the read-ahead: {counts:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_read_ahead_off_the_moved_database_reads_record_by_record() {
-    let counts = move_once(&["--activation-read-ahead-mib", "0"]).await;
+    let counts = move_once(postgres(), &["--activation-read-ahead-mib", "0"]).await;
     assert_eq!(counts, Counts::default(), "nothing read ahead");
 }
 

@@ -27,8 +27,8 @@ use async_trait::async_trait;
 
 use crate::read_ahead::ReadAhead;
 use corium_store::{
-    BackendCapabilities, FullStore, LogPlacement, ReadStore, RootStore, StorageBackend, StorageConfig,
-    StoreError,
+    BackendCapabilities, BlobId, FullStore, LogPlacement, ReadStore, RootStore, StorageBackend,
+    StorageConfig, StoreError,
 };
 
 /// The shared base store, attached to a cell's `StorageConfig` as a
@@ -130,7 +130,21 @@ impl CellView {
     }
 }
 
-corium_fleet_store::delegate_blobs!(CellView, base);
+corium_fleet_store::delegate_blobs!(CellView, base, get = get_blob);
+
+impl CellView {
+    /// A blob: from the activation's index read-ahead when it holds it
+    /// (blobs are content-addressed: the bytes are storage's), else from
+    /// storage.
+    async fn get_blob(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(ahead) = &self.read_ahead
+            && let Some(bytes) = ahead.blob(id, self.base.as_ref()).await
+        {
+            return Ok(Some(bytes));
+        }
+        self.base.get(id).await
+    }
+}
 
 #[async_trait]
 impl RootStore for CellView {

@@ -102,6 +102,7 @@ impl Host {
                 db,
                 target = %target.node_id,
                 records = prepared.records,
+                index_blobs = prepared.index_blobs,
                 read_ms = prepared.read_ms,
                 "target read the log ahead"
             ),

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use corium_fleet_store::prefix_read::PrefixRead;
-use corium_store::StoreError;
+use corium_store::{BlobId, FullStore, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::index::{IndexRead, read_index};
 use super::log::{ReadAhead, Start};
 pub use super::pool::MAX_PER_ACTIVATION;
 use super::pool::{Counts, FORK_VERSION, Pool, is_record, keep, log_prefix};
@@ -22,6 +23,8 @@ struct Prepared {
     records: HashMap<String, Vec<u8>>,
     read_at: Instant,
     held: OwnedSemaphorePermit,
+    /// The index blobs the root named at the time, and their budget.
+    index: Option<(HashMap<BlobId, Vec<u8>>, OwnedSemaphorePermit)>,
 }
 
 /// What [`Budget::prepare`] read.
@@ -31,6 +34,10 @@ pub struct PreparedLog {
     pub records: usize,
     /// Their bytes.
     pub bytes: usize,
+    /// Index blobs kept.
+    pub index_blobs: usize,
+    /// Their bytes.
+    pub index_bytes: usize,
 }
 
 /// The node's read-ahead memory, shared by its read-aheads.
@@ -73,13 +80,15 @@ impl Budget {
             .retain(|_, prepared| prepared.read_at.elapsed() < PREPARED_FOR);
     }
 
-    /// Reads `db`'s log now for an activation that is about to come (the
-    /// target's half of a handoff). Nothing is kept when read-ahead is off
-    /// or its budget is spent.
+    /// Reads `db`'s log, and the index blobs its root names (from `base`),
+    /// now for an activation that is about to come (the target's half of a
+    /// handoff). Nothing is kept when read-ahead is off or its budget is
+    /// spent; an index that cannot be read is read by the activation.
     ///
     /// # Errors
-    /// The store's failure (the activation then reads as usual).
-    pub async fn prepare(&self, db: &str) -> Result<PreparedLog, StoreError> {
+    /// The store's failure to read the log (the activation then reads as
+    /// usual).
+    pub async fn prepare(&self, db: &str, base: &dyn FullStore) -> Result<PreparedLog, StoreError> {
         self.forget_stale();
         let Some(reserved) = self.pool.reserve() else {
             self.counts.skipped.fetch_add(1, Ordering::Relaxed);
@@ -98,9 +107,14 @@ impl Budget {
             .collect();
         let bytes: usize = records.values().map(Vec::len).sum();
         let held = keep(reserved, bytes);
+        let index = self.prepare_index(db, base).await;
         let log = PreparedLog {
             records: records.len(),
             bytes,
+            index_blobs: index.as_ref().map_or(0, |(blobs, _)| blobs.len()),
+            index_bytes: index
+                .as_ref()
+                .map_or(0, |(blobs, _)| blobs.values().map(Vec::len).sum()),
         };
         self.counts.prepared.fetch_add(1, Ordering::Relaxed);
         self.prepared
@@ -112,9 +126,31 @@ impl Budget {
                     records,
                     read_at: Instant::now(),
                     held,
+                    index,
                 },
             );
         Ok(log)
+    }
+
+    /// The index blobs of `db` for a prepared log, within what is free of
+    /// the budget; `None` when the budget is spent or the read failed (the
+    /// activation then reads them itself).
+    async fn prepare_index(
+        &self,
+        db: &str,
+        base: &dyn FullStore,
+    ) -> Option<(HashMap<BlobId, Vec<u8>>, OwnedSemaphorePermit)> {
+        let reserved = self.pool.reserve()?;
+        match read_index(base, db, reserved.num_permits() * 1024).await {
+            Ok(IndexRead { blobs, bytes }) => {
+                self.counts.index_reads.fetch_add(1, Ordering::Relaxed);
+                Some((blobs, keep(reserved, bytes)))
+            }
+            Err(error) => {
+                tracing::debug!(db, %error, "index read ahead of a handoff failed; the activation reads it");
+                None
+            }
+        }
     }
 
     /// The read-ahead for one activation of `db`: a prepared log if there
@@ -129,24 +165,27 @@ impl Budget {
             .unwrap_or_else(PoisonError::into_inner)
             .remove(db)
             .filter(|prepared| prepared.read_at.elapsed() < PREPARED_FOR);
-        let start = if let Some(Prepared { records, held, .. }) = prepared {
+        let start = if let Some(Prepared {
+            records, held, index, ..
+        }) = prepared
+        {
             // Read before the lease moved: the listing comes from storage,
             // and only records committed since are read from it.
             self.counts.prepared_used.fetch_add(1, Ordering::Relaxed);
-            Start::Prepared { records, held }
+            Start::Prepared { records, held, index }
         } else if let Some(reserved) = self.pool.reserve() {
             Start::Armed(reserved)
         } else {
             self.counts.skipped.fetch_add(1, Ordering::Relaxed);
             Start::Off
         };
-        Arc::new(ReadAhead::new(log_prefix(db), self.pool.clone(), start))
+        Arc::new(ReadAhead::new(db, self.pool.clone(), start))
     }
 
     /// A read-ahead for a cell that opens without recovery (a database
     /// created here), for its whole-log reads.
     #[must_use]
     pub fn idle(&self, db: &str) -> Arc<ReadAhead> {
-        Arc::new(ReadAhead::new(log_prefix(db), self.pool.clone(), Start::Idle))
+        Arc::new(ReadAhead::new(db, self.pool.clone(), Start::Idle))
     }
 }

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use corium_store::{FullStore, StoreError};
+use corium_store::{BlobId, FullStore, StoreError};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::index::{IndexRead, read_index};
 use super::pool::{Pool, is_record, keep};
 
 /// Why the read-ahead is armed: counted apart in `/metrics`.
@@ -35,8 +36,25 @@ enum State {
     Off,
 }
 
+/// The activation's index blobs ([`super::index`]).
+enum Index {
+    /// For an activation, not read yet: the first blob the open asks for
+    /// reads them all.
+    Armed,
+    /// Being read: blobs asked for meanwhile come from storage.
+    Reading,
+    /// Read: the blobs, and the budget their bytes hold.
+    Read {
+        blobs: HashMap<BlobId, Vec<u8>>,
+        _held: Option<OwnedSemaphorePermit>,
+    },
+    /// Done, or not for an activation: blobs come from storage.
+    Off,
+}
+
 struct Inner {
     state: State,
+    index: Index,
     /// Holders: the activation until [`ReadAhead::finish`], and each live
     /// [`WholeLog`]. The records are dropped when the last one goes.
     holders: usize,
@@ -44,6 +62,9 @@ struct Inner {
 
 /// One cell's read-ahead of its database's log records.
 pub struct ReadAhead {
+    /// The database.
+    db: String,
+    /// Its log records' prefix.
     prefix: String,
     pool: Pool,
     inner: Mutex<Inner>,
@@ -65,26 +86,37 @@ impl ReadAhead {
     /// A read-ahead for `prefix`: for an activation (held by it until
     /// [`Self::finish`]) armed, already read (a prepared log) or off (no
     /// budget); or idle. [`Self::whole_log`] can arm any of them later.
-    pub(super) fn new(prefix: String, pool: Pool, start: Start) -> Self {
+    pub(super) fn new(db: &str, pool: Pool, start: Start) -> Self {
         let start_kind = if matches!(start, Start::Idle) {
             StartKind::Idle
         } else {
             StartKind::Activation
         };
-        let state = match start {
-            Start::Armed(reserved) => State::Armed(reserved, Purpose::Activation),
-            Start::Prepared { records, held } => State::Read {
-                records,
-                _held: Some(held),
-                purpose: Purpose::Activation,
-            },
-            Start::Off | Start::Idle => State::Off,
+        let (state, index) = match start {
+            Start::Armed(reserved) => (State::Armed(reserved, Purpose::Activation), Index::Armed),
+            Start::Prepared { records, held, index } => (
+                State::Read {
+                    records,
+                    _held: Some(held),
+                    purpose: Purpose::Activation,
+                },
+                index.map_or(Index::Armed, |(blobs, held)| Index::Read {
+                    blobs,
+                    _held: Some(held),
+                }),
+            ),
+            Start::Off | Start::Idle => (State::Off, Index::Off),
         };
         let holders = usize::from(!matches!(start_kind, StartKind::Idle));
         Self {
-            prefix,
+            db: db.to_owned(),
+            prefix: super::pool::log_prefix(db),
             pool,
-            inner: Mutex::new(Inner { state, holders }),
+            inner: Mutex::new(Inner {
+                state,
+                index,
+                holders,
+            }),
         }
     }
 
@@ -118,6 +150,7 @@ impl ReadAhead {
         inner.holders = inner.holders.saturating_sub(1);
         if inner.holders == 0 {
             inner.state = State::Off;
+            inner.index = Index::Off;
         }
     }
 
@@ -205,6 +238,61 @@ impl ReadAhead {
         record
     }
 
+    /// Blob `id` from the activation's index read-ahead: the first blob the
+    /// open asks for reads the database's index blobs (from `base`, within
+    /// the budget); `None` when the read-ahead does not hold it (the view
+    /// reads it from storage).
+    pub async fn blob(&self, id: &BlobId, base: &dyn FullStore) -> Option<Vec<u8>> {
+        {
+            let mut inner = self.lock();
+            match &inner.index {
+                Index::Read { blobs, .. } => {
+                    let blob = blobs.get(id).cloned();
+                    if blob.is_some() {
+                        self.pool
+                            .counts
+                            .index_blobs_served
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    return blob;
+                }
+                Index::Reading | Index::Off => return None,
+                Index::Armed => inner.index = Index::Reading,
+            }
+        }
+        let Some(reserved) = self.pool.reserve() else {
+            self.lock().index = Index::Off;
+            return None;
+        };
+        let read = match read_index(base, &self.db, reserved.num_permits() * 1024).await {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::debug!(db = %self.db, %error, "index read-ahead failed; reading blobs one by one");
+                self.lock().index = Index::Off;
+                return None;
+            }
+        };
+        self.pool.counts.index_reads.fetch_add(1, Ordering::Relaxed);
+        let IndexRead { blobs, bytes } = read;
+        let held = keep(reserved, bytes);
+        let blob = blobs.get(id).cloned();
+        let mut inner = self.lock();
+        // Every holder may have gone while it read: then nothing is kept.
+        if inner.holders > 0 && matches!(inner.index, Index::Reading) {
+            inner.index = Index::Read {
+                blobs,
+                _held: Some(held),
+            };
+            if blob.is_some() {
+                self.pool
+                    .counts
+                    .index_blobs_served
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        blob
+    }
+
     /// The activation is done: its hold ends (the records go, and the
     /// budget comes back, unless a whole-log read holds them).
     pub fn finish(&self) {
@@ -220,6 +308,9 @@ pub(super) enum Start {
     Prepared {
         records: HashMap<String, Vec<u8>>,
         held: OwnedSemaphorePermit,
+        /// The index blobs read with it, if they were; else the open reads
+        /// them as an armed activation does.
+        index: Option<(HashMap<BlobId, Vec<u8>>, OwnedSemaphorePermit)>,
     },
     /// For an activation; nothing read, nothing reserved.
     Off,

@@ -51,12 +51,20 @@
 //! activations at once during a drain) an activation reads as before. A read
 //! that fails or stops at its bound falls back to plain listing and reads.
 //!
+//! The published index is read the same way: the first blob an
+//! activation's open asks for reads every manifest and chunk the `db:` root
+//! names, eight at a time (`index.rs`), and a handoff's
+//! target reads them with the log. Blobs are content-addressed, so a blob
+//! read ahead is the blob storage holds under its id.
+//!
 //! Layout: `pool.rs` — the node's memory budget, the counts and record
 //! names; `log.rs` — one cell's read-ahead and the [`WholeLog`] guard;
+//! `index.rs` — reading a database's published index blobs;
 //! `budget.rs` — starting a read-ahead for an activation, and reading a log
 //! ahead of a handoff.
 
 mod budget;
+mod index;
 mod log;
 mod pool;
 #[cfg(test)]

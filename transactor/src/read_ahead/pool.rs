@@ -29,6 +29,10 @@ pub struct Counts {
     /// Whole-log reads of an open cell (a replay, a subscription's
     /// catch-up) that armed the read-ahead again.
     pub whole_log_reads: AtomicU64,
+    /// Index read-aheads made (an activation's, or ahead of a handoff).
+    pub index_reads: AtomicU64,
+    /// Corium's index blob reads served from them instead of storage.
+    pub index_blobs_served: AtomicU64,
 }
 
 /// The node's read-ahead memory and reader, shared by every read-ahead.
@@ -130,6 +134,18 @@ impl Counts {
             "corium_fleet_whole_log_reads_total",
             "Whole-log reads of an open cell (a request-id replay, a subscription's catch-up) read in one go.",
             load(&self.whole_log_reads),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_index_reads_total",
+            "Published index blobs read in one go, concurrently, for an activation or ahead of a handoff.",
+            load(&self.index_reads),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_index_blobs_served_total",
+            "Recovery's index blob reads served from them instead of storage.",
+            load(&self.index_blobs_served),
         );
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use corium_fleet_store::prefix_read::{ListThenRead, PrefixRead};
-use corium_store::{FullStore, RootStore as _};
+use corium_store::{BlobId, BlobStore as _, FullStore, RootStore as _};
 
 use super::pool::is_record;
 use super::*;
@@ -145,10 +145,15 @@ async fn a_prepared_log_starts_the_activation_keeps_no_fork_records_and_reads_th
         store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
     }
     let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
-    let prepared = budget.prepare("a").await.unwrap();
+    let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
     assert_eq!(
         prepared,
-        PreparedLog { records: 2, bytes: 6 },
+        PreparedLog {
+            records: 2,
+            bytes: 6,
+            index_blobs: 0,
+            index_bytes: 0
+        },
         "the version-0 record is not kept"
     );
     // Committed after the prepare: the tail.
@@ -185,4 +190,127 @@ async fn a_read_stopped_at_its_bound_lists_from_storage_and_serves_what_it_read(
     assert_eq!(names.len(), 3, "every record listed");
     assert!(ahead.get(&record("a", 1, 2)).is_some());
     assert!(ahead.get(&record("a", 1, 3)).is_none(), "past the 1 MiB bound");
+}
+
+/// Publishes an index for `db`: chunks, a manifest naming them, and a
+/// `db:` root naming the manifest. Returns (manifest, chunks).
+async fn publish_index(
+    store: &dyn FullStore,
+    db: &str,
+    chunks: &[&[u8]],
+    encrypted: bool,
+) -> (BlobId, Vec<BlobId>) {
+    let mut ids = Vec::new();
+    for chunk in chunks {
+        ids.push(store.put(chunk).await.unwrap());
+    }
+    let manifest = store
+        .put(&corium_store::encode_index_manifest(&ids))
+        .await
+        .unwrap();
+    let root = corium_store::DbRoot {
+        format_version: corium_store::FORMAT_VERSION,
+        lease_version: 1,
+        owner: "n1".into(),
+        lease_expires_unix_ms: 0,
+        owner_endpoint: String::new(),
+        index_basis_t: 1,
+        roots: Some([
+            manifest.clone(),
+            manifest.clone(),
+            manifest.clone(),
+            manifest.clone(),
+        ]),
+        history_roots: Some([
+            manifest.clone(),
+            manifest.clone(),
+            manifest.clone(),
+            manifest.clone(),
+        ]),
+        next_entity_id: 0,
+        last_tx_instant: i64::MIN,
+        key_manifest_version: u64::from(encrypted),
+    };
+    let name = corium_store::db_root_name(db);
+    let old = store.get_root(&name).await.unwrap();
+    store
+        .cas_root(&name, old.as_deref(), &root.encode())
+        .await
+        .unwrap();
+    (manifest, ids)
+}
+
+#[tokio::test]
+async fn an_activations_first_blob_read_reads_the_whole_index_and_serves_both_passes_until_finish() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    let (manifest, chunks) =
+        publish_index(store.as_ref(), "a", &[b"chunk-1", b"chunk-2", b"chunk-3"], false).await;
+    let unnamed = store.put(b"not in the index").await.unwrap();
+    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let ahead = budget.start("a");
+    // Recovery lists the log first: that read keeps only the budget its
+    // bytes use (none here), the rest is free for the index.
+    assert!(ahead.list(&log_prefix("a"), store.as_ref()).await.is_some());
+    for _pass in 0..2 {
+        assert_eq!(
+            ahead.blob(&manifest, store.as_ref()).await,
+            store.get(&manifest).await.unwrap()
+        );
+        for chunk in &chunks {
+            assert_eq!(
+                ahead.blob(chunk, store.as_ref()).await,
+                store.get(chunk).await.unwrap()
+            );
+        }
+    }
+    assert_eq!(
+        ahead.blob(&unnamed, store.as_ref()).await,
+        None,
+        "read from storage"
+    );
+    assert_eq!(
+        budget.counts.index_reads.load(Ordering::Relaxed),
+        1,
+        "one read of the index"
+    );
+    assert_eq!(budget.counts.index_blobs_served.load(Ordering::Relaxed), 8);
+    assert!(budget.free_kib() < 1024, "the blobs hold budget");
+    ahead.finish();
+    assert_eq!(
+        ahead.blob(&manifest, store.as_ref()).await,
+        None,
+        "dropped at finish"
+    );
+    assert_eq!(budget.free_kib(), 1024, "and the budget came back");
+}
+
+#[tokio::test]
+async fn a_prepared_index_is_served_and_an_encrypted_or_unpublished_one_reads_nothing() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    let (manifest, chunks) = publish_index(store.as_ref(), "a", &[b"one", b"two"], false).await;
+    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
+    assert_eq!(prepared.index_blobs, 3, "the manifest and its two chunks");
+    // Published again after the prepare: the new chunk is storage's.
+    let (_, newer) = publish_index(store.as_ref(), "a", &[b"one", b"three"], false).await;
+    let ahead = budget.start("a");
+    assert_eq!(
+        ahead.blob(&chunks[1], store.as_ref()).await.as_deref(),
+        Some(&b"two"[..])
+    );
+    assert!(ahead.blob(&manifest, store.as_ref()).await.is_some());
+    assert_eq!(ahead.blob(&newer[1], store.as_ref()).await, None);
+    ahead.finish();
+
+    publish_index(store.as_ref(), "secret", &[b"ciphertext"], true).await;
+    let ahead = budget.start("secret");
+    let any = store.put(b"ciphertext").await.unwrap();
+    assert_eq!(
+        ahead.blob(&any, store.as_ref()).await,
+        None,
+        "an encrypted index is not parsed"
+    );
+    ahead.finish();
+    let ahead = budget.start("never-indexed");
+    assert_eq!(ahead.blob(&any, store.as_ref()).await, None);
 }

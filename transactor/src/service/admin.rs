@@ -271,15 +271,21 @@ impl FleetAdmin for FleetAdminSvc {
             // Already the owner: nothing to prepare.
             crate::read_ahead::PreparedLog::default()
         } else {
-            host.template.read_ahead.prepare(&db).await.map_err(|error| {
-                Status::unavailable(format!("cannot read the log of {db:?} ahead: {error}"))
-            })?
+            host.template
+                .read_ahead
+                .prepare(&db, host.template.base.as_ref())
+                .await
+                .map_err(|error| {
+                    Status::unavailable(format!("cannot read the log of {db:?} ahead: {error}"))
+                })?
         };
         Ok(Response::new(PrepareResponse {
             database: db,
             records: log.records as u64,
             bytes: log.bytes as u64,
             read_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            index_blobs: log.index_blobs as u64,
+            index_bytes: log.index_bytes as u64,
         }))
     }
 
