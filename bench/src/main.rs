@@ -70,6 +70,10 @@ struct Args {
     /// Small sizes for a smoke run.
     #[arg(long)]
     quick: bool,
+    /// Measure only these stores (comma-separated: filesystem, postgres,
+    /// s3); default every store configured.
+    #[arg(long, value_delimiter = ',')]
+    only_stores: Vec<String>,
     /// Where the JSON goes.
     #[arg(long, default_value = "target/bench/fleet.json")]
     out: PathBuf,
@@ -131,6 +135,9 @@ async fn main() -> anyhow::Result<()> {
     report.insert("load_at_start".into(), stats::load().into());
     for store in stores(args.postgres.as_deref(), args.s3.as_deref()) {
         let (server, label) = (&store, store.label());
+        if !args.only_stores.is_empty() && !args.only_stores.iter().any(|only| only == label) {
+            continue;
+        }
         if wants("real-path") {
             real_path(&args, server, label, &mut report).await?;
         }
