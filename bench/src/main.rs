@@ -312,16 +312,26 @@ async fn overload(args: &Args, report: &mut Report) -> anyhow::Result<()> {
 /// a drain. Prints the table and adds the figures to `report`.
 async fn failover(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
     let history = if args.quick { 1_000 } else { 16_000 };
-    // The ingress's failover buffer on (the default) and off.
-    for (variant, key, flags) in [
-        ("failover buffer on", "buffer_on", &[][..]),
+    // The defaults, then the ingress's failover buffer off, then the nodes'
+    // warm standbys off.
+    for (variant, key, ingress_flags, node_flags) in [
+        ("defaults", "buffer_on", &[][..], &[][..]),
         (
             "failover buffer off",
             "buffer_off",
             &["--failover-buffer-per-database", "0"][..],
+            &[][..],
+        ),
+        (
+            "warm standbys off",
+            "warm_off",
+            &[][..],
+            &["--warm-standby-mib", "0"][..],
         ),
     ] {
-        let result = scenario::failover::run(server.backend(), args.rounds, history, flags).await?;
+        let result =
+            scenario::failover::run(server.backend(), args.rounds, history, ingress_flags, node_flags)
+                .await?;
         println!(
             "\n== failover ({label}, {variant}), {} transactions of history, lease TTL {} ms, {} repetitions, median (min–max) ms ==",
             result.history, result.lease_ttl_ms, args.rounds

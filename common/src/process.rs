@@ -52,6 +52,29 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Failure> 
         .map_err(|error| Failure::Usage(format!("cannot listen on {addr}: {error}")))
 }
 
+/// A runtime of `threads` worker threads: 0 for one per CPU this process
+/// may use (`std::thread::available_parallelism`, which honours the CPU
+/// affinity and a cgroup quota); a single thread is a current-thread
+/// runtime, whose tasks never hand off to another thread.
+///
+/// # Errors
+/// The runtime cannot start.
+pub fn runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let threads = if threads == 0 {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    } else {
+        threads
+    };
+    if threads == 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+    }
+}
+
 /// Runs `serve` with a validated `config` on a fresh multi-threaded runtime,
 /// printing any failure as `NAME: message` and mapping it to an exit code.
 pub fn main<C, E, Fut>(name: &str, config: Result<C, E>, serve: impl FnOnce(C) -> Fut) -> ExitCode
@@ -59,10 +82,39 @@ where
     ConfigError: From<E>,
     Fut: Future<Output = Result<(), Failure>>,
 {
+    run_on(name, config, |_| tokio::runtime::Runtime::new(), serve)
+}
+
+/// [`main`] on a [`runtime`] of as many threads as `threads` says for the
+/// configuration.
+pub fn main_with_threads<C, E, Fut>(
+    name: &str,
+    config: Result<C, E>,
+    threads: impl FnOnce(&C) -> usize,
+    serve: impl FnOnce(C) -> Fut,
+) -> ExitCode
+where
+    ConfigError: From<E>,
+    Fut: Future<Output = Result<(), Failure>>,
+{
+    run_on(name, config, |config| runtime(threads(config)), serve)
+}
+
+/// Runs `serve` on the runtime `start` builds for the configuration.
+fn run_on<C, E, Fut>(
+    name: &str,
+    config: Result<C, E>,
+    start: impl FnOnce(&C) -> std::io::Result<tokio::runtime::Runtime>,
+    serve: impl FnOnce(C) -> Fut,
+) -> ExitCode
+where
+    ConfigError: From<E>,
+    Fut: Future<Output = Result<(), Failure>>,
+{
     let result = config
         .map_err(|error| Failure::Usage(ConfigError::from(error).to_string()))
         .and_then(|config| {
-            let runtime = tokio::runtime::Runtime::new()
+            let runtime = start(&config)
                 .map_err(|error| Failure::Runtime(format!("cannot start the runtime: {error}")))?;
             runtime.block_on(serve(config))
         });

@@ -14,9 +14,10 @@ fn main() -> std::process::ExitCode {
         settings.and_then(|args| args.log_format).unwrap_or_default(),
         "corium-fleet-ingress",
     );
-    process::main(
+    process::main_with_threads(
         "corium-fleet-ingress",
         merged.and_then(Args::validate),
+        |config| config.worker_threads,
         |config| async move {
             let tls = match config.tls_listen.as_ref().map(|(addr, _)| *addr) {
                 Some(addr) => Some(process::bind(addr).await?),

@@ -4,6 +4,7 @@
 #
 #   scripts/bench/proxies.sh [--requests N] [--rounds N] [--json FILE] [--quick]
 #                            [--variants "cleartext mtls"] [--no-build]
+#                            [--auth on|off] [--ingress-flags "FLAGS"]
 #
 # The backend is one release-built transactor on loopback; the "trivial
 # backend" call is corium.v1.Transactor/Status (owner-dependent, passes the
@@ -34,6 +35,13 @@
 # 1 round (a smoke run). Without --no-build the release binaries and the
 # Pingora proxy are built first (a failed build fails the run); with it they
 # must exist.
+#
+# --auth on (the default): the transactor and the ingress run in stock
+# Corium's strict mode (--serve-token, from CORIUM_SERVE_TOKEN) and every
+# request carries the bearer token; --auth off records the figures without.
+# The ingress runs with its default --worker-threads 0: one per CPU it may
+# use, so pinned to one CPU it runs a single-threaded runtime;
+# --ingress-flags "--worker-threads 2" records the multi-threaded one.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,9 +57,11 @@ h2load_timeout=300      # seconds, per h2load run
 server_cpu=1
 client_cpu=0
 concurrencies="1 16"
+auth=on                 # --serve-token on the transactor and the ingress
+ingress_flags=""        # extra flags for the ingress (a variant to record)
 args_seen="$*"
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case $1 in
     --requests) requests=$2; shift 2 ;;
@@ -64,6 +74,10 @@ while [ $# -gt 0 ]; do
     --variants=*) variants=${1#*=}; shift ;;
     --quick) requests=2000; rounds=1; shift ;;
     --no-build) build=0; shift ;;
+    --ingress-flags) ingress_flags=$2; shift 2 ;;
+    --ingress-flags=*) ingress_flags=${1#*=}; shift ;;
+    --auth) auth=$2; shift 2 ;;
+    --auth=*) auth=${1#*=}; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "unknown argument: $1 (try --help)" >&2; exit 2 ;;
   esac
@@ -73,6 +87,7 @@ done
 for v in $variants; do
   case $v in cleartext|mtls) ;; *) echo "unknown variant: $v" >&2; exit 2 ;; esac
 done
+case $auth in on|off) ;; *) echo "--auth must be on or off" >&2; exit 2 ;; esac
 [ "$(nproc)" -ge 2 ] || { echo "needs at least 2 CPUs (servers on CPU 1, h2load on CPU 0)" >&2; exit 2; }
 
 started=$(date +%s.%N)
@@ -251,8 +266,8 @@ wait_http() { # URL PID NAME LOG [seconds]
   done
 }
 grpc_status() { # URL [HEADER] -> prints the grpc-status trailer of one Status call (or nothing)
-  local hdr="$work/grpc.hdr" extra=()
-  [ -n "${2:-}" ] && extra=(-H "$2")
+  local hdr="$work/grpc.hdr" extra=("${auth_hdr[@]}")
+  [ -n "${2:-}" ] && extra+=(-H "$2")
   rm -f "$hdr"
   curl -s --http2-prior-knowledge --max-time 5 -o /dev/null -D "$hdr" \
     -H 'content-type: application/grpc' -H 'te: trailers' "${extra[@]}" --data-binary @"$work/status.bin" \
@@ -292,9 +307,20 @@ python3 -c 'import sys; m=b"\x0a\x05bench"; sys.stdout.buffer.write(b"\x00"+len(
 raw="$work/rounds.jsonl"
 : >"$raw"
 
+# With --auth on (the default) the transactor and the ingress require a bearer
+# token (stock Corium's --serve-token, strict mode), and every request carries
+# it: HAProxy, Envoy and Pingora pass it on to the transactor, which checks it;
+# the ingress checks it and sends the transactor its principal.
+auth_hdr=()
+if [ "$auth" = on ]; then
+  export CORIUM_SERVE_TOKEN="bench-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+  export CORIUM_TOKEN=$CORIUM_SERVE_TOKEN
+  auth_hdr=(-H "authorization: Bearer $CORIUM_SERVE_TOKEN")
+fi
+
 h2load_run() { # URL C N OUT LOG [HEADER] -> h2load exit code
-  local extra=()
-  [ -n "${6:-}" ] && extra=(-H "$6")
+  local extra=("${auth_hdr[@]}")
+  [ -n "${6:-}" ] && extra+=(-H "$6")
   rm -f "$5"
   timeout "$h2load_timeout" taskset -c $client_cpu h2load -n "$3" -c "$2" -m 1 \
     -d "$work/status.bin" -H 'content-type: application/grpc' -H 'te: trailers' "${extra[@]}" \
@@ -341,10 +367,18 @@ start_stack() { # VARIANT: transactor, ingress, database, HAProxy, Envoy, Pingor
   wait_http "http://127.0.0.1:$nadmin/readyz" $backend_pid transactor "$d/transactor.log"
 
   CORIUM_FLEET_LOG=warn start ingress "$d/ingress.log" $bin/corium-fleet-ingress --listen 127.0.0.1:$ing \
-    --admin-listen 127.0.0.1:$iadmin --data-dir "$d/data" --member n1=$scheme://127.0.0.1:$node "${tls_ing[@]}"
+    --admin-listen 127.0.0.1:$iadmin --data-dir "$d/data" --member n1=$scheme://127.0.0.1:$node "${tls_ing[@]}" $ingress_flags
   declare -gA pid_of=() url_of=() log_of=() hdr_of=()
   pid_of[ingress]=$last_pid; url_of[ingress]=http://127.0.0.1:$ing; log_of[ingress]="$d/ingress.log"
   wait_http "http://127.0.0.1:$iadmin/readyz" $last_pid ingress "$d/ingress.log"
+  if [ "$auth" = on ]; then
+    # Strict mode really is on: a call without the token is refused.
+    local with_token=("${auth_hdr[@]}") st
+    auth_hdr=()
+    st=$(grpc_status "http://127.0.0.1:$ing")
+    auth_hdr=("${with_token[@]}")
+    [ "$st" = 16 ] || die "--auth on, but a call without the token got grpc-status '$st' (want 16 UNAUTHENTICATED); see $d/ingress.log"
+  fi
 
   timeout 120 "$quickstart" "http://127.0.0.1:$ing" bench >"$d/quickstart.log" 2>&1 \
     || die "creating the database through the ingress failed: $(tail -5 "$d/quickstart.log")"
@@ -439,7 +473,7 @@ for k in "${!unavailable[@]}"; do printf '%s\t%s\n' "$k" "${unavailable[$k]}"; d
 BENCH_ARGS=$args_seen BENCH_STARTED=$started BENCH_FINISHED=$finished BENCH_REQUESTS=$requests \
 BENCH_ROUNDS=$rounds BENCH_VARIANTS=$variants BENCH_CONCURRENCIES=$concurrencies \
 BENCH_SERVER_CPU=$server_cpu BENCH_CLIENT_CPU=$client_cpu BENCH_HAPROXY=$haproxy_bin BENCH_ENVOY=$envoy_bin \
-BENCH_PINGORA_VERSION=$pingora_version BENCH_PINGORA=$pingora_bin \
+BENCH_PINGORA_VERSION=$pingora_version BENCH_PINGORA=$pingora_bin BENCH_AUTH=$auth \
 BENCH_ROOT=$root python3 - "$work/meta.json" "$work/unavailable.tsv" <<'EOF'
 import json, os, platform, subprocess, sys
 E = os.environ
@@ -464,6 +498,7 @@ meta = {
     "variants": E["BENCH_VARIANTS"].split(),
     "concurrencies": [int(c) for c in E["BENCH_CONCURRENCIES"].split()],
     "call": 'corium.v1.Transactor/Status with StatusRequest{db:"bench"}; h2c from h2load',
+    "auth": E["BENCH_AUTH"] + (" (--serve-token on the transactor and the ingress; every request carries the bearer token)" if E["BENCH_AUTH"] == "on" else ""),
     "h2load_args": "-n REQUESTS -c C -m 1 (one thread); a discarded warm-up of 2000 requests at c=16 per target and variant",
     "pinning": {"servers_cpu": int(E["BENCH_SERVER_CPU"]), "h2load_cpu": int(E["BENCH_CLIENT_CPU"])},
     "machine": {"cpus": os.cpu_count(), "cpu_model": cpu_model, "kernel": platform.release(), "mem_kb": mem_kb},

@@ -4,6 +4,9 @@
 //! ```text
 //! cargo run -p corium-fleet-tests --example quickstart -- http://127.0.0.1:PORT
 //! ```
+//!
+//! `CORIUM_TOKEN` in the environment is presented as the bearer token, as
+//! stock Corium's command line does.
 
 use std::time::Duration;
 
@@ -23,7 +26,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Edn::Vector(schema) = schema else {
         unreachable!()
     };
-    let mut admin = Admin::connect(&address, None, None).await?;
+    let token = std::env::var("CORIUM_TOKEN").ok();
+    let mut admin = Admin::connect(&address, token.clone(), None).await?;
     // Corium answers `created: false` for an existing database; the fleet
     // answers ALREADY_EXISTS. Either way the database is there.
     let created = match admin.create_database(&db, &schema).await {
@@ -38,7 +42,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let connection = tokio::time::timeout(
         Duration::from_secs(30),
-        Connection::connect(ConnectConfig::new(&address, &db)),
+        Connection::connect({
+            let mut config = ConnectConfig::new(&address, &db);
+            config.token = token;
+            config
+        }),
     )
     .await??;
     let mut reports = connection.tx_reports();

@@ -193,3 +193,91 @@ async fn after_a_crash_the_successor_recovers_from_one_log_read_with_the_same_co
         "every write once, then the new one"
     );
 }
+
+/// A node's metric `name` (0 when absent).
+async fn node_metric(admin: u16, name: &str) -> f64 {
+    let (_, text) = http_get(admin, "/metrics").await.expect("metrics");
+    metric(&text, name).unwrap_or(0.0)
+}
+
+/// Warm standbys (issue 17, part 4): the first standby of an active
+/// database keeps its records warm, and after the owner's SIGKILL its
+/// takeover starts from them and reads only the tail; the log is intact.
+async fn a_crash_is_taken_over_from_a_warm_standby(backend: Backend) {
+    let mut fleet = Fleet::builder(backend)
+        .lease_ttl(Duration::from_millis(1500))
+        .node_flags(&["--warm-standby-interval-ms", "200"])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &[]).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "warm").await.unwrap());
+    for n in 0..WRITES {
+        corium::transact(&address, "warm", &format!("w-{n}"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("write {n}: {status:?}"));
+    }
+    let owner = fleet.index(&corium::placement(&address, "warm").await.owner_id);
+    let standby = fleet
+        .candidates("warm")
+        .into_iter()
+        .find(|candidate| *candidate != owner)
+        .expect("a standby");
+    let admin = fleet.nodes[standby].admin;
+    // Bounded: the standby reads every record within a few refreshes.
+    let mut warm_records = 0.0;
+    for _ in 0..100 {
+        warm_records = node_metric(admin, "corium_fleet_warm_standby_records_read_total").await;
+        if warm_records >= f64::from(WRITES) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        warm_records >= f64::from(WRITES),
+        "the first standby kept the log warm: {warm_records} records read"
+    );
+    assert!(node_metric(admin, "corium_fleet_warm_standby_databases").await >= 1.0);
+    assert!(node_metric(admin, "corium_fleet_warm_standby_bytes").await > 0.0);
+    // A tail the standby may not have read yet.
+    for n in 0..3 {
+        corium::transact(&address, "warm", &format!("tail-{n}"), &[])
+            .await
+            .expect("tail write");
+    }
+    let before = corium::log(&address, "warm").await.unwrap();
+    let served_before = node_metric(admin, "corium_fleet_activation_log_records_served_total").await;
+    fleet.nodes[owner].kill();
+    corium::transact(&address, "warm", "after-the-crash", &[])
+        .await
+        .expect("write after the crash");
+    let successor = fleet.index(&corium::placement(&address, "warm").await.owner_id);
+    assert_eq!(successor, standby, "the first standby took over");
+    assert!(
+        node_metric(admin, "corium_fleet_warm_standby_takeovers_total").await >= 1.0,
+        "its activation started from the warm records"
+    );
+    let served = node_metric(admin, "corium_fleet_activation_log_records_served_total").await - served_before;
+    assert!(
+        served >= 2.0 * f64::from(WRITES),
+        "recovery read the records from memory: {served}"
+    );
+    let after = corium::log(&address, "warm").await.unwrap();
+    assert_eq!(
+        after[..before.len()],
+        before[..],
+        "the log before the crash is intact"
+    );
+    let items: Vec<&String> = after.iter().flat_map(|(_, names)| names).collect();
+    assert_eq!(items.len(), WRITES as usize + 4, "every write once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_is_taken_over_from_a_warm_standby_on_postgres() {
+    a_crash_is_taken_over_from_a_warm_standby(postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_is_taken_over_from_a_warm_standby_on_s3() {
+    a_crash_is_taken_over_from_a_warm_standby(Backend::s3_from_env()).await;
+}

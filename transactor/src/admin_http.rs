@@ -90,6 +90,8 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
             );
             host.work.render(&mut text);
             host.template.read_ahead.counts.render(&mut text);
+            let warm = &host.template.read_ahead.warm;
+            warm.counts.render(warm, &mut text);
             host.replicas.render(&mut text);
             render_corium(&mut text, &cells);
             if let Some(material) = host.tls_material.get() {

@@ -17,6 +17,8 @@
 //! - [`replica`] — hosted read replicas: `PeerServer` reads served from a
 //!   replica that follows the owner, at least as far as the client asked;
 //! - [`standby`] — standing of each database and the takeover watcher;
+//! - [`warm_standby`] — the databases this node keeps warm as their first
+//!   standby, refreshed while their owner serves;
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
 //! - [`authz`] — `--authz-db`: stock Corium's policy authorizer, following
@@ -56,6 +58,7 @@ pub mod seams;
 pub mod service;
 pub mod standby;
 pub mod view;
+pub mod warm_standby;
 pub mod work_limits;
 
 use std::future::Future;
@@ -303,6 +306,11 @@ fn follow_registry(
         },
         stop.clone(),
     ));
+    tokio::spawn(warm_standby::run(
+        Arc::clone(host),
+        records_rx.clone(),
+        stop.clone(),
+    ));
     tokio::spawn(standby::watch(Arc::clone(host), records_rx, stop.clone()));
 }
 
@@ -352,7 +360,11 @@ pub async fn start(
         generation: std::sync::atomic::AtomicU64::new(1),
         advertise: config.advertise.clone(),
         lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
-        read_ahead: read_ahead::Budget::new(config.activation_read_ahead_mib, Arc::clone(&prefix_read)),
+        read_ahead: read_ahead::Budget::new(
+            config.activation_read_ahead_mib,
+            config.warm_standby_mib,
+            Arc::clone(&prefix_read),
+        ),
     };
     let peers = peer::Peers::new(
         config.tls.as_ref(),

@@ -226,6 +226,7 @@ pub(crate) async fn run(
     reps: usize,
     history: usize,
     ingress_flags: &[&str],
+    node_flags: &[&str],
 ) -> anyhow::Result<Result> {
     const DB: &str = "bench-failover";
     let name = match &backend {
@@ -234,7 +235,11 @@ pub(crate) async fn run(
         Backend::S3 { .. } => "s3",
     };
     let ttl = Duration::from_secs(5);
-    let mut fleet = Fleet::builder(backend).lease_ttl(ttl).start().await;
+    let mut fleet = Fleet::builder(backend)
+        .lease_ttl(ttl)
+        .node_flags(node_flags)
+        .start()
+        .await;
     fleet.start_ingresses(1, ingress_flags).await;
     let address = fleet.ingresses[0].endpoint();
     corium::create(&address, DB).await?;

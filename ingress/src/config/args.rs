@@ -179,6 +179,13 @@ pub struct Args {
     /// database it serves [default: 16].
     #[arg(long)]
     pub storage_pool_size: Option<usize>,
+    /// Threads that serve calls. 0: one per CPU this process may use (its
+    /// CPU affinity and cgroup quota, so a pod limited to one CPU gets one).
+    /// With one, the process runs a single-threaded runtime: no hand-offs
+    /// between threads on a call's path, the cheapest per call (design note
+    /// 0018); scale such ingresses out, one per CPU [default: 0].
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
     /// Log filter (tracing `EnvFilter` syntax) [default: info].
     #[arg(long, env = "CORIUM_FLEET_LOG")]
     pub log: Option<String>,

@@ -49,6 +49,9 @@ pub struct Config {
     pub storage_timeout: Duration,
     /// Connections in the `PostgreSQL` pool (at least 1).
     pub storage_pool_size: usize,
+    /// Threads serving calls; 0: one per CPU the process may use (see
+    /// `corium_fleet_common::process::runtime`).
+    pub worker_threads: usize,
     /// Bound on connecting to a transactor.
     pub connect_timeout: Duration,
     /// Most requests in flight at once (at least 1); more are refused.

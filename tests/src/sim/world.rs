@@ -122,6 +122,10 @@ impl World {
             drain_deadline: Duration::from_secs(50),
             storage_pool_size: 16,
             activation_read_ahead_mib: 256,
+            // Warm standbys on, refreshed often: the fault suite runs with
+            // every cache in place.
+            warm_standby_mib: 64,
+            warm_standby_interval: Duration::from_millis(300),
             read_replicas: corium_fleet_transactor::replica::Settings::default(),
             postgres_quick_ack: true,
             storage_timeout: Duration::from_secs(1),

@@ -165,6 +165,17 @@ pub struct Args {
     /// 64 MiB each; 0 turns read-ahead off [default: 256].
     #[arg(long)]
     pub activation_read_ahead_mib: Option<usize>,
+    /// Memory for keeping warm the databases this node is the first standby
+    /// of (their log records and index blobs, refreshed while the owner
+    /// serves), so a takeover after a crash reads only the tail; 0 turns
+    /// it off [default: 64].
+    #[arg(long)]
+    pub warm_standby_mib: Option<usize>,
+    /// How often warm databases are refreshed: each refresh lists the log
+    /// once (on S3, one request per 1,000 records), so this trades storage
+    /// requests for the tail a takeover reads [default: 5000].
+    #[arg(long)]
+    pub warm_standby_interval_ms: Option<u64>,
     /// Read replicas (`corium.v1.PeerServer` reads) this node keeps at most;
     /// past it the least recently used is evicted. 0 turns hosted reads off
     /// on this node [default: 64].

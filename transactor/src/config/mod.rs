@@ -82,6 +82,8 @@ impl Args {
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
             activation_read_ahead_mib: self.activation_read_ahead_mib.or(file.activation_read_ahead_mib),
+            warm_standby_mib: self.warm_standby_mib.or(file.warm_standby_mib),
+            warm_standby_interval_ms: self.warm_standby_interval_ms.or(file.warm_standby_interval_ms),
             max_replicas: self.max_replicas.or(file.max_replicas),
             replica_idle_ms: self.replica_idle_ms.or(file.replica_idle_ms),
             replica_follow_interval_ms: self
@@ -245,6 +247,15 @@ impl Args {
                 n => n,
             },
             activation_read_ahead_mib: self.activation_read_ahead_mib.unwrap_or(256),
+            warm_standby_mib: self.warm_standby_mib.unwrap_or(64),
+            warm_standby_interval: match self.warm_standby_interval_ms.unwrap_or(5_000) {
+                0 => {
+                    return Err(ConfigError::from(
+                        "--warm-standby-interval-ms must be positive (turn warming off with --warm-standby-mib 0)",
+                    ));
+                }
+                ms => Duration::from_millis(ms),
+            },
             read_replicas: crate::replica::Settings {
                 max: self.max_replicas.unwrap_or(64),
                 idle: match self.replica_idle_ms.unwrap_or(300_000) {

@@ -59,6 +59,10 @@ pub struct Config {
     pub storage_pool_size: usize,
     /// The node's activation read-ahead budget in MiB (0: off).
     pub activation_read_ahead_mib: usize,
+    /// The node's warm-standby budget in MiB (0: off).
+    pub warm_standby_mib: usize,
+    /// How often warm databases are refreshed (positive).
+    pub warm_standby_interval: Duration,
     /// Hosted read replicas: how many, how long kept idle, how often each
     /// checks it still follows its owner.
     pub read_replicas: crate::replica::Settings,

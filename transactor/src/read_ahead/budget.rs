@@ -14,6 +14,7 @@ use super::index::{IndexRead, read_index};
 use super::log::{ReadAhead, Start};
 pub use super::pool::MAX_PER_ACTIVATION;
 use super::pool::{Counts, FORK_VERSION, Pool, is_record, keep, log_prefix};
+use super::warm::WarmSet;
 
 /// How long a log read ahead of a handoff waits for its activation.
 pub const PREPARED_FOR: Duration = Duration::from_secs(30);
@@ -48,12 +49,15 @@ pub struct Budget {
     pub counts: Arc<Counts>,
     /// Logs read ahead of handoffs to this node, by database.
     prepared: Arc<Mutex<HashMap<String, Prepared>>>,
+    /// Databases this node keeps warm as their first standby.
+    pub warm: Arc<WarmSet>,
 }
 
 impl Budget {
-    /// `mib` MiB of read-ahead (0: off), read through `reader`.
+    /// `mib` MiB of read-ahead (0: off), read through `reader`, and
+    /// `warm_mib` MiB for warm standbys (0: off).
     #[must_use]
-    pub fn new(mib: usize, reader: Arc<dyn PrefixRead>) -> Self {
+    pub fn new(mib: usize, warm_mib: usize, reader: Arc<dyn PrefixRead>) -> Self {
         let counts = Arc::<Counts>::default();
         Self {
             pool: Pool {
@@ -63,6 +67,7 @@ impl Budget {
             },
             counts,
             prepared: Arc::default(),
+            warm: Arc::new(WarmSet::new(warm_mib)),
         }
     }
 
@@ -172,7 +177,20 @@ impl Budget {
             // Read before the lease moved: the listing comes from storage,
             // and only records committed since are read from it.
             self.counts.prepared_used.fetch_add(1, Ordering::Relaxed);
-            Start::Prepared { records, held, index }
+            Start::Prepared {
+                records,
+                held,
+                index: index.map(|(blobs, held)| (blobs, Some(held))),
+            }
+        } else if let Some(warm) = self.warm.take(db) {
+            // Kept warm as its first standby: as a prepared log, the
+            // listing comes from storage and only the tail is read.
+            Start::Prepared {
+                records: warm.records,
+                held: warm.held,
+                // The blobs' bytes are in `held` too.
+                index: Some((warm.blobs, None)),
+            }
         } else if let Some(reserved) = self.pool.reserve() {
             Start::Armed(reserved)
         } else {

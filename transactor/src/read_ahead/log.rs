@@ -100,10 +100,7 @@ impl ReadAhead {
                     _held: Some(held),
                     purpose: Purpose::Activation,
                 },
-                index.map_or(Index::Armed, |(blobs, held)| Index::Read {
-                    blobs,
-                    _held: Some(held),
-                }),
+                index.map_or(Index::Armed, |(blobs, held)| Index::Read { blobs, _held: held }),
             ),
             Start::Off | Start::Idle => (State::Off, Index::Off),
         };
@@ -300,6 +297,10 @@ impl ReadAhead {
     }
 }
 
+/// Index blobs read before an activation, and the budget their bytes hold
+/// (`None` when another permit already holds them).
+pub(super) type IndexBlobs = (HashMap<BlobId, Vec<u8>>, Option<OwnedSemaphorePermit>);
+
 /// How a read-ahead starts.
 pub(super) enum Start {
     /// Armed for the activation with this much budget.
@@ -310,7 +311,7 @@ pub(super) enum Start {
         held: OwnedSemaphorePermit,
         /// The index blobs read with it, if they were; else the open reads
         /// them as an armed activation does.
-        index: Option<(HashMap<BlobId, Vec<u8>>, OwnedSemaphorePermit)>,
+        index: Option<IndexBlobs>,
     },
     /// For an activation; nothing read, nothing reserved.
     Off,

@@ -57,9 +57,14 @@
 //! target reads them with the log. Blobs are content-addressed, so a blob
 //! read ahead is the blob storage holds under its id.
 //!
+//! A node also keeps warm the databases it is the first standby of
+//! (`warm.rs`): their records and index blobs, refreshed while the owner
+//! serves, so a takeover after a crash starts like a handoff's target.
+//!
 //! Layout: `pool.rs` — the node's memory budget, the counts and record
 //! names; `log.rs` — one cell's read-ahead and the [`WholeLog`] guard;
-//! `index.rs` — reading a database's published index blobs;
+//! `index.rs` — reading a database's published index blobs; `warm.rs` —
+//! the databases this node keeps warm as their first standby;
 //! `budget.rs` — starting a read-ahead for an activation, and reading a log
 //! ahead of a handoff.
 
@@ -69,7 +74,9 @@ mod log;
 mod pool;
 #[cfg(test)]
 mod tests;
+mod warm;
 
 pub use budget::{Budget, MAX_PER_ACTIVATION, PREPARED_FOR, PreparedLog};
 pub use log::{ReadAhead, WholeLog};
 pub use pool::{Counts, log_prefix};
+pub use warm::{WarmCounts, WarmSet};

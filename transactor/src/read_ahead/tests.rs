@@ -38,7 +38,7 @@ async fn the_first_log_listing_reads_ahead_and_later_reads_are_served_until_fini
             .unwrap();
     }
     store.cas_root(&record("b", 1, 1), None, b"other").await.unwrap();
-    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     let ahead = budget.start("a");
     assert!(
         ahead.list("meta:", store.as_ref()).await.is_none(),
@@ -72,12 +72,12 @@ async fn a_spent_budget_or_an_off_switch_reads_nothing_ahead() {
     store.cas_root(&record("b", 1, 1), None, b"x").await.unwrap();
     let reads_ahead =
         async |ahead: &ReadAhead, db: &str| ahead.list(&log_prefix(db), store.as_ref()).await.is_some();
-    let off = Budget::new(0, Arc::clone(&reader));
+    let off = Budget::new(0, 0, Arc::clone(&reader));
     let off_ahead = off.start("b");
     assert!(!reads_ahead(&off_ahead, "b").await, "read-ahead off");
     let _whole_log = off_ahead.whole_log();
     assert!(!reads_ahead(&off_ahead, "b").await, "read-ahead off");
-    let budget = Budget::new(64, reader);
+    let budget = Budget::new(64, 0, reader);
     let first = budget.start("a");
     assert!(
         !reads_ahead(&budget.start("b"), "b").await,
@@ -95,7 +95,7 @@ async fn a_whole_log_read_arms_an_open_cells_read_ahead_until_its_last_guard_goe
     for t in 1..=2 {
         store.cas_root(&record("a", 1, t), None, b"rec").await.unwrap();
     }
-    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     let prefix = log_prefix("a");
     // An activation that read ahead, then finished.
     let ahead = budget.start("a");
@@ -144,7 +144,7 @@ async fn a_prepared_log_starts_the_activation_keeps_no_fork_records_and_reads_th
     for t in 2..=3 {
         store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
     }
-    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
     assert_eq!(
         prepared,
@@ -180,7 +180,7 @@ async fn a_read_stopped_at_its_bound_lists_from_storage_and_serves_what_it_read(
             .await
             .unwrap();
     }
-    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     let ahead = budget.start("a");
     let names = ahead
         .list(&log_prefix("a"), store.as_ref())
@@ -246,7 +246,7 @@ async fn an_activations_first_blob_read_reads_the_whole_index_and_serves_both_pa
     let (manifest, chunks) =
         publish_index(store.as_ref(), "a", &[b"chunk-1", b"chunk-2", b"chunk-3"], false).await;
     let unnamed = store.put(b"not in the index").await.unwrap();
-    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     let ahead = budget.start("a");
     // Recovery lists the log first: that read keeps only the budget its
     // bytes use (none here), the rest is free for the index.
@@ -288,7 +288,7 @@ async fn an_activations_first_blob_read_reads_the_whole_index_and_serves_both_pa
 async fn a_prepared_index_is_served_and_an_encrypted_or_unpublished_one_reads_nothing() {
     let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
     let (manifest, chunks) = publish_index(store.as_ref(), "a", &[b"one", b"two"], false).await;
-    let budget = Budget::new(1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
     assert_eq!(prepared.index_blobs, 3, "the manifest and its two chunks");
     // Published again after the prepare: the new chunk is storage's.
@@ -313,4 +313,82 @@ async fn a_prepared_index_is_served_and_an_encrypted_or_unpublished_one_reads_no
     ahead.finish();
     let ahead = budget.start("never-indexed");
     assert_eq!(ahead.blob(&any, store.as_ref()).await, None);
+}
+
+#[tokio::test]
+async fn a_warm_database_is_refreshed_with_new_records_only_and_its_activation_starts_from_it() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    store.cas_root(&record("a", 0, 1), None, b"forked").await.unwrap();
+    for t in 2..=3 {
+        store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
+    }
+    let (manifest, _) = publish_index(store.as_ref(), "a", &[b"chunk"], false).await;
+    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let warm = Arc::clone(&budget.warm);
+    warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(
+        warm.counts.records_read.load(Ordering::Relaxed),
+        2,
+        "no fork record"
+    );
+    assert_eq!(
+        warm.counts.blobs_read.load(Ordering::Relaxed),
+        2,
+        "the manifest and its chunk"
+    );
+    store.cas_root(&record("a", 1, 4), None, b"new").await.unwrap();
+    warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(
+        warm.counts.records_read.load(Ordering::Relaxed),
+        3,
+        "only the new record"
+    );
+    assert_eq!(
+        warm.counts.blobs_read.load(Ordering::Relaxed),
+        2,
+        "the index did not change"
+    );
+    assert_eq!(warm.usage().0, 1);
+    // The takeover: the listing is storage's, the records and blobs are
+    // served, a record committed after the last refresh is read.
+    store.cas_root(&record("a", 1, 5), None, b"tail").await.unwrap();
+    let ahead = budget.start("a");
+    assert!(ahead.list(&log_prefix("a"), store.as_ref()).await.is_none());
+    assert_eq!(ahead.get(&record("a", 1, 4)).as_deref(), Some(&b"new"[..]));
+    assert_eq!(ahead.get(&record("a", 1, 5)), None, "the tail comes from storage");
+    assert!(ahead.blob(&manifest, store.as_ref()).await.is_some());
+    assert_eq!(warm.counts.takeovers.load(Ordering::Relaxed), 1);
+    assert_eq!(warm.usage(), (0, 0), "handed over, not kept twice");
+    ahead.finish();
+}
+
+#[tokio::test]
+async fn warm_records_go_with_their_database_and_stop_at_the_budget() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    for t in 1..=3 {
+        store
+            .cas_root(&record("a", 1, t), None, &vec![7; 400 << 10])
+            .await
+            .unwrap();
+    }
+    store.cas_root(&record("b", 1, 1), None, b"b").await.unwrap();
+    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let warm = Arc::clone(&budget.warm);
+    warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(
+        warm.counts.records_read.load(Ordering::Relaxed),
+        2,
+        "1 MiB holds two"
+    );
+    assert_eq!(warm.counts.budget_full.load(Ordering::Relaxed), 1);
+    assert!(warm.usage().1 <= warm.budget_bytes());
+    // No longer its first standby: dropped, and the budget comes back.
+    warm.retain(&std::collections::HashSet::from(["b".to_owned()]));
+    assert_eq!(warm.usage(), (0, 0));
+    warm.refresh("b", store.as_ref()).await.unwrap();
+    assert_eq!(warm.usage(), (1, 1));
+    // Off: nothing is read.
+    let off = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    off.warm.refresh("b", store.as_ref()).await.unwrap();
+    assert_eq!(off.warm.usage(), (0, 0));
 }

@@ -1,0 +1,286 @@
+//! Warm standbys: the first standby of an active database keeps the
+//! database's log records and published index blobs in memory, read a
+//! little at a time while the owner serves, so that a takeover after the
+//! owner's crash lists the log and reads only what was committed since the
+//! last refresh.
+//!
+//! Safe for the reasons a prepared log is (see the module docs of
+//! `read_ahead`): records are written once and their names never reused
+//! (version-0 fork records are never kept), blobs are content-addressed,
+//! and the activation still lists the log from storage after it took the
+//! lease, so the listing decides what exists; a held record it does not
+//! list is never served, one it lists that is not held is read from
+//! storage.
+//!
+//! Bounded: every record and blob holds permits (one per KiB) of the
+//! node's own warm budget (`--warm-standby-mib`), separate from the
+//! activations' read-ahead budget so that warming never takes memory an
+//! activation needs. A refresh that cannot reserve stops where it is: the
+//! takeover reads the rest as usual.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use corium_store::{BlobId, DbRoot, FullStore, StoreError};
+use futures::{StreamExt as _, TryStreamExt as _};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::index::{IN_FLIGHT, IndexRead, read_index};
+use super::pool::{FORK_VERSION, is_record, log_prefix};
+
+/// Bytes with the budget they hold.
+type Held<K> = HashMap<K, (Vec<u8>, OwnedSemaphorePermit)>;
+
+/// One database kept warm.
+#[derive(Default)]
+struct Warm {
+    records: Held<String>,
+    /// The manifests the index blobs were read for (the `db:` root's).
+    manifests: Vec<BlobId>,
+    blobs: Held<BlobId>,
+}
+
+impl Warm {
+    fn bytes(&self) -> usize {
+        self.records.values().map(|(bytes, _)| bytes.len()).sum::<usize>()
+            + self.blobs.values().map(|(bytes, _)| bytes.len()).sum::<usize>()
+    }
+}
+
+/// What a takeover starts from: the records and blobs, and one permit for
+/// all of their bytes.
+pub(super) struct Taken {
+    pub(super) records: HashMap<String, Vec<u8>>,
+    pub(super) blobs: HashMap<BlobId, Vec<u8>>,
+    pub(super) held: OwnedSemaphorePermit,
+}
+
+/// What warm standbys did (the node's `/metrics`).
+#[derive(Default)]
+pub struct WarmCounts {
+    /// Records read by refreshes.
+    pub records_read: AtomicU64,
+    /// Index blobs read by refreshes.
+    pub blobs_read: AtomicU64,
+    /// Refreshes that stopped at the budget.
+    pub budget_full: AtomicU64,
+    /// Activations that started from a warm database.
+    pub takeovers: AtomicU64,
+}
+
+/// The node's warm databases and their budget.
+pub struct WarmSet {
+    /// One permit per KiB; `None` when warming is off.
+    kib: Option<Arc<Semaphore>>,
+    /// Its size in KiB.
+    total_kib: usize,
+    dbs: Mutex<HashMap<String, Warm>>,
+    /// Shared with `/metrics`.
+    pub counts: WarmCounts,
+}
+
+impl WarmSet {
+    /// `mib` MiB of warm records and blobs; 0 turns warming off.
+    #[must_use]
+    pub fn new(mib: usize) -> Self {
+        let total_kib = mib.saturating_mul(1024);
+        Self {
+            kib: (mib > 0).then(|| Arc::new(Semaphore::new(total_kib))),
+            total_kib,
+            dbs: Mutex::default(),
+            counts: WarmCounts::default(),
+        }
+    }
+
+    /// Whether warming is on.
+    #[must_use]
+    pub fn enabled(&self) -> bool {
+        self.kib.is_some()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Warm>> {
+        self.dbs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Databases kept warm, and their bytes.
+    #[must_use]
+    pub fn usage(&self) -> (usize, usize) {
+        let dbs = self.lock();
+        (dbs.len(), dbs.values().map(Warm::bytes).sum())
+    }
+
+    /// The budget in bytes.
+    #[must_use]
+    pub fn budget_bytes(&self) -> usize {
+        self.total_kib.saturating_mul(1024)
+    }
+
+    /// Keeps only `dbs` warm: the others are dropped, with their budget.
+    pub fn retain(&self, dbs: &HashSet<String>) {
+        self.lock().retain(|db, _| dbs.contains(db));
+    }
+
+    /// Hands `db`'s warm records and blobs to its activation, if it has any.
+    pub(super) fn take(&self, db: &str) -> Option<Taken> {
+        let warm = self.lock().remove(db)?;
+        let kib = self.kib.as_ref()?;
+        let mut held = Arc::clone(kib).try_acquire_many_owned(0).ok()?;
+        let mut records = HashMap::with_capacity(warm.records.len());
+        for (name, (bytes, permit)) in warm.records {
+            held.merge(permit);
+            records.insert(name, bytes);
+        }
+        let mut blobs = HashMap::with_capacity(warm.blobs.len());
+        for (id, (bytes, permit)) in warm.blobs {
+            held.merge(permit);
+            blobs.insert(id, bytes);
+        }
+        self.counts.takeovers.fetch_add(1, Ordering::Relaxed);
+        Some(Taken { records, blobs, held })
+    }
+
+    /// Reserves the budget for `bytes`, or `None` when it is spent.
+    fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let kib = u32::try_from(bytes.div_ceil(1024).max(1)).ok()?;
+        Arc::clone(self.kib.as_ref()?).try_acquire_many_owned(kib).ok()
+    }
+
+    /// Brings `db` up to date from `base`: the log records listed now that
+    /// are not held yet ([`IN_FLIGHT`] reads at a time), records no longer
+    /// listed dropped (a deleted database), and the index blobs read again
+    /// when the `db:` root names other manifests.
+    ///
+    /// # Errors
+    /// The store's failure; what was read before it is kept.
+    pub async fn refresh(&self, db: &str, base: &dyn FullStore) -> Result<(), StoreError> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let prefix = log_prefix(db);
+        let listed: HashSet<String> = base
+            .list_roots(&prefix)
+            .await?
+            .into_iter()
+            .filter(|name| is_record(&prefix, name) && !name[prefix.len()..].starts_with(FORK_VERSION))
+            .collect();
+        let missing: Vec<String> = {
+            let mut dbs = self.lock();
+            let warm = dbs.entry(db.to_owned()).or_default();
+            warm.records.retain(|name, _| listed.contains(name));
+            let mut missing: Vec<String> = listed
+                .into_iter()
+                .filter(|name| !warm.records.contains_key(name))
+                .collect();
+            missing.sort();
+            missing
+        };
+        let mut reads = futures::stream::iter(missing)
+            .map(|name| async move { base.get_root(&name).await.map(|bytes| (name, bytes)) })
+            .buffered(IN_FLIGHT);
+        while let Some((name, bytes)) = reads.try_next().await? {
+            let Some(bytes) = bytes else { continue };
+            let Some(permit) = self.reserve(bytes.len()) else {
+                self.counts.budget_full.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            };
+            self.counts.records_read.fetch_add(1, Ordering::Relaxed);
+            if let Some(warm) = self.lock().get_mut(db) {
+                warm.records.insert(name, (bytes, permit));
+            }
+        }
+        self.refresh_index(db, base).await
+    }
+
+    /// Reads `db`'s index blobs again when its root names other manifests.
+    async fn refresh_index(&self, db: &str, base: &dyn FullStore) -> Result<(), StoreError> {
+        let manifests: Vec<BlobId> = base
+            .get_root(&corium_store::db_root_name(db))
+            .await?
+            .as_deref()
+            .and_then(DbRoot::decode)
+            .map(|root| {
+                root.roots
+                    .iter()
+                    .chain(&root.history_roots)
+                    .flatten()
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let unchanged = self.lock().get(db).is_none_or(|warm| warm.manifests == manifests);
+        if unchanged {
+            return Ok(());
+        }
+        let free = self
+            .kib
+            .as_ref()
+            .map_or(0, |kib| kib.available_permits().saturating_mul(1024));
+        let IndexRead { blobs, .. } = read_index(base, db, free).await?;
+        let mut held = Held::default();
+        for (id, bytes) in blobs {
+            let Some(permit) = self.reserve(bytes.len()) else {
+                self.counts.budget_full.fetch_add(1, Ordering::Relaxed);
+                break;
+            };
+            self.counts.blobs_read.fetch_add(1, Ordering::Relaxed);
+            held.insert(id, (bytes, permit));
+        }
+        if let Some(warm) = self.lock().get_mut(db) {
+            warm.manifests = manifests;
+            warm.blobs = held;
+        }
+        Ok(())
+    }
+}
+
+impl WarmCounts {
+    /// Appends the counts to a `/metrics` page.
+    pub fn render(&self, set: &WarmSet, out: &mut String) {
+        use corium_fleet_common::prometheus::{counter, gauge};
+        let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
+        let (dbs, bytes) = set.usage();
+        gauge(
+            out,
+            "corium_fleet_warm_standby_databases",
+            "Databases this node keeps warm as their first standby.",
+            dbs as u64,
+        );
+        gauge(
+            out,
+            "corium_fleet_warm_standby_bytes",
+            "Bytes of log records and index blobs kept warm.",
+            bytes as u64,
+        );
+        gauge(
+            out,
+            "corium_fleet_warm_standby_budget_bytes",
+            "The most that may be kept warm (--warm-standby-mib).",
+            set.budget_bytes() as u64,
+        );
+        counter(
+            out,
+            "corium_fleet_warm_standby_records_read_total",
+            "Log records read to keep databases warm.",
+            load(&self.records_read),
+        );
+        counter(
+            out,
+            "corium_fleet_warm_standby_blobs_read_total",
+            "Index blobs read to keep databases warm.",
+            load(&self.blobs_read),
+        );
+        counter(
+            out,
+            "corium_fleet_warm_standby_budget_full_total",
+            "Refreshes that stopped because the warm budget was spent.",
+            load(&self.budget_full),
+        );
+        counter(
+            out,
+            "corium_fleet_warm_standby_takeovers_total",
+            "Activations that started from a warm database.",
+            load(&self.takeovers),
+        );
+    }
+}

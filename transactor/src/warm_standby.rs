@@ -1,0 +1,88 @@
+//! Warm standbys: which databases this node keeps warm, and the loop that
+//! refreshes them (the memory is `read_ahead::WarmSet`).
+//!
+//! A node keeps warm each database it is the *first standby* of: the node
+//! registry says another process owns it, and this node is the
+//! highest-ranked candidate other than that owner, so its takeover comes
+//! first when the owner's lease lapses (`standby::stagger`). Like the
+//! standby watcher's, the work follows the active databases: one that
+//! nobody owns is not kept warm. Each refresh lists the database's log and
+//! reads what is new (and the index blobs when the owner published again),
+//! every `--warm-standby-interval-ms`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corium_fleet_store::registry::Record;
+
+use crate::host::Host;
+
+/// The longest one database's refresh may take; what it read by then is
+/// kept, the rest is read by the next refresh or the takeover.
+const REFRESH_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Refreshes the databases this node is the first standby of, every
+/// `--warm-standby-interval-ms`, until `shutdown`. Returns at once when
+/// warming is off.
+pub async fn run(
+    host: Arc<Host>,
+    registry: tokio::sync::watch::Receiver<Arc<Vec<Record>>>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let warm = Arc::clone(&host.template.read_ahead.warm);
+    if !warm.enabled() {
+        return;
+    }
+    let mut ticks = tokio::time::interval(host.config.warm_standby_interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = crate::until_true(&mut shutdown) => return,
+        }
+        if host.is_stopping() {
+            return;
+        }
+        let records = Arc::clone(&registry.borrow());
+        let dbs = first_standby_of(&host, &records);
+        warm.retain(&dbs);
+        for db in &dbs {
+            if host.cell(db).is_some() {
+                continue;
+            }
+            match tokio::time::timeout(REFRESH_DEADLINE, warm.refresh(db, host.template.base.as_ref())).await
+            {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::debug!(db, %error, "warm standby refresh failed; a takeover reads the rest");
+                }
+                Err(_) => tracing::debug!(db, "warm standby refresh ran out of time; kept what it read"),
+            }
+        }
+    }
+}
+
+/// The databases `records` say another process owns whose first candidate
+/// other than that owner is this node.
+fn first_standby_of(host: &Host, records: &[Record]) -> HashSet<String> {
+    let mut dbs = HashSet::new();
+    for record in records
+        .iter()
+        .filter(|record| record.node_id != host.config.node_id)
+    {
+        for db in &record.owned {
+            if host.cell(db).is_some() {
+                continue;
+            }
+            let first = host
+                .candidates(db)
+                .into_iter()
+                .find(|member| member.node_id != record.node_id);
+            if first.is_some_and(|member| member.node_id == host.config.node_id) {
+                dbs.insert(db.clone());
+            }
+        }
+    }
+    dbs
+}
