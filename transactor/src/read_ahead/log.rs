@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use corium_store::{BlobId, FullStore, StoreError};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::index::{IndexRead, read_index};
-use super::pool::{Pool, is_record, keep};
+use futures::{StreamExt as _, TryStreamExt as _};
+
+use super::index::{IN_FLIGHT, IndexRead, read_index};
+use super::pool::{FORK_VERSION, Pool, is_record, keep};
 
 /// Why the read-ahead is armed: counted apart in `/metrics`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -26,10 +28,20 @@ enum State {
     /// The bulk read is under way: listings and reads go to storage until
     /// it is done (a second whole-log read does not start another).
     Reading,
+    /// Read before the activation (a handoff's prepared log, a warm
+    /// standby's records): the first listing comes from storage and the
+    /// records it names that are not held (the tail) are read then, eight
+    /// at a time, instead of one by one as Corium asks for them.
+    Held {
+        records: HashMap<String, Vec<u8>>,
+        held: OwnedSemaphorePermit,
+    },
     /// Read: the records, and the budget their bytes hold.
     Read {
         records: HashMap<String, Vec<u8>>,
         _held: Option<OwnedSemaphorePermit>,
+        /// The budget of a tail read after held records.
+        _tail: Option<OwnedSemaphorePermit>,
         purpose: Purpose,
     },
     /// Done: everything goes to storage.
@@ -95,11 +107,7 @@ impl ReadAhead {
         let (state, index) = match start {
             Start::Armed(reserved) => (State::Armed(reserved, Purpose::Activation), Index::Armed),
             Start::Prepared { records, held, index } => (
-                State::Read {
-                    records,
-                    _held: Some(held),
-                    purpose: Purpose::Activation,
-                },
+                State::Held { records, held },
                 index.map_or(Index::Armed, |(blobs, held)| Index::Read { blobs, _held: held }),
             ),
             Start::Off | Start::Idle => (State::Off, Index::Off),
@@ -162,15 +170,20 @@ impl ReadAhead {
         if prefix != self.prefix {
             return None;
         }
-        let (reserved, purpose) = {
+        let taken = {
             let mut inner = self.lock();
             match std::mem::replace(&mut inner.state, State::Reading) {
-                State::Armed(reserved, purpose) => (reserved, purpose),
+                State::Armed(reserved, purpose) => Ok((reserved, purpose)),
+                State::Held { records, held } => Err((records, held)),
                 other => {
                     inner.state = other;
                     return None;
                 }
             }
+        };
+        let (reserved, purpose) = match taken {
+            Ok(armed) => armed,
+            Err((records, held)) => return Some(self.read_tail(prefix, base, records, held).await),
         };
         let counts = &self.pool.counts;
         let max_bytes = reserved.num_permits() * 1024;
@@ -215,21 +228,81 @@ impl ReadAhead {
             inner.state = State::Read {
                 records,
                 _held: held,
+                _tail: None,
                 purpose,
             };
         }
         Some(names)
     }
 
+    /// The first listing of an activation that starts from held records:
+    /// the listing from storage, and the listed records not held read
+    /// [`IN_FLIGHT`] at a time, within what is free of the budget (the rest
+    /// Corium reads itself).
+    async fn read_tail(
+        &self,
+        prefix: &str,
+        base: &dyn FullStore,
+        mut records: HashMap<String, Vec<u8>>,
+        held: OwnedSemaphorePermit,
+    ) -> Result<Vec<String>, StoreError> {
+        let listed = base.list_roots(prefix).await;
+        let tail: Vec<String> = listed
+            .as_ref()
+            .map(|names| {
+                names
+                    .iter()
+                    .filter(|name| {
+                        is_record(prefix, name)
+                            && !name[prefix.len()..].starts_with(FORK_VERSION)
+                            && !records.contains_key(*name)
+                    })
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut tail_held = None;
+        if !tail.is_empty()
+            && let Some(reserved) = self.pool.reserve()
+        {
+            let max_bytes = reserved.num_permits() * 1024;
+            let mut bytes = 0;
+            let mut reads = futures::stream::iter(tail)
+                .map(|name| async move { base.get_root(&name).await.map(|record| (name, record)) })
+                .buffered(IN_FLIGHT);
+            while let Ok(Some((name, record))) = reads.try_next().await {
+                let Some(record) = record else { continue };
+                bytes += record.len();
+                if bytes > max_bytes {
+                    break;
+                }
+                records.insert(name, record);
+            }
+            tail_held = Some(keep(reserved, bytes.min(max_bytes)));
+        }
+        let mut inner = self.lock();
+        if inner.holders > 0 && matches!(inner.state, State::Reading) {
+            inner.state = State::Read {
+                records,
+                _held: Some(held),
+                _tail: tail_held,
+                purpose: Purpose::Activation,
+            };
+        }
+        listed
+    }
+
     /// A record read ahead, if `name` is one.
     #[must_use]
     pub fn get(&self, name: &str) -> Option<Vec<u8>> {
         let inner = self.lock();
-        let State::Read { records, purpose, .. } = &inner.state else {
-            return None;
+        let (records, purpose) = match &inner.state {
+            State::Read { records, purpose, .. } => (records, *purpose),
+            State::Held { records, .. } => (records, Purpose::Activation),
+            _ => return None,
         };
         let record = records.get(name).cloned();
-        if record.is_some() && *purpose == Purpose::Activation {
+        if record.is_some() && purpose == Purpose::Activation {
             self.pool.counts.served.fetch_add(1, Ordering::Relaxed);
         }
         record

@@ -159,13 +159,36 @@ async fn a_prepared_log_starts_the_activation_keeps_no_fork_records_and_reads_th
     // Committed after the prepare: the tail.
     store.cas_root(&record("a", 1, 4), None, b"tail").await.unwrap();
     let ahead = budget.start("a");
-    assert!(
-        ahead.list(&log_prefix("a"), store.as_ref()).await.is_none(),
-        "the listing comes from storage"
+    assert_eq!(
+        ahead.get(&record("a", 1, 2)).as_deref(),
+        Some(&b"old"[..]),
+        "served before the listing too"
+    );
+    let listed = ahead
+        .list(&log_prefix("a"), store.as_ref())
+        .await
+        .expect("the first listing reads the tail")
+        .unwrap();
+    assert_eq!(
+        listed,
+        store.list_roots(&log_prefix("a")).await.unwrap(),
+        "the listing is storage's, taken now"
     );
     assert_eq!(ahead.get(&record("a", 1, 2)).as_deref(), Some(&b"old"[..]));
-    assert_eq!(ahead.get(&record("a", 0, 1)), None, "read from storage");
-    assert_eq!(ahead.get(&record("a", 1, 4)), None, "read from storage");
+    assert_eq!(
+        ahead.get(&record("a", 0, 1)),
+        None,
+        "a fork record is read from storage"
+    );
+    assert_eq!(
+        ahead.get(&record("a", 1, 4)).as_deref(),
+        Some(&b"tail"[..]),
+        "the tail was read with the listing"
+    );
+    assert!(
+        ahead.list(&log_prefix("a"), store.as_ref()).await.is_none(),
+        "later listings are storage's"
+    );
     assert_eq!(budget.counts.prepared_used.load(Ordering::Relaxed), 1);
     ahead.finish();
     assert_eq!(budget.free_kib(), 1024, "the budget came back");
@@ -353,9 +376,18 @@ async fn a_warm_database_is_refreshed_with_new_records_only_and_its_activation_s
     // served, a record committed after the last refresh is read.
     store.cas_root(&record("a", 1, 5), None, b"tail").await.unwrap();
     let ahead = budget.start("a");
-    assert!(ahead.list(&log_prefix("a"), store.as_ref()).await.is_none());
+    let listed = ahead
+        .list(&log_prefix("a"), store.as_ref())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(listed.len(), 5, "storage's listing, fork record included");
     assert_eq!(ahead.get(&record("a", 1, 4)).as_deref(), Some(&b"new"[..]));
-    assert_eq!(ahead.get(&record("a", 1, 5)), None, "the tail comes from storage");
+    assert_eq!(
+        ahead.get(&record("a", 1, 5)).as_deref(),
+        Some(&b"tail"[..]),
+        "the tail was read with the listing"
+    );
     assert!(ahead.blob(&manifest, store.as_ref()).await.is_some());
     assert_eq!(warm.counts.takeovers.load(Ordering::Relaxed), 1);
     assert_eq!(warm.usage(), (0, 0), "handed over, not kept twice");
