@@ -25,13 +25,15 @@ type BadCase = (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_clients_work_through_one_address_across_owner_failover() {
     for backend in Backend::all() {
-        // The internal hop is real mTLS here.
+        // The internal hop is real mTLS here, and the ingress runs the
+        // single-threaded runtime a one-CPU pod gets (every other test's
+        // ingress has two threads).
         let mut fleet = Fleet::builder(backend.clone())
             .lease_ttl(TTL)
             .mtls()
             .start()
             .await;
-        fleet.start_ingresses(1, &[]).await;
+        fleet.start_ingresses(1, &["--worker-threads", "1"]).await;
         let address = fleet.ingresses[0].endpoint();
         // 30 databases created and written through the one address.
         let dbs: Vec<String> = (0..30).map(|i| format!("db{i:02}")).collect();
