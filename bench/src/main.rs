@@ -447,8 +447,9 @@ async fn recovery(args: &Args, server: &Store, label: &str, report: &mut Report)
         &[0, 1000, 4000, 6000, 16000]
     };
     // Corium's own reads (record by record, delayed ACKs), then the fleet's
-    // remedies added one by one (the last is the default), side by side in
-    // one run.
+    // remedies added one by one (the last is the default, warm standbys
+    // included: a handoff's target is its database's first standby), side by
+    // side in one run.
     let variants: [(&str, &str, &[&str]); 3] = [
         (
             "as Corium reads",
@@ -456,11 +457,17 @@ async fn recovery(args: &Args, server: &Store, label: &str, report: &mut Report)
             &[
                 "--activation-read-ahead-mib",
                 "0",
+                "--warm-standby-mib",
+                "0",
                 "--postgres-quick-ack",
                 "false",
             ],
         ),
-        ("quick ACKs", "quick_ack", &["--activation-read-ahead-mib", "0"]),
+        (
+            "quick ACKs",
+            "quick_ack",
+            &["--activation-read-ahead-mib", "0", "--warm-standby-mib", "0"],
+        ),
         ("quick ACKs + read-ahead (default)", "default", &[]),
     ];
     let flags: Vec<&[&str]> = variants.iter().map(|(_, _, flags)| *flags).collect();
