@@ -130,3 +130,23 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::runtime::RuntimeFlavor;
+
+    #[test]
+    fn one_thread_is_a_current_thread_runtime_more_are_multi_threaded() {
+        assert_eq!(
+            super::runtime(1).unwrap().handle().runtime_flavor(),
+            RuntimeFlavor::CurrentThread
+        );
+        let two = super::runtime(2).unwrap();
+        assert_eq!(two.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
+        assert_eq!(two.metrics().num_workers(), 2);
+        // 0: one per CPU this process may use.
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let auto = super::runtime(0).unwrap();
+        assert_eq!(auto.metrics().num_workers(), cpus);
+    }
+}

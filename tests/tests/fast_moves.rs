@@ -44,6 +44,19 @@ async fn written_fleet(backend: Backend, flags: &[&str], db: &str) -> (Fleet, St
     (fleet, address)
 }
 
+/// After a crash: `db`'s log begins with the log `before` it, and holds
+/// `items` writes in all, each once.
+async fn assert_log_kept(address: &str, db: &str, before: &[(u64, Vec<String>)], items: usize) {
+    let after = corium::log(address, db).await.unwrap();
+    assert_eq!(
+        after[..before.len()],
+        before[..],
+        "the log before the crash is intact"
+    );
+    let written: Vec<&String> = after.iter().flat_map(|(_, names)| names).collect();
+    assert_eq!(written.len(), items, "every write once, then the new ones");
+}
+
 /// A node's read-ahead counters.
 #[derive(Debug, Default, PartialEq)]
 struct Counts {
@@ -177,18 +190,7 @@ async fn after_a_crash_the_successor_recovers_from_one_log_read_with_the_same_co
         reads > reads_before[successor],
         "the successor read the log in one go ({reads_before:?} → {reads})"
     );
-    let after = corium::log(&address, "crashing").await.unwrap();
-    assert_eq!(
-        after[..before.len()],
-        before[..],
-        "the log before the crash is intact"
-    );
-    let items: Vec<&String> = after.iter().flat_map(|(_, names)| names).collect();
-    assert_eq!(
-        items.len(),
-        WRITES as usize + 1,
-        "every write once, then the new one"
-    );
+    assert_log_kept(&address, "crashing", &before, WRITES as usize + 1).await;
 }
 
 /// A node's metric `name` (0 when absent).
@@ -249,14 +251,7 @@ async fn a_crash_is_taken_over_from_a_warm_standby(backend: Backend) {
         served >= 2.0 * f64::from(WRITES),
         "recovery read the records from memory: {served}"
     );
-    let after = corium::log(&address, "warm").await.unwrap();
-    assert_eq!(
-        after[..before.len()],
-        before[..],
-        "the log before the crash is intact"
-    );
-    let items: Vec<&String> = after.iter().flat_map(|(_, names)| names).collect();
-    assert_eq!(items.len(), WRITES as usize + 4, "every write once");
+    assert_log_kept(&address, "warm", &before, WRITES as usize + 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

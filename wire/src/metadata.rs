@@ -237,6 +237,8 @@ mod tests {
         assert_eq!(grpc_timeout("300m"), Some(Duration::from_millis(300)));
         assert_eq!(grpc_timeout("1H"), Some(Duration::from_hours(1)));
         assert_eq!(grpc_timeout("5n"), Some(Duration::from_nanos(5)));
+        assert_eq!(grpc_timeout("5u"), Some(Duration::from_micros(5)));
+        assert_eq!(grpc_timeout("10"), None, "a unit is required");
         assert_eq!(grpc_timeout("junk"), None);
         assert_eq!(grpc_timeout(""), None);
     }

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use corium_fleet_tests::stock::{StockPeerServer, StockTransactor};
-use corium_fleet_tests::{Backend, Fleet, corium};
+use corium_fleet_tests::{Fleet, corium};
 use corium_protocol::codec;
 use corium_protocol::pb;
 use corium_protocol::pb::peer_server_client::PeerServerClient;
@@ -141,13 +141,7 @@ async fn round(
 /// A filesystem fleet of `nodes` nodes and an ingress, with the hot
 /// database filled; and the ingress's address.
 async fn hot_fleet(nodes: usize) -> anyhow::Result<(Fleet, String)> {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .nodes(nodes)
-        .lease_ttl(Duration::from_secs(5))
-        .start()
-        .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = super::filesystem_fleet(nodes).await;
     fill(&address, "hot").await?;
     Ok((fleet, address))
 }

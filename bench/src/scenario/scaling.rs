@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use corium_fleet_tests::corium;
 use corium_fleet_tests::stock::StockTransactor;
-use corium_fleet_tests::{Backend, Fleet, corium};
 use corium_protocol::pb::transactor_client::TransactorClient;
 use serde::Serialize;
 
@@ -81,13 +81,7 @@ pub(crate) async fn run(databases: usize, rounds: usize, per_client: usize) -> a
         });
     }
     for nodes in 1..=3 {
-        let mut fleet = Fleet::builder(Backend::Filesystem)
-            .nodes(nodes)
-            .lease_ttl(Duration::from_secs(5))
-            .start()
-            .await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (fleet, address) = super::filesystem_fleet(nodes).await;
         for db in &dbs {
             corium::create(&address, db).await?;
         }

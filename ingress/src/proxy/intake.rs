@@ -422,15 +422,15 @@ mod tests {
         assert!(ids.iter().all(|id| uuid::Uuid::parse_str(id).is_ok()));
     }
 
+    /// The units are `wire::metadata::grpc_timeout`'s (tested there); here,
+    /// that a header value reaches it, and one that is not text does not.
     #[test]
-    fn parses_grpc_timeouts() {
-        let parse = |text: &'static str| parse_timeout(&HeaderValue::from_static(text));
-        assert_eq!(parse("100m"), Some(Duration::from_millis(100)));
-        assert_eq!(parse("2S"), Some(Duration::from_secs(2)));
-        assert_eq!(parse("1H"), Some(Duration::from_hours(1)));
-        assert_eq!(parse("5u"), Some(Duration::from_micros(5)));
-        assert_eq!(parse("x"), None);
-        assert_eq!(parse("10"), None);
-        assert_eq!(parse(""), None);
+    fn parses_grpc_timeout_headers() {
+        assert_eq!(
+            parse_timeout(&HeaderValue::from_static("100m")),
+            Some(Duration::from_millis(100))
+        );
+        assert_eq!(parse_timeout(&HeaderValue::from_static("x")), None);
+        assert_eq!(parse_timeout(&HeaderValue::from_bytes(b"1\xffS").unwrap()), None);
     }
 }

@@ -372,6 +372,20 @@ mod tests {
     }
 
     #[test]
+    fn warm_standbys_are_on_by_default_and_a_zero_interval_is_refused() {
+        let config = parse(&["--node-id", "n1"]).unwrap();
+        assert_eq!(config.warm_standby_mib, 64);
+        assert_eq!(config.warm_standby_interval, Duration::from_secs(5));
+        assert!(
+            parse(&["--node-id", "n1", "--warm-standby-interval-ms", "0"])
+                .unwrap_err()
+                .contains("--warm-standby-interval-ms")
+        );
+        let off = parse(&["--node-id", "n1", "--warm-standby-mib", "0"]).unwrap();
+        assert_eq!(off.warm_standby_mib, 0);
+    }
+
+    #[test]
     fn config_file_fills_what_flags_leave_out() {
         let dir = std::env::temp_dir().join(format!("cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -13,7 +13,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::index::{IndexRead, read_index};
 use super::log::{ReadAhead, Start};
 pub use super::pool::MAX_PER_ACTIVATION;
-use super::pool::{Counts, FORK_VERSION, Pool, is_record, keep, log_prefix};
+use super::pool::{Counts, Pool, keep, keepable, log_prefix};
 use super::warm::WarmSet;
 
 /// How long a log read ahead of a handoff waits for its activation.
@@ -108,7 +108,7 @@ impl Budget {
         let records: HashMap<String, Vec<u8>> = read
             .rows
             .into_iter()
-            .filter(|(name, _)| is_record(&prefix, name) && !name[prefix.len()..].starts_with(FORK_VERSION))
+            .filter(|(name, _)| keepable(&prefix, name))
             .collect();
         let bytes: usize = records.values().map(Vec::len).sum();
         let held = keep(reserved, bytes);

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use corium_store::{BlobId, FullStore, StoreError};
 use tokio::sync::OwnedSemaphorePermit;
 
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::TryStreamExt as _;
 
-use super::index::{IN_FLIGHT, IndexRead, read_index};
-use super::pool::{FORK_VERSION, Pool, is_record, keep};
+use super::index::{IndexRead, read_index};
+use super::pool::{Pool, is_record, keep, keepable, read_roots};
 
 /// Why the read-ahead is armed: counted apart in `/metrics`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -237,7 +237,7 @@ impl ReadAhead {
 
     /// The first listing of an activation that starts from held records:
     /// the listing from storage, and the listed records not held read
-    /// [`IN_FLIGHT`] at a time, within what is free of the budget (the rest
+    /// eight at a time, within what is free of the budget (the rest
     /// Corium reads itself).
     async fn read_tail(
         &self,
@@ -252,11 +252,7 @@ impl ReadAhead {
             .map(|names| {
                 names
                     .iter()
-                    .filter(|name| {
-                        is_record(prefix, name)
-                            && !name[prefix.len()..].starts_with(FORK_VERSION)
-                            && !records.contains_key(*name)
-                    })
+                    .filter(|name| keepable(prefix, name) && !records.contains_key(*name))
                     .cloned()
                     .collect()
             })
@@ -267,9 +263,7 @@ impl ReadAhead {
         {
             let max_bytes = reserved.num_permits() * 1024;
             let mut bytes = 0;
-            let mut reads = futures::stream::iter(tail)
-                .map(|name| async move { base.get_root(&name).await.map(|record| (name, record)) })
-                .buffered(IN_FLIGHT);
+            let mut reads = std::pin::pin!(read_roots(base, tail));
             while let Ok(Some((name, record))) = reads.try_next().await {
                 let Some(record) = record else { continue };
                 bytes += record.len();

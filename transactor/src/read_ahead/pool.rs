@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use corium_fleet_store::prefix_read::PrefixRead;
+use corium_store::{FullStore, StoreError};
+
+use super::index::IN_FLIGHT;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The most one read-ahead reads.
@@ -66,7 +69,7 @@ pub(super) fn keep(mut reserved: OwnedSemaphorePermit, bytes: usize) -> OwnedSem
 
 /// The version a fork writes its copied log under: such names can be
 /// written again (see the module's doc), so they are never kept ahead.
-pub(super) const FORK_VERSION: &str = "00000000000000000000:";
+const FORK_VERSION: &str = "00000000000000000000:";
 
 /// The prefix of `db`'s log records (Corium's `NativeRootLogStore::prefix`).
 #[must_use]
@@ -86,6 +89,23 @@ pub(super) fn is_record(prefix: &str, name: &str) -> bool {
     [version, t]
         .iter()
         .all(|part| part.len() == 20 && part.bytes().all(|byte| byte.is_ascii_digit()))
+}
+
+/// Whether `name` is a record under `prefix` that may be kept ahead: every
+/// record but a fork's version-0 ones (their names can be written again).
+pub(super) fn keepable(prefix: &str, name: &str) -> bool {
+    is_record(prefix, name) && !name[prefix.len()..].starts_with(FORK_VERSION)
+}
+
+/// Reads the roots `names` from `base`, [`IN_FLIGHT`] at a time, in order.
+pub(super) fn read_roots(
+    base: &dyn FullStore,
+    names: Vec<String>,
+) -> impl futures::Stream<Item = Result<(String, Option<Vec<u8>>), StoreError>> + '_ {
+    use futures::StreamExt as _;
+    futures::stream::iter(names)
+        .map(move |name| async move { base.get_root(&name).await.map(|bytes| (name, bytes)) })
+        .buffered(IN_FLIGHT)
 }
 
 impl Counts {

@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use corium_store::{BlobId, DbRoot, FullStore, StoreError};
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::TryStreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::index::{IN_FLIGHT, IndexRead, read_index};
-use super::pool::{FORK_VERSION, is_record, log_prefix};
+use super::index::{IndexRead, read_index};
+use super::pool::{keepable, log_prefix, read_roots};
 
 /// Bytes with the budget they hold.
 type Held<K> = HashMap<K, (Vec<u8>, OwnedSemaphorePermit)>;
@@ -147,7 +147,7 @@ impl WarmSet {
     }
 
     /// Brings `db` up to date from `base`: the log records listed now that
-    /// are not held yet ([`IN_FLIGHT`] reads at a time), records no longer
+    /// are not held yet (eight reads at a time), records no longer
     /// listed dropped (a deleted database), and the index blobs read again
     /// when the `db:` root names other manifests.
     ///
@@ -162,7 +162,7 @@ impl WarmSet {
             .list_roots(&prefix)
             .await?
             .into_iter()
-            .filter(|name| is_record(&prefix, name) && !name[prefix.len()..].starts_with(FORK_VERSION))
+            .filter(|name| keepable(&prefix, name))
             .collect();
         let missing: Vec<String> = {
             let mut dbs = self.lock();
@@ -175,9 +175,7 @@ impl WarmSet {
             missing.sort();
             missing
         };
-        let mut reads = futures::stream::iter(missing)
-            .map(|name| async move { base.get_root(&name).await.map(|bytes| (name, bytes)) })
-            .buffered(IN_FLIGHT);
+        let mut reads = std::pin::pin!(read_roots(base, missing));
         while let Some((name, bytes)) = reads.try_next().await? {
             let Some(bytes) = bytes else { continue };
             let Some(permit) = self.reserve(bytes.len()) else {
