@@ -96,10 +96,12 @@ fn jittered(age: Duration) -> Duration {
 }
 
 /// Drives `connection` to its end, asking it to close (`close`: hyper's
-/// graceful shutdown) when `life` or `shutdown` says so.
+/// graceful shutdown) when `life` or `shutdown` says so. `close` is told
+/// why before the connection can send anything of it, so whatever it
+/// counts is counted before the client can see the close.
 pub async fn run<C, E>(
     connection: C,
-    close: impl Fn(Pin<&mut C>),
+    close: impl Fn(Pin<&mut C>, Closed),
     activity: &Activity,
     life: Life,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -132,12 +134,12 @@ where
                     closed = Closed::Idle;
                 }
                 if closed != Closed::ByClient {
-                    close(connection.as_mut());
+                    close(connection.as_mut(), closed);
                 }
             }
             _ = shutdown.wait_for(|stop| *stop), if open => {
                 closed = Closed::Shutdown;
-                close(connection.as_mut());
+                close(connection.as_mut(), closed);
             }
         }
     }
@@ -163,7 +165,7 @@ mod tests {
         }
     }
 
-    fn close(mut fake: Pin<&mut Fake>) {
+    fn close(mut fake: Pin<&mut Fake>, _: Closed) {
         fake.closing = Some(Instant::now());
     }
 

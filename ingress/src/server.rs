@@ -67,27 +67,22 @@ where
         // The connection's place is held until it ends.
         let _slot = slot;
         let _draining = draining;
-        let (result, closed) = connection_life::run(
-            connection,
-            hyper::server::conn::http2::Connection::graceful_shutdown,
-            &activity,
-            settings.life,
-            shutdown,
-        )
-        .await;
-        match closed {
-            Closed::Idle => {
-                metrics
-                    .connections_closed_idle
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Counted as the close is decided: the GOAWAY goes out on the
+        // connection's next poll, so a client never sees a close the
+        // metrics do not yet show.
+        let close = |connection: std::pin::Pin<&mut _>, why: Closed| {
+            let counter = match why {
+                Closed::Idle => Some(&metrics.connections_closed_idle),
+                Closed::Aged => Some(&metrics.connections_closed_aged),
+                Closed::ByClient | Closed::Shutdown => None,
+            };
+            if let Some(counter) = counter {
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            Closed::Aged => {
-                metrics
-                    .connections_closed_aged
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-            Closed::ByClient | Closed::Shutdown => {}
-        }
+            hyper::server::conn::http2::Connection::graceful_shutdown(connection);
+        };
+        let (result, closed) =
+            connection_life::run(connection, close, &activity, settings.life, shutdown).await;
         if let Err(error) = result {
             tracing::debug!(%error, ?closed, "client connection ended");
         }
