@@ -64,6 +64,7 @@ struct Counts {
     prepared_used: f64,
     served: f64,
     index_served: f64,
+    listings_served: f64,
 }
 
 async fn read_ahead_counts(admin: u16) -> Counts {
@@ -74,6 +75,7 @@ async fn read_ahead_counts(admin: u16) -> Counts {
         prepared_used: get("corium_fleet_activation_logs_prepared_used_total"),
         served: get("corium_fleet_activation_log_records_served_total"),
         index_served: get("corium_fleet_activation_index_blobs_served_total"),
+        listings_served: get("corium_fleet_log_listings_served_total"),
     }
 }
 
@@ -119,6 +121,7 @@ async fn move_once(backend: Backend, flags: &[&str]) -> Counts {
         prepared_used: counts.prepared_used - counts_before.prepared_used,
         served: counts.served - counts_before.served,
         index_served: counts.index_served - counts_before.index_served,
+        listings_served: counts.listings_served - counts_before.listings_served,
     }
 }
 
@@ -153,6 +156,12 @@ async fn moved_from_read_ahead(backend: Backend) {
     assert!(
         counts.index_served >= 2.0,
         "recovery read the index blobs from the read-ahead: {counts:?}"
+    );
+    // Corium lists the log four times in an open (two passes, two listings
+    // each): one from storage, three served with it.
+    assert!(
+        counts.listings_served >= 3.0,
+        "recovery listed the log from storage once: {counts:?}"
     );
 }
 

@@ -10,8 +10,8 @@
 //!   owns, so a cell can never write another database's roots;
 //! - answers the first listing of the cell's log during its activation, and
 //!   during each whole-log read of the open cell, with one bulk read, and
-//!   Corium's reads of those records from memory
-//!   ([`read_ahead`](crate::read_ahead));
+//!   Corium's reads of those records, and its further listings until the
+//!   cell writes to its log, from memory ([`read_ahead`](crate::read_ahead));
 //! - passes every other call through: blobs are content-addressed and shared,
 //!   and `list_roots("db:")` must stay unfiltered for garbage collection to
 //!   see every live root (design note 0002 has the negative control).
@@ -159,12 +159,18 @@ impl RootStore for CellView {
         if !self.owns(name) {
             return Err(self.fenced(name));
         }
+        if let Some(ahead) = &self.read_ahead {
+            ahead.writing(name);
+        }
         self.base.cas_root(name, expected, new).await
     }
 
     async fn delete_root(&self, name: &str) -> Result<(), StoreError> {
         if !self.owns(name) {
             return Err(self.fenced(name));
+        }
+        if let Some(ahead) = &self.read_ahead {
+            ahead.writing(name);
         }
         self.base.delete_root(name).await
     }

@@ -118,11 +118,16 @@ impl Cell {
     /// [`OpenError::Held`] when another owner holds an unexpired lease.
     pub async fn open(template: &Template, db: &str) -> Result<Arc<Self>, OpenError> {
         let fork_targets = view::ForkTargets::default();
-        // The log is read in one go for the two recovery passes, then dropped.
+        // The log is read in one go for the two recovery passes, then kept
+        // a little for the first whole-log reads (a replay after a takeover).
         let read_ahead = template.read_ahead.start(db);
         let opened =
             TransactorNode::open(template.node_config(Some(db), &fork_targets, Some(&read_ahead))).await;
-        read_ahead.finish();
+        if opened.is_ok() {
+            read_ahead.finish_keeping();
+        } else {
+            read_ahead.finish();
+        }
         let node = match opened {
             Ok(node) => node,
             Err(NodeError::Lease(lease::LeaseError::Held {

@@ -64,6 +64,7 @@ impl Budget {
                 kib: (mib > 0).then(|| Arc::new(Semaphore::new(mib.saturating_mul(1024)))),
                 reader,
                 counts: Arc::clone(&counts),
+                kept: Arc::default(),
             },
             counts,
             prepared: Arc::default(),

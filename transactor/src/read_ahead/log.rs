@@ -1,5 +1,17 @@
 //! One cell's read-ahead of its database's log: armed for the activation,
 //! and again by each [`WholeLog`] guard while the cell is open.
+//!
+//! While it holds records it also keeps the log's listing: Corium lists the
+//! log twice for every read of it (legacy chunks, then records) and an
+//! activation reads it twice (the log's open, then recovery), four listings
+//! of the same names. The first is taken from storage (by then the lease is
+//! held); the others are answered with it until the cell writes or deletes
+//! a log root of its own ([`ReadAhead::writing`]). That is one listing seen
+//! by all of Corium's passes, which a schedule where nothing else committed
+//! between them would give: no record of this cell can be missing (it wrote
+//! none since), and a record another process writes meanwhile is a deposed
+//! writer's, under an older lease version, at or past the first `t` the
+//! newest version wrote or will write — Corium's takeover cutoff drops it.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -11,7 +23,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use futures::TryStreamExt as _;
 
 use super::index::{IndexRead, read_index};
-use super::pool::{Pool, is_record, keep, keepable, read_roots};
+use super::pool::{Evict, Pool, is_record, keep, keepable, read_roots};
 
 /// Why the read-ahead is armed: counted apart in `/metrics`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -43,6 +55,9 @@ enum State {
         /// The budget of a tail read after held records.
         _tail: Option<OwnedSemaphorePermit>,
         purpose: Purpose,
+        /// The last listing of the log from storage, and the cell's log
+        /// writes counted when it started: served while that count holds.
+        listing: Option<Listing>,
     },
     /// Done: everything goes to storage.
     Off,
@@ -64,12 +79,52 @@ enum Index {
     Off,
 }
 
+/// What a listing found the read-ahead holding.
+enum Taken {
+    Armed(OwnedSemaphorePermit, Purpose),
+    Held(HashMap<String, Vec<u8>>, OwnedSemaphorePermit),
+    /// Read: the listing to serve, if it is current.
+    Listing(Option<Vec<String>>),
+}
+
+/// A listing of the log from storage.
+struct Listing {
+    names: Vec<String>,
+    /// [`Inner::writes`] when the listing started: a log write of the cell
+    /// since makes it stale (the write may be missing from it).
+    writes: u64,
+}
+
 struct Inner {
     state: State,
     index: Index,
     /// Holders: the activation until [`ReadAhead::finish`], and each live
     /// [`WholeLog`]. The records are dropped when the last one goes.
     holders: usize,
+    /// Log roots this cell has started to write or delete: counted before
+    /// each goes to storage, so a listing started before one is never
+    /// served after it.
+    writes: u64,
+    /// While an open's records are kept for the cell's first whole-log
+    /// reads ([`ReadAhead::finish_keeping`]): its entry in the pool's
+    /// [`Kept`] list.
+    kept: Option<u64>,
+}
+
+impl Inner {
+    /// Keeps `names`, listed from storage starting at write count `writes`,
+    /// for the next listings, unless the cell wrote to its log since.
+    fn keep_listing(&mut self, names: &Result<Vec<String>, StoreError>, writes: u64) {
+        if self.writes != writes {
+            return;
+        }
+        if let (State::Read { listing, .. }, Ok(names)) = (&mut self.state, names) {
+            *listing = Some(Listing {
+                names: names.clone(),
+                writes,
+            });
+        }
+    }
 }
 
 /// One cell's read-ahead of its database's log records.
@@ -121,6 +176,8 @@ impl ReadAhead {
                 state,
                 index,
                 holders,
+                writes: 0,
+                kept: None,
             }),
         }
     }
@@ -133,12 +190,21 @@ impl ReadAhead {
     /// request-id replay, a subscription's catch-up), until the guard drops.
     /// Reads as before when the budget is spent.
     pub fn whole_log(self: &Arc<Self>) -> WholeLog {
-        let mut inner = self.lock();
-        inner.holders += 1;
-        if matches!(inner.state, State::Off)
-            && let Some(reserved) = self.pool.reserve()
-        {
-            inner.state = State::Armed(reserved, Purpose::WholeLog);
+        let off = {
+            let mut inner = self.lock();
+            inner.holders += 1;
+            if inner.kept.is_some() && matches!(inner.state, State::Read { .. }) {
+                self.pool.counts.kept_used.fetch_add(1, Ordering::Relaxed);
+            }
+            matches!(inner.state, State::Off)
+        };
+        // Reserved without the lock: a short budget evicts kept records,
+        // which takes their read-aheads' locks.
+        if off && let Some(reserved) = self.pool.reserve() {
+            let mut inner = self.lock();
+            if matches!(inner.state, State::Off) && inner.holders > 0 {
+                inner.state = State::Armed(reserved, Purpose::WholeLog);
+            }
         }
         WholeLog(Arc::clone(self))
     }
@@ -149,13 +215,26 @@ impl ReadAhead {
         read.await
     }
 
-    /// One holder is done; the last one drops the records.
+    /// One holder is done; the last one drops the records, unless they
+    /// are kept after the open.
     fn release(&self) {
         let mut inner = self.lock();
         inner.holders = inner.holders.saturating_sub(1);
-        if inner.holders == 0 {
+        if inner.holders == 0 && inner.kept.is_none() {
             inner.state = State::Off;
             inner.index = Index::Off;
+        }
+    }
+
+    /// The records kept after the open go (their time is up, or an
+    /// activation needs the budget), now or when the reads using them end.
+    fn stop_keeping(&self) {
+        let mut inner = self.lock();
+        if let Some(key) = inner.kept.take() {
+            self.pool.kept.remove(key);
+        }
+        if inner.holders == 0 {
+            inner.state = State::Off;
         }
     }
 
@@ -170,20 +249,41 @@ impl ReadAhead {
         if prefix != self.prefix {
             return None;
         }
-        let taken = {
+        let (taken, writes) = {
             let mut inner = self.lock();
-            match std::mem::replace(&mut inner.state, State::Reading) {
-                State::Armed(reserved, purpose) => Ok((reserved, purpose)),
-                State::Held { records, held } => Err((records, held)),
-                other => {
-                    inner.state = other;
-                    return None;
+            let writes = inner.writes;
+            if let State::Read { listing, .. } = &inner.state {
+                let served = listing
+                    .as_ref()
+                    .filter(|listing| listing.writes == writes)
+                    .map(|listing| listing.names.clone());
+                (Taken::Listing(served), writes)
+            } else {
+                match std::mem::replace(&mut inner.state, State::Reading) {
+                    State::Armed(reserved, purpose) => (Taken::Armed(reserved, purpose), writes),
+                    State::Held { records, held } => (Taken::Held(records, held), writes),
+                    other => {
+                        inner.state = other;
+                        return None;
+                    }
                 }
             }
         };
         let (reserved, purpose) = match taken {
-            Ok(armed) => armed,
-            Err((records, held)) => return Some(self.read_tail(prefix, base, records, held).await),
+            Taken::Armed(reserved, purpose) => (reserved, purpose),
+            Taken::Held(records, held) => {
+                return Some(self.read_tail(prefix, base, records, held, writes).await);
+            }
+            Taken::Listing(Some(names)) => {
+                self.pool.counts.listings_served.fetch_add(1, Ordering::Relaxed);
+                return Some(Ok(names));
+            }
+            Taken::Listing(None) => {
+                // Stale or none yet: storage's, kept for the next listing.
+                let listed = base.list_roots(prefix).await;
+                self.lock().keep_listing(&listed, writes);
+                return Some(listed);
+            }
         };
         let counts = &self.pool.counts;
         let max_bytes = reserved.num_permits() * 1024;
@@ -230,7 +330,9 @@ impl ReadAhead {
                 _held: held,
                 _tail: None,
                 purpose,
+                listing: None,
             };
+            inner.keep_listing(&names, writes);
         }
         Some(names)
     }
@@ -245,6 +347,7 @@ impl ReadAhead {
         base: &dyn FullStore,
         mut records: HashMap<String, Vec<u8>>,
         held: OwnedSemaphorePermit,
+        writes: u64,
     ) -> Result<Vec<String>, StoreError> {
         let listed = base.list_roots(prefix).await;
         let tail: Vec<String> = listed
@@ -281,9 +384,19 @@ impl ReadAhead {
                 _held: Some(held),
                 _tail: tail_held,
                 purpose: Purpose::Activation,
+                listing: None,
             };
+            inner.keep_listing(&listed, writes);
         }
         listed
+    }
+
+    /// The cell is about to write or delete root `name`: a log root makes
+    /// every listing taken so far stale.
+    pub fn writing(&self, name: &str) {
+        if name.starts_with(&self.prefix) {
+            self.lock().writes += 1;
+        }
     }
 
     /// A record read ahead, if `name` is one.
@@ -361,6 +474,54 @@ impl ReadAhead {
     /// budget comes back, unless a whole-log read holds them).
     pub fn finish(&self) {
         self.release();
+    }
+
+    /// The activation opened the cell: the index blobs go, and the log
+    /// records (with the listing) are kept for [`KEPT_AFTER_OPEN`], for the
+    /// cell's first whole-log reads — the replay of a `Transact` the dead
+    /// owner committed, which arrives right after a takeover, and
+    /// subscriptions catching up — which then read only the tail from
+    /// storage. The first to go when an activation finds the budget short.
+    pub fn finish_keeping(self: &Arc<Self>) {
+        let keep = {
+            let mut inner = self.lock();
+            inner.holders = inner.holders.saturating_sub(1);
+            inner.index = Index::Off;
+            if let State::Read { purpose, .. } = &mut inner.state {
+                // Reads served from now on are not recovery's.
+                *purpose = Purpose::WholeLog;
+                true
+            } else {
+                if inner.holders == 0 {
+                    inner.state = State::Off;
+                }
+                false
+            }
+        };
+        if !keep {
+            return;
+        }
+        let weak: std::sync::Weak<dyn Evict> = Arc::downgrade(self) as std::sync::Weak<Self>;
+        let key = self.pool.kept.add(weak);
+        self.lock().kept = Some(key);
+        self.pool.counts.kept.fetch_add(1, Ordering::Relaxed);
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(KEPT_AFTER_OPEN).await;
+            if let Some(ahead) = weak.upgrade() {
+                ahead.stop_keeping();
+            }
+        });
+    }
+}
+
+/// How long an open's records are kept for the cell's first whole-log
+/// reads ([`ReadAhead::finish_keeping`]).
+pub const KEPT_AFTER_OPEN: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Evict for ReadAhead {
+    fn evict(&self) {
+        self.stop_keeping();
     }
 }
 

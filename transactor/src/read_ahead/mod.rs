@@ -18,8 +18,9 @@
 //!   (Corium acquires, then recovers), so it *is* the listing after the
 //!   lease that decides what exists; a later listing goes to storage, and a
 //!   record it names that was not read ahead is read from storage;
-//! - the records are dropped when the open returns, so nothing outlives the
-//!   activation that read it.
+//! - the records are dropped when the open returns, or kept a few seconds
+//!   more for the open cell's first whole-log reads (below), whose listing
+//!   still decides what exists.
 //!
 //! A handoff reads ahead earlier: the owner asks its target to
 //! [`Budget::prepare`] while it still serves, the target reads the log
@@ -44,6 +45,19 @@
 //! when the last guard goes. The same argument holds: the bulk read is a
 //! listing like any other (Corium's merge and takeover cutoff run over it
 //! unchanged), and records are never rewritten.
+//!
+//! The first whole-log reads come right after an open: the replay of a
+//! `Transact` that the dead owner committed (its client's retry reaches
+//! the successor within a second) and subscriptions catching up. So an
+//! open's records are kept for [`KEPT_AFTER_OPEN`]; such a read then lists
+//! the log (or is answered with the open's listing, while the cell has
+//! written nothing) and reads only the tail. Kept records are the first to
+//! go when an activation finds the budget short.
+//!
+//! Every read-ahead also keeps the log's listing while it holds records
+//! (`log.rs`): Corium lists the log four times in an open, twice in a
+//! whole-log read, and all but the first are answered with it until the
+//! cell writes to its log.
 //!
 //! Memory is bounded: every read-ahead reserves its bytes from the node's
 //! budget (`--activation-read-ahead-mib`, [`Budget`]) before it reads, at most
@@ -77,6 +91,6 @@ mod tests;
 mod warm;
 
 pub use budget::{Budget, MAX_PER_ACTIVATION, PREPARED_FOR, PreparedLog};
-pub use log::{ReadAhead, WholeLog};
+pub use log::{KEPT_AFTER_OPEN, ReadAhead, WholeLog};
 pub use pool::{Counts, log_prefix};
 pub use warm::{WarmCounts, WarmSet};

@@ -1,8 +1,9 @@
 //! The node's read-ahead memory, what its read-aheads did, and which root
 //! names are log records.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use corium_fleet_store::prefix_read::PrefixRead;
 use corium_store::{FullStore, StoreError};
@@ -36,6 +37,57 @@ pub struct Counts {
     pub index_reads: AtomicU64,
     /// Corium's index blob reads served from them instead of storage.
     pub index_blobs_served: AtomicU64,
+    /// Log listings answered with the listing a read-ahead took from
+    /// storage (the cell wrote no log root since).
+    pub listings_served: AtomicU64,
+    /// Opens whose records were kept for the cell's first whole-log reads.
+    pub kept: AtomicU64,
+    /// Whole-log reads that found an open's records still kept.
+    pub kept_used: AtomicU64,
+    /// Kept records dropped early because an activation needed the budget.
+    pub kept_evicted: AtomicU64,
+}
+
+/// Records kept after an open, which give their budget back when an
+/// activation needs it.
+pub(super) trait Evict: Send + Sync {
+    /// Drops the kept records unless a read is using them.
+    fn evict(&self);
+}
+
+/// The read-aheads keeping an open's records, oldest first.
+#[derive(Default)]
+pub(super) struct Kept {
+    next: AtomicU64,
+    entries: Mutex<BTreeMap<u64, Weak<dyn Evict>>>,
+}
+
+impl Kept {
+    /// Registers `kept`; the key takes it off again ([`Self::remove`]).
+    pub(super) fn add(&self, kept: Weak<dyn Evict>) -> u64 {
+        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, kept);
+        key
+    }
+
+    pub(super) fn remove(&self, key: u64) {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&key);
+    }
+
+    /// The oldest entry, taken off the list.
+    fn pop_oldest(&self) -> Option<Weak<dyn Evict>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_first()
+            .map(|(_, kept)| kept)
+    }
 }
 
 /// The node's read-ahead memory and reader, shared by every read-ahead.
@@ -47,12 +99,27 @@ pub(super) struct Pool {
     pub(super) reader: Arc<dyn PrefixRead>,
     /// Shared by every read-ahead of the node.
     pub(super) counts: Arc<Counts>,
+    /// Opens' records kept for their cells' first whole-log reads: given
+    /// back first when a reservation finds the budget short.
+    pub(super) kept: Arc<Kept>,
 }
 
 impl Pool {
-    /// Reserves what is free of the budget, up to [`MAX_PER_ACTIVATION`].
+    /// Reserves what is free of the budget, up to [`MAX_PER_ACTIVATION`],
+    /// after dropping kept records (oldest first) while less than that is
+    /// free. Never called with a read-ahead's lock held (eviction takes
+    /// the kept read-aheads' locks).
     pub(super) fn reserve(&self) -> Option<OwnedSemaphorePermit> {
         let kib = self.kib.as_ref()?;
+        while kib.available_permits() < MAX_PER_ACTIVATION / 1024 {
+            let Some(kept) = self.kept.pop_oldest() else {
+                break;
+            };
+            if let Some(kept) = kept.upgrade() {
+                kept.evict();
+                self.counts.kept_evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let wanted = kib.available_permits().min(MAX_PER_ACTIVATION / 1024);
         u32::try_from(wanted)
             .ok()
@@ -166,6 +233,30 @@ impl Counts {
             "corium_fleet_activation_index_blobs_served_total",
             "Recovery's index blob reads served from them instead of storage.",
             load(&self.index_blobs_served),
+        );
+        counter(
+            out,
+            "corium_fleet_log_listings_served_total",
+            "Log listings of an activation or a whole-log read answered with the listing taken from storage after the lease (the cell wrote no log root since).",
+            load(&self.listings_served),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_logs_kept_total",
+            "Opens whose log records were kept for the cell's first whole-log reads (a request-id replay, a subscription's catch-up).",
+            load(&self.kept),
+        );
+        counter(
+            out,
+            "corium_fleet_whole_log_reads_from_kept_total",
+            "Whole-log reads served from an open's kept records (only the tail read from storage).",
+            load(&self.kept_used),
+        );
+        counter(
+            out,
+            "corium_fleet_activation_logs_kept_evicted_total",
+            "Kept records dropped early because an activation needed the read-ahead budget.",
+            load(&self.kept_evicted),
         );
     }
 }

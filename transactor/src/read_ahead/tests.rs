@@ -50,13 +50,44 @@ async fn the_first_log_listing_reads_ahead_and_later_reads_are_served_until_fini
         .unwrap()
         .unwrap();
     assert_eq!(names, (1..=3).map(|t| record("a", 1, t)).collect::<Vec<_>>());
-    // A record written after the read is not served from memory.
-    store.cas_root(&record("a", 2, 4), None, b"late").await.unwrap();
+    // A record another process writes after the read (a deposed writer's)
+    // is neither served from memory nor in the later listings of the open:
+    // every pass sees the one listing.
+    store.cas_root(&record("a", 1, 4), None, b"late").await.unwrap();
     assert_eq!(ahead.get(&record("a", 1, 2)), Some(vec![2]));
-    assert_eq!(ahead.get(&record("a", 2, 4)), None);
-    assert!(
-        ahead.list(&log_prefix("a"), store.as_ref()).await.is_none(),
-        "the second listing is storage's"
+    assert_eq!(ahead.get(&record("a", 1, 4)), None);
+    for _ in 0..3 {
+        let again = ahead
+            .list(&log_prefix("a"), store.as_ref())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, names, "the first listing, served");
+    }
+    assert_eq!(budget.counts.listings_served.load(Ordering::Relaxed), 3);
+    // A log root of the cell's own makes it stale: the next listing is
+    // storage's (the cell's record in it), and is served in turn.
+    ahead.writing(&record("a", 2, 5));
+    store.cas_root(&record("a", 2, 5), None, b"own").await.unwrap();
+    ahead.writing("db:a");
+    let fresh = ahead
+        .list(&log_prefix("a"), store.as_ref())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fresh, store.list_roots(&log_prefix("a")).await.unwrap());
+    assert!(fresh.contains(&record("a", 2, 5)));
+    assert_eq!(budget.counts.listings_served.load(Ordering::Relaxed), 3);
+    let served = ahead
+        .list(&log_prefix("a"), store.as_ref())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(served, fresh);
+    assert_eq!(
+        budget.counts.listings_served.load(Ordering::Relaxed),
+        4,
+        "a root outside the log (db:a) changes nothing"
     );
     // The budget holds only what the bytes use (3 bytes: 1 KiB).
     assert_eq!(budget.free_kib(), 1023);
@@ -116,9 +147,10 @@ async fn a_whole_log_read_arms_an_open_cells_read_ahead_until_its_last_guard_goe
         3,
         "the bulk read is the listing, new records included"
     );
-    assert!(
-        ahead.list(&prefix, store.as_ref()).await.is_none(),
-        "one bulk read"
+    assert_eq!(
+        ahead.list(&prefix, store.as_ref()).await.unwrap().unwrap(),
+        names,
+        "one bulk read; the second listing is the first's"
     );
     assert_eq!(ahead.get(&record("a", 1, 3)).as_deref(), Some(&b"new"[..]));
     assert_eq!(budget.counts.whole_log_reads.load(Ordering::Relaxed), 1);
@@ -128,6 +160,12 @@ async fn a_whole_log_read_arms_an_open_cells_read_ahead_until_its_last_guard_goe
     drop(second);
     assert_eq!(ahead.get(&record("a", 1, 1)), None, "dropped with the last guard");
     assert_eq!(budget.free_kib(), 1024, "and its budget came back");
+    // The listing went with them: the next whole-log read lists again.
+    store.cas_root(&record("a", 1, 4), None, b"next").await.unwrap();
+    let guard = ahead.whole_log();
+    let again = ahead.list(&prefix, store.as_ref()).await.unwrap().unwrap();
+    assert_eq!(again.len(), 4, "{again:?}");
+    drop(guard);
     // A cell created here (no activation) arms the same way.
     let created = budget.idle("a");
     assert!(created.list(&prefix, store.as_ref()).await.is_none());
@@ -185,9 +223,14 @@ async fn a_prepared_log_starts_the_activation_keeps_no_fork_records_and_reads_th
         Some(&b"tail"[..]),
         "the tail was read with the listing"
     );
-    assert!(
-        ahead.list(&log_prefix("a"), store.as_ref()).await.is_none(),
-        "later listings are storage's"
+    assert_eq!(
+        ahead
+            .list(&log_prefix("a"), store.as_ref())
+            .await
+            .unwrap()
+            .unwrap(),
+        listed,
+        "later listings are that one"
     );
     assert_eq!(budget.counts.prepared_used.load(Ordering::Relaxed), 1);
     ahead.finish();
@@ -423,4 +466,101 @@ async fn warm_records_go_with_their_database_and_stop_at_the_budget() {
     let off = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     off.warm.refresh("b", store.as_ref()).await.unwrap();
     assert_eq!(off.warm.usage(), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_opens_records_are_kept_for_the_first_whole_log_reads_then_dropped() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    for t in 1..=3 {
+        store.cas_root(&record("a", 1, t), None, b"rec").await.unwrap();
+    }
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let prefix = log_prefix("a");
+    let ahead = budget.start("a");
+    let listed = ahead.list(&prefix, store.as_ref()).await.unwrap().unwrap();
+    ahead.finish_keeping();
+    assert_eq!(budget.counts.kept.load(Ordering::Relaxed), 1);
+    assert_eq!(budget.free_kib(), 1023, "the records still hold their budget");
+    let served_by_recovery = budget.counts.served.load(Ordering::Relaxed);
+    // A replay right after the open: its listings are the open's (the cell
+    // wrote nothing since) and its reads are served.
+    {
+        let _replay = ahead.whole_log();
+        assert_eq!(
+            ahead.list(&prefix, store.as_ref()).await.unwrap().unwrap(),
+            listed
+        );
+        assert_eq!(ahead.get(&record("a", 1, 2)).as_deref(), Some(&b"rec"[..]));
+    }
+    assert_eq!(budget.counts.kept_used.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        budget.counts.served.load(Ordering::Relaxed),
+        served_by_recovery,
+        "served to a whole-log read, not counted as recovery's"
+    );
+    assert_eq!(
+        budget.counts.whole_log_reads.load(Ordering::Relaxed),
+        0,
+        "no bulk read"
+    );
+    // The cell commits: the next whole-log read lists from storage and
+    // still reads the kept records from memory.
+    ahead.writing(&record("a", 2, 4));
+    store.cas_root(&record("a", 2, 4), None, b"new").await.unwrap();
+    {
+        let _read = ahead.whole_log();
+        let fresh = ahead.list(&prefix, store.as_ref()).await.unwrap().unwrap();
+        assert_eq!(fresh.len(), 4, "the new record is listed: {fresh:?}");
+        assert!(ahead.get(&record("a", 1, 1)).is_some());
+        assert_eq!(ahead.get(&record("a", 2, 4)), None, "the tail comes from storage");
+    }
+    // Its time up, the records go and the budget comes back.
+    tokio::time::sleep(KEPT_AFTER_OPEN + std::time::Duration::from_millis(10)).await;
+    assert_eq!(ahead.get(&record("a", 1, 1)), None);
+    assert_eq!(budget.free_kib(), 1024);
+    // A failed open keeps nothing.
+    let failed = budget.start("a");
+    assert!(failed.list(&prefix, store.as_ref()).await.is_some());
+    failed.finish();
+    assert_eq!(failed.get(&record("a", 1, 1)), None);
+    assert_eq!(budget.free_kib(), 1024);
+}
+
+#[tokio::test]
+async fn kept_records_give_their_budget_to_the_next_activation() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    store
+        .cas_root(&record("a", 1, 1), None, &vec![7; 300 << 10])
+        .await
+        .unwrap();
+    store.cas_root(&record("b", 1, 1), None, b"b").await.unwrap();
+    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let kept = budget.start("a");
+    assert!(kept.list(&log_prefix("a"), store.as_ref()).await.is_some());
+    kept.finish_keeping();
+    assert_eq!(budget.free_kib(), 1024 - 300);
+    // Another database activates: it needs the budget more.
+    let next = budget.start("b");
+    assert_eq!(budget.counts.kept_evicted.load(Ordering::Relaxed), 1);
+    assert_eq!(kept.get(&record("a", 1, 1)), None, "the kept records went");
+    assert!(
+        next.list(&log_prefix("b"), store.as_ref()).await.is_some(),
+        "read ahead"
+    );
+    assert_eq!(budget.counts.skipped.load(Ordering::Relaxed), 0);
+    next.finish();
+    assert_eq!(budget.free_kib(), 1024);
+    // A whole-log read in progress keeps them until it ends.
+    let kept = budget.start("a");
+    assert!(kept.list(&log_prefix("a"), store.as_ref()).await.is_some());
+    kept.finish_keeping();
+    let reading = kept.whole_log();
+    let next = budget.start("b");
+    assert!(
+        kept.get(&record("a", 1, 1)).is_some(),
+        "in use: not dropped under the read"
+    );
+    drop(reading);
+    assert_eq!(kept.get(&record("a", 1, 1)), None, "dropped when the read ended");
+    next.finish();
 }
