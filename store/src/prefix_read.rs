@@ -7,6 +7,11 @@
 //! when it is activated (the node's read-ahead). The result is bounded in
 //! bytes; a read that stops at the bound says so, and the caller lists the
 //! rest itself.
+//!
+//! Also the names under a prefix that sort after a given one
+//! ([`PrefixRead::list_after`]): one short page on S3 (`StartAfter`) for a
+//! caller that holds an earlier listing of a log that only grows at its
+//! end; elsewhere a listing, filtered.
 
 use std::sync::Arc;
 
@@ -47,6 +52,21 @@ pub trait PrefixRead: Send + Sync {
     /// # Errors
     /// The store's failure.
     async fn read_prefix(&self, prefix: &str, max_bytes: usize) -> Result<PrefixRows, StoreError>;
+
+    /// The names under `prefix` that sort after `after` (byte order), in
+    /// that order.
+    ///
+    /// # Errors
+    /// The store's failure.
+    async fn list_after(&self, prefix: &str, after: &str) -> Result<Vec<String>, StoreError>;
+}
+
+/// `names` sorted, from the first one after `after`.
+#[must_use]
+pub fn after(mut names: Vec<String>, after: &str) -> Vec<String> {
+    names.sort();
+    let first = names.partition_point(|name| name.as_str() <= after);
+    names.split_off(first)
 }
 
 /// Reads in flight at once where a backend has no bulk read.
@@ -75,6 +95,10 @@ impl PrefixRead for ListThenRead {
         }
         read.complete = true;
         Ok(read)
+    }
+
+    async fn list_after(&self, prefix: &str, after_name: &str) -> Result<Vec<String>, StoreError> {
+        Ok(after(self.0.list_roots(prefix).await?, after_name))
     }
 }
 
@@ -127,6 +151,23 @@ impl PrefixRead for PostgresPrefixRead {
         read.complete = true;
         Ok(read)
     }
+
+    /// The listing query, filtered here: `name > $2` in SQL would compare
+    /// under the column's collation, not in byte order. An indexed listing
+    /// of one database's log is cheap on `PostgreSQL`.
+    async fn list_after(&self, prefix: &str, after_name: &str) -> Result<Vec<String>, StoreError> {
+        let client = self.0.get().await.map_err(backend)?;
+        let pattern = format!("{}%", escape_like(prefix));
+        let rows = client
+            .query("SELECT name FROM corium_roots WHERE name LIKE $1", &[&pattern])
+            .await
+            .map_err(backend)?;
+        let names = rows
+            .iter()
+            .map(|row| row.try_get::<_, String>(0).map_err(backend))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(after(names, after_name))
+    }
 }
 
 #[cfg(test)]
@@ -158,5 +199,15 @@ mod tests {
         let bounded = reader.read_prefix("log:a:", 3).await.unwrap();
         assert!(!bounded.complete);
         assert_eq!(bounded.rows.len(), 2, "1 + 2 bytes fit, the third would pass 3");
+        assert_eq!(
+            reader.list_after("log:a:", "log:a:v1").await.unwrap(),
+            ["log:a:v2", "log:a:v3"]
+        );
+        assert_eq!(
+            reader.list_after("log:a:", "log:a:v15").await.unwrap(),
+            ["log:a:v2", "log:a:v3"],
+            "byte order, not a name that exists"
+        );
+        assert!(reader.list_after("log:a:", "log:a:v3").await.unwrap().is_empty());
     }
 }

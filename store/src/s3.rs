@@ -16,8 +16,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corium_store::StoreError;
+use async_trait::async_trait;
+use corium_store::{FullStore, StoreError};
 use corium_store_s3::S3BlobStore;
+
+use crate::prefix_read::{ListThenRead, PrefixRead, PrefixRows};
 
 /// Attempts per S3 request, the first included.
 pub const ATTEMPTS: u32 = 2;
@@ -49,10 +52,70 @@ pub async fn open(
         s3 = s3.endpoint_url(endpoint).force_path_style(true);
     }
     let client = aws_sdk_s3::Client::from_conf(s3.build());
-    let store: Arc<dyn corium_store::FullStore> =
-        Arc::new(S3BlobStore::from_client(client, bucket, prefix).await?);
+    let store: Arc<dyn FullStore> = Arc::new(S3BlobStore::from_client(client.clone(), bucket, prefix).await?);
     Ok(crate::Opened {
-        prefix_read: Arc::new(crate::prefix_read::ListThenRead(Arc::clone(&store))),
+        prefix_read: Arc::new(S3PrefixRead {
+            reads: ListThenRead(Arc::clone(&store)),
+            client,
+            bucket: bucket.to_owned(),
+            roots: format!(
+                "{}roots/",
+                corium_store_s3::normalize_s3_prefix(prefix.to_owned())
+            ),
+        }),
         store,
     })
+}
+
+/// Bulk reads as any store's; listings after a name with `StartAfter`, so
+/// a caller that holds most of a log lists one page, not all of them.
+struct S3PrefixRead {
+    reads: ListThenRead,
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    /// Where Corium's `S3BlobStore` keeps roots: `{prefix}roots/{name}`.
+    roots: String,
+}
+
+fn backend(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend {
+        kind: "s3".into(),
+        detail: error.to_string(),
+    }
+}
+
+#[async_trait]
+impl PrefixRead for S3PrefixRead {
+    async fn read_prefix(&self, prefix: &str, max_bytes: usize) -> Result<PrefixRows, StoreError> {
+        self.reads.read_prefix(prefix, max_bytes).await
+    }
+
+    async fn list_after(&self, prefix: &str, after: &str) -> Result<Vec<String>, StoreError> {
+        let mut names = Vec::new();
+        let mut continuation = None;
+        loop {
+            let mut request = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(format!("{}{prefix}", self.roots))
+                .start_after(format!("{}{after}", self.roots));
+            if let Some(token) = continuation.take() {
+                request = request.continuation_token(token);
+            }
+            let page = request.send().await.map_err(backend)?;
+            names.extend(
+                page.contents()
+                    .iter()
+                    .filter_map(|object| object.key()?.strip_prefix(&self.roots).map(str::to_owned)),
+            );
+            continuation = page.next_continuation_token().map(str::to_owned);
+            if continuation.is_none() {
+                break;
+            }
+        }
+        // S3 lists keys in UTF-8 byte order; the filter covers a server
+        // that does not honour `StartAfter`.
+        Ok(crate::prefix_read::after(names, after))
+    }
 }

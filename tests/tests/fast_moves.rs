@@ -65,6 +65,7 @@ struct Counts {
     served: f64,
     index_served: f64,
     listings_served: f64,
+    listings_since: f64,
 }
 
 async fn read_ahead_counts(admin: u16) -> Counts {
@@ -76,6 +77,7 @@ async fn read_ahead_counts(admin: u16) -> Counts {
         served: get("corium_fleet_activation_log_records_served_total"),
         index_served: get("corium_fleet_activation_index_blobs_served_total"),
         listings_served: get("corium_fleet_log_listings_served_total"),
+        listings_since: get("corium_fleet_log_listings_since_total"),
     }
 }
 
@@ -122,6 +124,7 @@ async fn move_once(backend: Backend, flags: &[&str]) -> Counts {
         served: counts.served - counts_before.served,
         index_served: counts.index_served - counts_before.index_served,
         listings_served: counts.listings_served - counts_before.listings_served,
+        listings_since: counts.listings_since - counts_before.listings_since,
     }
 }
 
@@ -162,6 +165,11 @@ async fn moved_from_read_ahead(backend: Backend) {
     assert!(
         counts.listings_served >= 3.0,
         "recovery listed the log from storage once: {counts:?}"
+    );
+    // And that listing was the prepared one and the names after it.
+    assert!(
+        counts.listings_since >= 1.0,
+        "the activation listed after the prepared names: {counts:?}"
     );
 }
 

@@ -225,6 +225,11 @@ mod counting {
             self.ops.lists.fetch_add(1, Ordering::Relaxed);
             self.inner.read_prefix(prefix, max_bytes).await
         }
+
+        async fn list_after(&self, prefix: &str, after: &str) -> Result<Vec<String>, StoreError> {
+            self.ops.lists.fetch_add(1, Ordering::Relaxed);
+            self.inner.list_after(prefix, after).await
+        }
     }
 }
 

@@ -168,6 +168,10 @@ mod tests {
         ) -> Result<crate::prefix_read::PrefixRows, StoreError> {
             Ok(crate::prefix_read::PrefixRows::default())
         }
+
+        async fn list_after(&self, _prefix: &str, _after: &str) -> Result<Vec<String>, StoreError> {
+            Ok(Vec::new())
+        }
     }
 
     #[tokio::test]

@@ -10,11 +10,17 @@ use corium_fleet_store::prefix_read::PrefixRead;
 use corium_store::{BlobId, FullStore, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::index::{IndexRead, read_index};
+use futures::TryStreamExt as _;
+
+use super::index::{IN_FLIGHT, IndexRead, read_index};
 use super::log::{ReadAhead, Start};
 pub use super::pool::MAX_PER_ACTIVATION;
-use super::pool::{Counts, Pool, keep, keepable, log_prefix};
+use super::pool::{Counts, Pool, keep, keepable, list_since, log_prefix, read_roots};
 use super::warm::WarmSet;
+
+/// Listings after the first read of a handoff's log, each reading what the
+/// owner committed meanwhile (they stop once that is a handful).
+const CATCH_UP_ROUNDS: usize = 3;
 
 /// How long a log read ahead of a handoff waits for its activation.
 pub const PREPARED_FOR: Duration = Duration::from_secs(30);
@@ -22,6 +28,9 @@ pub const PREPARED_FOR: Duration = Duration::from_secs(30);
 /// A log read ahead of an activation that has not started yet.
 struct Prepared {
     records: HashMap<String, Vec<u8>>,
+    /// The complete listing they were read under (`None` when the read
+    /// stopped at its bound).
+    listed: Option<Vec<String>>,
     read_at: Instant,
     held: OwnedSemaphorePermit,
     /// The index blobs the root named at the time, and their budget.
@@ -59,6 +68,7 @@ impl Budget {
     #[must_use]
     pub fn new(mib: usize, warm_mib: usize, reader: Arc<dyn PrefixRead>) -> Self {
         let counts = Arc::<Counts>::default();
+        let warm = Arc::new(WarmSet::new(warm_mib, Arc::clone(&reader), Arc::clone(&counts)));
         Self {
             pool: Pool {
                 kib: (mib > 0).then(|| Arc::new(Semaphore::new(mib.saturating_mul(1024)))),
@@ -68,7 +78,7 @@ impl Budget {
             },
             counts,
             prepared: Arc::default(),
-            warm: Arc::new(WarmSet::new(warm_mib)),
+            warm,
         }
     }
 
@@ -101,17 +111,46 @@ impl Budget {
             return Ok(PreparedLog::default());
         };
         let prefix = log_prefix(db);
-        let read = self
-            .pool
-            .reader
-            .read_prefix(&prefix, reserved.num_permits() * 1024)
-            .await?;
-        let records: HashMap<String, Vec<u8>> = read
+        let max_bytes = reserved.num_permits() * 1024;
+        let read = self.pool.reader.read_prefix(&prefix, max_bytes).await?;
+        let mut listed = read
+            .complete
+            .then(|| read.rows.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>());
+        let mut records: HashMap<String, Vec<u8>> = read
             .rows
             .into_iter()
             .filter(|(name, _)| keepable(&prefix, name))
             .collect();
-        let bytes: usize = records.values().map(Vec::len).sum();
+        let mut bytes: usize = records.values().map(Vec::len).sum();
+        // The owner kept committing while the log was read: catch up with
+        // the names after it, so the release leaves only the last moments'.
+        for _ in 0..CATCH_UP_ROUNDS {
+            let Some(known) = &listed else { break };
+            let Ok(Some(names)) = list_since(self.pool.reader.as_ref(), &self.counts, &prefix, known).await
+            else {
+                listed = None;
+                break;
+            };
+            let new: Vec<String> = names
+                .iter()
+                .filter(|name| keepable(&prefix, name) && !records.contains_key(*name))
+                .cloned()
+                .collect();
+            let few = new.len() <= IN_FLIGHT;
+            let mut reads = std::pin::pin!(read_roots(base, new));
+            while let Ok(Some((name, record))) = reads.try_next().await {
+                let Some(record) = record else { continue };
+                if bytes + record.len() > max_bytes {
+                    break;
+                }
+                bytes += record.len();
+                records.insert(name, record);
+            }
+            listed = Some(names);
+            if few {
+                break;
+            }
+        }
         let held = keep(reserved, bytes);
         let index = self.prepare_index(db, base).await;
         let log = PreparedLog {
@@ -130,6 +169,7 @@ impl Budget {
                 db.to_owned(),
                 Prepared {
                     records,
+                    listed,
                     read_at: Instant::now(),
                     held,
                     index,
@@ -172,7 +212,11 @@ impl Budget {
             .remove(db)
             .filter(|prepared| prepared.read_at.elapsed() < PREPARED_FOR);
         let start = if let Some(Prepared {
-            records, held, index, ..
+            records,
+            listed,
+            held,
+            index,
+            ..
         }) = prepared
         {
             // Read before the lease moved: the listing comes from storage,
@@ -182,6 +226,7 @@ impl Budget {
                 records,
                 held,
                 index: index.map(|(blobs, held)| (blobs, Some(held))),
+                listed,
             }
         } else if let Some(warm) = self.warm.take(db) {
             // Kept warm as its first standby: as a prepared log, the
@@ -191,6 +236,7 @@ impl Budget {
                 held: warm.held,
                 // The blobs' bytes are in `held` too.
                 index: Some((warm.blobs, None)),
+                listed: warm.listed,
             }
         } else if let Some(reserved) = self.pool.reserve() {
             Start::Armed(reserved)

@@ -23,7 +23,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use futures::TryStreamExt as _;
 
 use super::index::{IndexRead, read_index};
-use super::pool::{Evict, Pool, is_record, keep, keepable, read_roots};
+use super::pool::{Evict, Pool, is_record, keep, keepable, list_since, read_roots};
 
 /// Why the read-ahead is armed: counted apart in `/metrics`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -47,6 +47,10 @@ enum State {
     Held {
         records: HashMap<String, Vec<u8>>,
         held: OwnedSemaphorePermit,
+        /// The complete listing they were read under, if there was one:
+        /// the first listing is then that and the names after it
+        /// ([`list_since`]).
+        listed: Option<Vec<String>>,
     },
     /// Read: the records, and the budget their bytes hold.
     Read {
@@ -82,9 +86,22 @@ enum Index {
 /// What a listing found the read-ahead holding.
 enum Taken {
     Armed(OwnedSemaphorePermit, Purpose),
-    Held(HashMap<String, Vec<u8>>, OwnedSemaphorePermit),
+    Held(
+        HashMap<String, Vec<u8>>,
+        OwnedSemaphorePermit,
+        Option<Vec<String>>,
+    ),
     /// Read: the listing to serve, if it is current.
     Listing(Option<Vec<String>>),
+}
+
+/// Held records, as the activation's first listing finds them.
+struct Tail {
+    records: HashMap<String, Vec<u8>>,
+    held: OwnedSemaphorePermit,
+    listed: Option<Vec<String>>,
+    /// [`Inner::writes`] when the listing started.
+    writes: u64,
 }
 
 /// A listing of the log from storage.
@@ -161,8 +178,17 @@ impl ReadAhead {
         };
         let (state, index) = match start {
             Start::Armed(reserved) => (State::Armed(reserved, Purpose::Activation), Index::Armed),
-            Start::Prepared { records, held, index } => (
-                State::Held { records, held },
+            Start::Prepared {
+                records,
+                held,
+                index,
+                listed,
+            } => (
+                State::Held {
+                    records,
+                    held,
+                    listed,
+                },
                 index.map_or(Index::Armed, |(blobs, held)| Index::Read { blobs, _held: held }),
             ),
             Start::Off | Start::Idle => (State::Off, Index::Off),
@@ -261,7 +287,11 @@ impl ReadAhead {
             } else {
                 match std::mem::replace(&mut inner.state, State::Reading) {
                     State::Armed(reserved, purpose) => (Taken::Armed(reserved, purpose), writes),
-                    State::Held { records, held } => (Taken::Held(records, held), writes),
+                    State::Held {
+                        records,
+                        held,
+                        listed,
+                    } => (Taken::Held(records, held, listed), writes),
                     other => {
                         inner.state = other;
                         return None;
@@ -271,8 +301,14 @@ impl ReadAhead {
         };
         let (reserved, purpose) = match taken {
             Taken::Armed(reserved, purpose) => (reserved, purpose),
-            Taken::Held(records, held) => {
-                return Some(self.read_tail(prefix, base, records, held, writes).await);
+            Taken::Held(records, held, listed) => {
+                let tail = Tail {
+                    records,
+                    held,
+                    listed,
+                    writes,
+                };
+                return Some(self.read_tail(prefix, base, tail).await);
             }
             Taken::Listing(Some(names)) => {
                 self.pool.counts.listings_served.fetch_add(1, Ordering::Relaxed);
@@ -338,18 +374,35 @@ impl ReadAhead {
     }
 
     /// The first listing of an activation that starts from held records:
-    /// the listing from storage, and the listed records not held read
-    /// eight at a time, within what is free of the budget (the rest
-    /// Corium reads itself).
+    /// the held listing and the names after it when there is one (else the
+    /// listing from storage), and the listed records not held read eight
+    /// at a time, within what is free of the budget (the rest Corium reads
+    /// itself).
     async fn read_tail(
         &self,
         prefix: &str,
         base: &dyn FullStore,
-        mut records: HashMap<String, Vec<u8>>,
-        held: OwnedSemaphorePermit,
-        writes: u64,
+        tail: Tail,
     ) -> Result<Vec<String>, StoreError> {
-        let listed = base.list_roots(prefix).await;
+        let Tail {
+            mut records,
+            held,
+            listed: known,
+            writes,
+        } = tail;
+        let since = match &known {
+            Some(known) => list_since(self.pool.reader.as_ref(), &self.pool.counts, prefix, known)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::debug!(prefix, %error, "listing after the held names failed; listing in full");
+                    None
+                }),
+            None => None,
+        };
+        let listed = match since {
+            Some(names) => Ok(names),
+            None => base.list_roots(prefix).await,
+        };
         let tail: Vec<String> = listed
             .as_ref()
             .map(|names| {
@@ -537,6 +590,8 @@ pub(super) enum Start {
     Prepared {
         records: HashMap<String, Vec<u8>>,
         held: OwnedSemaphorePermit,
+        /// The complete listing the records were read under, if known.
+        listed: Option<Vec<String>>,
         /// The index blobs read with it, if they were; else the open reads
         /// them as an armed activation does.
         index: Option<IndexBlobs>,

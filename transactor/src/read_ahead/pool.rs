@@ -46,6 +46,9 @@ pub struct Counts {
     pub kept_used: AtomicU64,
     /// Kept records dropped early because an activation needed the budget.
     pub kept_evicted: AtomicU64,
+    /// Log listings made of a listing held from before and storage's names
+    /// after it ([`list_since`]).
+    pub listings_since: AtomicU64,
 }
 
 /// Records kept after an open, which give their budget back when an
@@ -164,6 +167,47 @@ pub(super) fn keepable(prefix: &str, name: &str) -> bool {
     is_record(prefix, name) && !name[prefix.len()..].starts_with(FORK_VERSION)
 }
 
+/// A listing of the log under `prefix` built on `known`, a complete listing
+/// of it taken earlier (sorted): `known` and the names storage lists after
+/// its second-to-last name, which must begin with its last one. `None` when
+/// they do not (or `known` has fewer than two names): the caller lists in
+/// full.
+///
+/// The same names as a full listing, for a native log (Corium 0.1.90):
+/// - a log grows at its end: a writer appends under its lease version in
+///   increasing `t` (one writer per version, appends serialized), and a
+///   newer version's names sort after every older one's (zero-padded);
+/// - a name written since that sorts *before* `known`'s last is an older
+///   version's stale append, made after the last name's version had
+///   opened the log, so at or past that version's first `t`, which `known`
+///   holds: Corium's takeover cutoff drops it either way;
+/// - names leave a log only when its database is deleted (`delete_all`
+///   removes every one, a fork writes version-0 names only into a database
+///   that does not exist): the last name still listed proves that did not
+///   happen since.
+///
+/// # Errors
+/// The store's failure.
+pub(super) async fn list_since(
+    reader: &dyn PrefixRead,
+    counts: &Counts,
+    prefix: &str,
+    known: &[String],
+) -> Result<Option<Vec<String>>, StoreError> {
+    let [.., second_last, last] = known else {
+        return Ok(None);
+    };
+    let newer = reader.list_after(prefix, second_last).await?;
+    if newer.first() != Some(last) {
+        return Ok(None);
+    }
+    counts.listings_since.fetch_add(1, Ordering::Relaxed);
+    let mut names = Vec::with_capacity(known.len() - 1 + newer.len());
+    names.extend_from_slice(&known[..known.len() - 1]);
+    names.extend(newer);
+    Ok(Some(names))
+}
+
 /// Reads the roots `names` from `base`, [`IN_FLIGHT`] at a time, in order.
 pub(super) fn read_roots(
     base: &dyn FullStore,
@@ -257,6 +301,12 @@ impl Counts {
             "corium_fleet_activation_logs_kept_evicted_total",
             "Kept records dropped early because an activation needed the read-ahead budget.",
             load(&self.kept_evicted),
+        );
+        counter(
+            out,
+            "corium_fleet_log_listings_since_total",
+            "Log listings made of a listing held from before (a handoff's, a warm standby's) and the names storage lists after it.",
+            load(&self.listings_since),
         );
     }
 }

@@ -410,6 +410,11 @@ async fn a_warm_database_is_refreshed_with_new_records_only_and_its_activation_s
         "only the new record"
     );
     assert_eq!(
+        budget.counts.listings_since.load(Ordering::Relaxed),
+        1,
+        "the second refresh listed after the first one's names"
+    );
+    assert_eq!(
         warm.counts.blobs_read.load(Ordering::Relaxed),
         2,
         "the index did not change"
@@ -425,6 +430,12 @@ async fn a_warm_database_is_refreshed_with_new_records_only_and_its_activation_s
         .unwrap()
         .unwrap();
     assert_eq!(listed.len(), 5, "storage's listing, fork record included");
+    assert_eq!(listed, store.list_roots(&log_prefix("a")).await.unwrap());
+    assert_eq!(
+        budget.counts.listings_since.load(Ordering::Relaxed),
+        2,
+        "the takeover listed after the warm names"
+    );
     assert_eq!(ahead.get(&record("a", 1, 4)).as_deref(), Some(&b"new"[..]));
     assert_eq!(
         ahead.get(&record("a", 1, 5)).as_deref(),
@@ -563,4 +574,130 @@ async fn kept_records_give_their_budget_to_the_next_activation() {
     drop(reading);
     assert_eq!(kept.get(&record("a", 1, 1)), None, "dropped when the read ended");
     next.finish();
+}
+
+#[tokio::test]
+async fn a_listing_since_a_held_one_is_the_full_listing_or_nothing() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    let reader = ListThenRead(Arc::clone(&store));
+    let counts = super::pool::Counts::default();
+    let prefix = log_prefix("a");
+    for t in 1..=3 {
+        store.cas_root(&record("a", 1, t), None, b"r").await.unwrap();
+    }
+    let known = store.list_roots(&prefix).await.unwrap();
+    store.cas_root(&record("a", 2, 4), None, b"r").await.unwrap();
+    let since = super::pool::list_since(&reader, &counts, &prefix, &known)
+        .await
+        .unwrap();
+    assert_eq!(since, Some(store.list_roots(&prefix).await.unwrap()));
+    assert_eq!(
+        super::pool::list_since(&reader, &counts, &prefix, &known[..1])
+            .await
+            .unwrap(),
+        None,
+        "one name proves nothing"
+    );
+    // The database deleted (every name removed) and created again: the held
+    // last name is gone, so the held listing is not used.
+    for name in store.list_roots(&prefix).await.unwrap() {
+        store.delete_root(&name).await.unwrap();
+    }
+    store
+        .cas_root(&record("a", 5, 1), None, b"new life")
+        .await
+        .unwrap();
+    assert_eq!(
+        super::pool::list_since(&reader, &counts, &prefix, &known)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(counts.listings_since.load(Ordering::Relaxed), 1);
+}
+
+/// A reader through which the owner commits one more record each time the
+/// log is read in bulk (it keeps serving while its target reads ahead).
+struct CommittingWhileRead {
+    inner: ListThenRead,
+    store: Arc<dyn FullStore>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait::async_trait]
+impl PrefixRead for CommittingWhileRead {
+    async fn read_prefix(
+        &self,
+        prefix: &str,
+        max_bytes: usize,
+    ) -> Result<corium_fleet_store::prefix_read::PrefixRows, corium_store::StoreError> {
+        let read = self.inner.read_prefix(prefix, max_bytes).await;
+        let t = self.next.fetch_add(1, Ordering::Relaxed);
+        self.store
+            .cas_root(&record("a", 1, t), None, b"meanwhile")
+            .await?;
+        read
+    }
+
+    async fn list_after(&self, prefix: &str, after: &str) -> Result<Vec<String>, corium_store::StoreError> {
+        self.inner.list_after(prefix, after).await
+    }
+}
+
+#[tokio::test]
+async fn a_handoffs_read_catches_up_with_what_the_owner_committed_meanwhile() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    for t in 1..=3 {
+        store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
+    }
+    let reader = CommittingWhileRead {
+        inner: ListThenRead(Arc::clone(&store)),
+        store: Arc::clone(&store),
+        next: std::sync::atomic::AtomicU64::new(4),
+    };
+    let budget = Budget::new(1, 0, Arc::new(reader));
+    let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
+    assert_eq!(prepared.records, 4, "the record committed during the read too");
+    assert_eq!(budget.counts.listings_since.load(Ordering::Relaxed), 1);
+    // The activation lists after the held names and has nothing to read.
+    let ahead = budget.start("a");
+    let listed = ahead
+        .list(&log_prefix("a"), store.as_ref())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(listed, store.list_roots(&log_prefix("a")).await.unwrap());
+    assert_eq!(ahead.get(&record("a", 1, 4)).as_deref(), Some(&b"meanwhile"[..]));
+    assert_eq!(budget.counts.listings_since.load(Ordering::Relaxed), 2);
+    ahead.finish();
+}
+
+#[tokio::test]
+async fn a_warm_database_deleted_since_its_last_refresh_is_listed_in_full() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    for t in 1..=3 {
+        store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
+    }
+    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    budget.warm.refresh("a", store.as_ref()).await.unwrap();
+    for name in store.list_roots(&log_prefix("a")).await.unwrap() {
+        store.delete_root(&name).await.unwrap();
+    }
+    store.cas_root(&record("a", 2, 1), None, b"reborn").await.unwrap();
+    budget.warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(budget.counts.listings_since.load(Ordering::Relaxed), 0);
+    let ahead = budget.start("a");
+    let listed = ahead
+        .list(&log_prefix("a"), store.as_ref())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        listed,
+        [record("a", 2, 1)],
+        "the old records are gone from the listing"
+    );
+    assert_eq!(ahead.get(&record("a", 1, 2)), None, "and from memory");
+    assert_eq!(ahead.get(&record("a", 2, 1)).as_deref(), Some(&b"reborn"[..]));
+    ahead.finish();
 }

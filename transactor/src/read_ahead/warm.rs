@@ -27,7 +27,9 @@ use futures::TryStreamExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::index::{IndexRead, read_index};
-use super::pool::{keepable, log_prefix, read_roots};
+use corium_fleet_store::prefix_read::PrefixRead;
+
+use super::pool::{Counts, keepable, list_since, log_prefix, read_roots};
 
 /// Bytes with the budget they hold.
 type Held<K> = HashMap<K, (Vec<u8>, OwnedSemaphorePermit)>;
@@ -36,6 +38,9 @@ type Held<K> = HashMap<K, (Vec<u8>, OwnedSemaphorePermit)>;
 #[derive(Default)]
 struct Warm {
     records: Held<String>,
+    /// The last complete listing of its log (every name, sorted), and the
+    /// budget its bytes hold: the next refresh lists only what is after it.
+    listed: Option<(Vec<String>, OwnedSemaphorePermit)>,
     /// The manifests the index blobs were read for (the `db:` root's).
     manifests: Vec<BlobId>,
     blobs: Held<BlobId>,
@@ -54,6 +59,8 @@ pub(super) struct Taken {
     pub(super) records: HashMap<String, Vec<u8>>,
     pub(super) blobs: HashMap<BlobId, Vec<u8>>,
     pub(super) held: OwnedSemaphorePermit,
+    /// The listing the records were read under, if kept.
+    pub(super) listed: Option<Vec<String>>,
 }
 
 /// What warm standbys did (the node's `/metrics`).
@@ -78,18 +85,24 @@ pub struct WarmSet {
     dbs: Mutex<HashMap<String, Warm>>,
     /// Shared with `/metrics`.
     pub counts: WarmCounts,
+    /// Lists after a held listing ([`list_since`]).
+    reader: Arc<dyn PrefixRead>,
+    /// The read-aheads' counts (listings since a held one).
+    read_ahead_counts: Arc<Counts>,
 }
 
 impl WarmSet {
     /// `mib` MiB of warm records and blobs; 0 turns warming off.
     #[must_use]
-    pub fn new(mib: usize) -> Self {
+    pub(super) fn new(mib: usize, reader: Arc<dyn PrefixRead>, read_ahead_counts: Arc<Counts>) -> Self {
         let total_kib = mib.saturating_mul(1024);
         Self {
             kib: (mib > 0).then(|| Arc::new(Semaphore::new(total_kib))),
             total_kib,
             dbs: Mutex::default(),
             counts: WarmCounts::default(),
+            reader,
+            read_ahead_counts,
         }
     }
 
@@ -136,8 +149,17 @@ impl WarmSet {
             held.merge(permit);
             blobs.insert(id, bytes);
         }
+        let listed = warm.listed.map(|(names, permit)| {
+            held.merge(permit);
+            names
+        });
         self.counts.takeovers.fetch_add(1, Ordering::Relaxed);
-        Some(Taken { records, blobs, held })
+        Some(Taken {
+            records,
+            blobs,
+            held,
+            listed,
+        })
     }
 
     /// Reserves the budget for `bytes`, or `None` when it is spent.
@@ -149,7 +171,9 @@ impl WarmSet {
     /// Brings `db` up to date from `base`: the log records listed now that
     /// are not held yet (eight reads at a time), records no longer
     /// listed dropped (a deleted database), and the index blobs read again
-    /// when the `db:` root names other manifests.
+    /// when the `db:` root names other manifests. The listing is the last
+    /// one and the names after it when that holds ([`list_since`]: one page
+    /// on S3), else a full one.
     ///
     /// # Errors
     /// The store's failure; what was read before it is kept.
@@ -158,15 +182,31 @@ impl WarmSet {
             return Ok(());
         }
         let prefix = log_prefix(db);
-        let listed: HashSet<String> = base
-            .list_roots(&prefix)
-            .await?
-            .into_iter()
+        let known = self
+            .lock()
+            .get(db)
+            .and_then(|warm| warm.listed.as_ref().map(|(names, _)| names.clone()));
+        let since = match &known {
+            Some(known) => list_since(self.reader.as_ref(), &self.read_ahead_counts, &prefix, known).await?,
+            None => None,
+        };
+        let names = match since {
+            Some(names) => names,
+            None => base.list_roots(&prefix).await?,
+        };
+        let listed: HashSet<String> = names
+            .iter()
             .filter(|name| keepable(&prefix, name))
+            .cloned()
             .collect();
+        // The names themselves are kept within the budget too; without room
+        // the next refresh lists in full.
+        let names_bytes = names.iter().map(String::len).sum();
+        let names_held = self.reserve(names_bytes).map(|permit| (names, permit));
         let missing: Vec<String> = {
             let mut dbs = self.lock();
             let warm = dbs.entry(db.to_owned()).or_default();
+            warm.listed = names_held;
             warm.records.retain(|name, _| listed.contains(name));
             let mut missing: Vec<String> = listed
                 .into_iter()
