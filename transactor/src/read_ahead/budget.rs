@@ -187,7 +187,7 @@ impl Budget {
         base: &dyn FullStore,
     ) -> Option<(HashMap<BlobId, Vec<u8>>, OwnedSemaphorePermit)> {
         let reserved = self.pool.reserve()?;
-        match read_index(base, db, reserved.num_permits() * 1024).await {
+        match read_index(base, db, reserved.num_permits() * 1024, &HashMap::new()).await {
             Ok(IndexRead { blobs, bytes }) => {
                 self.counts.index_reads.fetch_add(1, Ordering::Relaxed);
                 Some((blobs, keep(reserved, bytes)))

@@ -33,9 +33,11 @@ pub(super) struct IndexRead {
 }
 
 /// Reads the index blobs `db`'s published root names (current and
-/// history manifests, then their chunks), at most `max_bytes` of them.
-/// An encrypted database (whose manifests this layer cannot parse) or one
-/// with no published index reads nothing.
+/// history manifests, then their chunks), at most `max_bytes` of them,
+/// except those in `have` (held already: not read again, and a held
+/// manifest's chunks are found from its held bytes). An encrypted database
+/// (whose manifests this layer cannot parse) or one with no published
+/// index reads nothing.
 ///
 /// # Errors
 /// The store's failure.
@@ -43,6 +45,7 @@ pub(super) async fn read_index(
     base: &dyn FullStore,
     db: &str,
     max_bytes: usize,
+    have: &HashMap<BlobId, Vec<u8>>,
 ) -> Result<IndexRead, StoreError> {
     let Some(root) = base
         .get_root(&corium_store::db_root_name(db))
@@ -62,11 +65,14 @@ pub(super) async fn read_index(
         }
     }
     let mut read = IndexRead::default();
-    let manifests = fetch(base, wanted, max_bytes, &mut read).await?;
-    let mut seen: HashSet<BlobId> = read.blobs.keys().cloned().collect();
+    let (held, missing): (Vec<BlobId>, Vec<BlobId>) =
+        wanted.into_iter().partition(|id| have.contains_key(id));
+    let mut manifests = fetch(base, missing, max_bytes, &mut read).await?;
+    manifests.extend(held);
+    let mut seen: HashSet<BlobId> = read.blobs.keys().chain(have.keys()).cloned().collect();
     let mut chunks = Vec::new();
     for id in manifests {
-        let Some(bytes) = read.blobs.get(&id) else {
+        let Some(bytes) = read.blobs.get(&id).or_else(|| have.get(&id)) else {
             continue;
         };
         // A flat (pre-format-3) index names no children.

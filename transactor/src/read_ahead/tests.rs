@@ -357,7 +357,8 @@ async fn a_prepared_index_is_served_and_an_encrypted_or_unpublished_one_reads_no
     let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
     let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
     assert_eq!(prepared.index_blobs, 3, "the manifest and its two chunks");
-    // Published again after the prepare: the new chunk is storage's.
+    // Published again after the prepare: the first blob the open lacks
+    // tops the held index up from the root as it is now.
     let (_, newer) = publish_index(store.as_ref(), "a", &[b"one", b"three"], false).await;
     let ahead = budget.start("a");
     assert_eq!(
@@ -365,7 +366,12 @@ async fn a_prepared_index_is_served_and_an_encrypted_or_unpublished_one_reads_no
         Some(&b"two"[..])
     );
     assert!(ahead.blob(&manifest, store.as_ref()).await.is_some());
-    assert_eq!(ahead.blob(&newer[1], store.as_ref()).await, None);
+    let reads = budget.counts.index_reads.load(Ordering::Relaxed);
+    assert_eq!(
+        ahead.blob(&newer[1], store.as_ref()).await.as_deref(),
+        Some(&b"three"[..])
+    );
+    assert_eq!(budget.counts.index_reads.load(Ordering::Relaxed), reads + 1);
     ahead.finish();
 
     publish_index(store.as_ref(), "secret", &[b"ciphertext"], true).await;
@@ -699,5 +705,58 @@ async fn a_warm_database_deleted_since_its_last_refresh_is_listed_in_full() {
     );
     assert_eq!(ahead.get(&record("a", 1, 2)), None, "and from memory");
     assert_eq!(ahead.get(&record("a", 2, 1)).as_deref(), Some(&b"reborn"[..]));
+    ahead.finish();
+}
+
+#[tokio::test]
+async fn a_warm_index_the_owner_published_again_is_topped_up_once_at_the_first_blob_it_lacks() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    store.cas_root(&record("a", 1, 1), None, b"r").await.unwrap();
+    let (_, old_chunks) = publish_index(store.as_ref(), "a", &[b"kept chunk"], false).await;
+    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    budget.warm.refresh("a", store.as_ref()).await.unwrap();
+    // The owner publishes again (one chunk the same, one new) and dies.
+    let (manifest, chunks) = publish_index(store.as_ref(), "a", &[b"kept chunk", b"new chunk"], false).await;
+    assert_eq!(chunks[0], old_chunks[0]);
+    let ahead = budget.start("a");
+    let reads_before = budget.counts.index_reads.load(Ordering::Relaxed);
+    assert_eq!(
+        ahead.blob(&manifest, store.as_ref()).await,
+        store.get(&manifest).await.unwrap(),
+        "the new manifest, read with what it names"
+    );
+    assert_eq!(
+        budget.counts.index_reads.load(Ordering::Relaxed),
+        reads_before + 1
+    );
+    for chunk in &chunks {
+        assert_eq!(
+            ahead.blob(chunk, store.as_ref()).await,
+            store.get(chunk).await.unwrap()
+        );
+    }
+    // Topped up once: a blob the root does not name is storage's to give.
+    let stray = store.put(b"stray").await.unwrap();
+    assert_eq!(ahead.blob(&stray, store.as_ref()).await, None);
+    assert_eq!(
+        budget.counts.index_reads.load(Ordering::Relaxed),
+        reads_before + 1,
+        "one top-up"
+    );
+    ahead.finish();
+    assert_eq!(budget.free_kib(), 1024, "its budget came back");
+}
+
+#[tokio::test]
+async fn a_refresh_after_the_takeover_does_not_read_beside_it() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    store.cas_root(&record("a", 1, 1), None, b"r").await.unwrap();
+    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    budget.warm.refresh("a", store.as_ref()).await.unwrap();
+    let ahead = budget.start("a");
+    let read = budget.warm.counts.records_read.load(Ordering::Relaxed);
+    budget.warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(budget.warm.usage(), (0, 0), "not warmed again");
+    assert_eq!(budget.warm.counts.records_read.load(Ordering::Relaxed), read);
     ahead.finish();
 }

@@ -31,6 +31,9 @@ use corium_fleet_store::prefix_read::PrefixRead;
 
 use super::pool::{Counts, keepable, list_since, log_prefix, read_roots};
 
+/// How long a database handed to its activation is not warmed again.
+const TAKEN_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Bytes with the budget they hold.
 type Held<K> = HashMap<K, (Vec<u8>, OwnedSemaphorePermit)>;
 
@@ -83,6 +86,9 @@ pub struct WarmSet {
     /// Its size in KiB.
     total_kib: usize,
     dbs: Mutex<HashMap<String, Warm>>,
+    /// Databases handed to an activation, and when: not warmed again for
+    /// [`TAKEN_FOR`] (a refresh would read the log beside the takeover).
+    taken: Mutex<HashMap<String, std::time::Instant>>,
     /// Shared with `/metrics`.
     pub counts: WarmCounts,
     /// Lists after a held listing ([`list_since`]).
@@ -100,6 +106,7 @@ impl WarmSet {
             kib: (mib > 0).then(|| Arc::new(Semaphore::new(total_kib))),
             total_kib,
             dbs: Mutex::default(),
+            taken: Mutex::default(),
             counts: WarmCounts::default(),
             reader,
             read_ahead_counts,
@@ -136,6 +143,11 @@ impl WarmSet {
 
     /// Hands `db`'s warm records and blobs to its activation, if it has any.
     pub(super) fn take(&self, db: &str) -> Option<Taken> {
+        {
+            let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+            taken.retain(|_, at| at.elapsed() < TAKEN_FOR);
+            taken.insert(db.to_owned(), std::time::Instant::now());
+        }
         let warm = self.lock().remove(db)?;
         let kib = self.kib.as_ref()?;
         let mut held = Arc::clone(kib).try_acquire_many_owned(0).ok()?;
@@ -162,6 +174,15 @@ impl WarmSet {
         })
     }
 
+    /// Whether `db` was handed to an activation within [`TAKEN_FOR`].
+    fn recently_taken(&self, db: &str) -> bool {
+        self.taken
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(db)
+            .is_some_and(|at| at.elapsed() < TAKEN_FOR)
+    }
+
     /// Reserves the budget for `bytes`, or `None` when it is spent.
     fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
         let kib = u32::try_from(bytes.div_ceil(1024).max(1)).ok()?;
@@ -179,6 +200,9 @@ impl WarmSet {
     /// The store's failure; what was read before it is kept.
     pub async fn refresh(&self, db: &str, base: &dyn FullStore) -> Result<(), StoreError> {
         if !self.enabled() {
+            return Ok(());
+        }
+        if self.recently_taken(db) {
             return Ok(());
         }
         let prefix = log_prefix(db);
@@ -205,6 +229,11 @@ impl WarmSet {
         let names_held = self.reserve(names_bytes).map(|permit| (names, permit));
         let missing: Vec<String> = {
             let mut dbs = self.lock();
+            // Checked again under the lock: a takeover that came meanwhile
+            // keeps the log to itself.
+            if self.recently_taken(db) {
+                return Ok(());
+            }
             let warm = dbs.entry(db.to_owned()).or_default();
             warm.listed = names_held;
             warm.records.retain(|name, _| listed.contains(name));
@@ -223,9 +252,13 @@ impl WarmSet {
                 return Ok(());
             };
             self.counts.records_read.fetch_add(1, Ordering::Relaxed);
-            if let Some(warm) = self.lock().get_mut(db) {
-                warm.records.insert(name, (bytes, permit));
-            }
+            let mut dbs = self.lock();
+            let Some(warm) = dbs.get_mut(db) else {
+                // Handed to its takeover (or no longer this node's): stop
+                // reading beside it.
+                return Ok(());
+            };
+            warm.records.insert(name, (bytes, permit));
         }
         self.refresh_index(db, base).await
     }
@@ -254,7 +287,7 @@ impl WarmSet {
             .kib
             .as_ref()
             .map_or(0, |kib| kib.available_permits().saturating_mul(1024));
-        let IndexRead { blobs, .. } = read_index(base, db, free).await?;
+        let IndexRead { blobs, .. } = read_index(base, db, free, &HashMap::new()).await?;
         let mut held = Held::default();
         for (id, bytes) in blobs {
             let Some(permit) = self.reserve(bytes.len()) else {
