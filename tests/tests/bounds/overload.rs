@@ -464,6 +464,10 @@ async fn flood(address: &str, stop: tokio::sync::watch::Receiver<bool>) -> Strin
     format!("flood of 32 writers: {ok} acknowledged, {refused} refused with a hint")
 }
 
+/// What a well-behaved call's p99 may gain beside an attack (besides five
+/// times its unattacked p99): under the smallest bound an attack is held to.
+const ISOLATION_MARGIN: Duration = Duration::from_millis(500);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_well_behaved_client_keeps_its_latency_beside_each_attack() {
     const PHASE: Duration = Duration::from_secs(4);
@@ -535,16 +539,22 @@ async fn a_well_behaved_client_keeps_its_latency_beside_each_attack() {
             delivery_p99.as_secs_f64() / base.1.as_secs_f64().max(1e-6),
         ));
         eprintln!("{}", rows.last().unwrap());
-        // Loose enough for a loaded two-core machine running the whole
-        // suite; the figures measured alone are in docs/benchmarks.md.
+        // What an attack that got through costs a well-behaved client is
+        // seconds: a connection or open-call place held until the 2 s
+        // preface or body-progress bound, a stalled stream until its 3 s
+        // one. The margin stays well under those and above what a loaded
+        // two-core machine running the whole suite adds to a p99 of ~120
+        // samples (CI once saw one 230 ms write beside idle sockets while a
+        // release build ran). The figures measured alone are in
+        // docs/benchmarks.md.
         assert!(
-            write_p99 <= base.0 * 5 + Duration::from_millis(100),
+            write_p99 <= base.0 * 5 + ISOLATION_MARGIN,
             "{kind:?}: the well-behaved write p99 {write_p99:?} against {:?} unattacked\n{}",
             base.0,
             rows.join("\n")
         );
         assert!(
-            delivery_p99 <= base.1 * 5 + Duration::from_millis(150),
+            delivery_p99 <= base.1 * 5 + ISOLATION_MARGIN,
             "{kind:?}: the well-behaved delivery p99 {delivery_p99:?} against {:?} unattacked\n{}",
             base.1,
             rows.join("\n")
