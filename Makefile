@@ -21,6 +21,9 @@ tools:
 	@command -v psql >/dev/null && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
 	  echo "installing PostgreSQL (Debian)"; apt-get update -q >/dev/null; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
+	@command -v curl >/dev/null || { \
+	  echo "installing curl (Debian; scripts and the curl refusal test use it)"; apt-get update -q >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q curl >/dev/null; }
 	@command -v promtool >/dev/null || { \
 	  echo "installing promtool (Debian prometheus)"; apt-get update -q >/dev/null; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }

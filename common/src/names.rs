@@ -52,6 +52,10 @@ pub fn is_addressable(name: &str) -> bool {
 /// branch is routed, owned and served as a call on this database.
 #[must_use]
 pub fn home(name: &str) -> &str {
+    // A database name has no '.': no branch to walk up (every call asks).
+    if is_database(name) {
+        return name;
+    }
     let mut current = name;
     while let Some((parent, _)) = corium_db::saga::parse_branch_name(current) {
         current = parent;

@@ -35,6 +35,7 @@
 //! resolves; the binary and the tests start it the same way.
 
 pub mod body;
+pub mod call_tasks;
 pub mod config;
 pub mod connection_life;
 pub mod connections;

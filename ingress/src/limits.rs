@@ -177,6 +177,12 @@ impl Limits {
         })
     }
 
+    /// Whether a per-client rate is set (`--rate-limit-per-client`).
+    #[must_use]
+    pub fn rates(&self) -> bool {
+        self.rate > 0.0
+    }
+
     /// Counts a request against `client`'s rate.
     ///
     /// # Errors

@@ -1,14 +1,15 @@
 //! A client listener: gRPC over HTTP/2 — cleartext with prior knowledge
-//! (h2c) or TLS with ALPN h2 — one task per connection, graceful drain on
-//! shutdown.
+//! (h2c) or TLS with ALPN h2 — one task per connection, its calls run
+//! inside it (`call_tasks.rs`), graceful drain on shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
+use crate::call_tasks::{CallTasks, WithCalls};
 use crate::connection_life::{self, Activity, Closed, Life};
 use crate::connections::{Connections, Slot};
 use crate::proxy::{Caller, Proxy};
@@ -56,13 +57,15 @@ where
     let metrics = Arc::clone(&proxy.metrics);
     let service =
         hyper::service::service_fn(move |request| Arc::clone(&proxy).handle(client.clone(), request));
-    let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+    let calls = CallTasks::default();
+    let connection = hyper::server::conn::http2::Builder::new(calls.clone())
         .timer(TokioTimer::new())
         .keep_alive_interval(Duration::from_secs(20))
         .keep_alive_timeout(Duration::from_secs(10))
         .max_concurrent_streams(settings.max_streams)
         .max_header_list_size(MAX_HEADER_LIST_BYTES)
         .serve_connection(TokioIo::new(stream), service);
+    let connection = WithCalls::new(connection, &calls);
     tokio::spawn(async move {
         // The connection's place is held until it ends.
         let _slot = slot;
@@ -70,7 +73,7 @@ where
         // Counted as the close is decided: the GOAWAY goes out on the
         // connection's next poll, so a client never sees a close the
         // metrics do not yet show.
-        let close = |connection: std::pin::Pin<&mut _>, why: Closed| {
+        let close = |connection: std::pin::Pin<&mut WithCalls<_>>, why: Closed| {
             let counter = match why {
                 Closed::Idle => Some(&metrics.connections_closed_idle),
                 Closed::Aged => Some(&metrics.connections_closed_aged),
@@ -79,7 +82,7 @@ where
             if let Some(counter) = counter {
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            hyper::server::conn::http2::Connection::graceful_shutdown(connection);
+            hyper::server::conn::http2::Connection::graceful_shutdown(connection.get_mut().connection());
         };
         let (result, closed) =
             connection_life::run(connection, close, &activity, settings.life, shutdown).await;

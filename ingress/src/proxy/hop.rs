@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use corium_fleet_wire::metadata;
 use http_body_util::BodyExt as _;
+use hyper::http::uri::{Authority, PathAndQuery, Scheme};
 use hyper::http::{HeaderValue, Request, Response, Uri};
 
 use super::Proxy;
+use super::header_names as names;
 use super::intake::{Call, RequestId};
 use crate::body::{Body, BoxError};
 use crate::upstream;
@@ -52,10 +54,7 @@ impl Proxy {
             return Err(SendError::Deadline);
         }
         let parts = &call.parts;
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let uri: Uri = format!("{}{path}", hop.endpoint.trim_end_matches('/'))
-            .parse()
-            .map_err(|error| SendError::Connect(format!("bad endpoint {:?}: {error}", hop.endpoint)))?;
+        let uri = self.endpoints.uri(&hop.endpoint, parts.uri.path_and_query())?;
         let mut request = Request::new(());
         *request.method_mut() = parts.method.clone();
         *request.uri_mut() = uri;
@@ -66,26 +65,24 @@ impl Proxy {
                 headers.append(name, value.clone());
             }
         }
-        headers.insert(metadata::HOP, HeaderValue::from_static("1"));
+        headers.insert(names::HOP.clone(), HeaderValue::from_static("1"));
         if let Some(id) = id.filter(|id| id.assigned)
-            && let Ok(value) = HeaderValue::from_str(&id.text)
+            && let Ok(mut value) = HeaderValue::from_str(&id.text)
         {
-            headers.insert(metadata::REQUEST_ID, value);
+            // Used once: a never-indexed literal (see `correlation_id`).
+            value.set_sensitive(true);
+            headers.insert(names::REQUEST_ID.clone(), value);
             headers.insert(
-                metadata::REQUEST_ID_ORIGIN,
+                names::REQUEST_ID_ORIGIN.clone(),
                 HeaderValue::from_static(metadata::ORIGIN_INGRESS),
             );
         }
         if let Some(version) = hop.lease_version {
-            headers.insert(metadata::LEASE_VERSION, HeaderValue::from(version));
+            headers.insert(names::LEASE_VERSION.clone(), HeaderValue::from(version));
         }
         // The node's span is a child of this attempt's.
         let span = hop_span(hop, headers);
-        let millis = remaining.as_millis().clamp(1, 99_999_999);
-        headers.insert(
-            "grpc-timeout",
-            HeaderValue::from_str(&format!("{millis}m")).expect("ascii digits"),
-        );
+        headers.insert(names::GRPC_TIMEOUT.clone(), grpc_timeout(remaining));
         // Over the node's learned limit: refused here, at no cost to it.
         let permit = match self.node_limits.acquire(&hop.endpoint) {
             Ok(permit) => permit,
@@ -160,6 +157,73 @@ impl Proxy {
     }
 }
 
+/// `grpc-timeout` for `remaining`, in milliseconds (at least 1, at most the
+/// eight digits gRPC allows), written without `format!`. Marked sensitive: it
+/// differs on nearly every call, so it is sent as a never-indexed literal
+/// rather than filling the hop's HPACK table.
+fn grpc_timeout(remaining: Duration) -> HeaderValue {
+    let mut millis = u64::try_from(remaining.as_millis().clamp(1, 99_999_999)).unwrap_or(99_999_999);
+    let mut text = [0u8; 9];
+    let mut start = 8;
+    text[8] = b'm';
+    loop {
+        start -= 1;
+        text[start] = b'0' + u8::try_from(millis % 10).unwrap_or(0);
+        millis /= 10;
+        if millis == 0 {
+            break;
+        }
+    }
+    let mut value = HeaderValue::from_bytes(&text[start..]).expect("ascii digits");
+    value.set_sensitive(true);
+    value
+}
+
+/// The scheme and authority of each node endpoint, parsed once: a hop's URI
+/// is then put together from parts instead of formatted and parsed again on
+/// every attempt.
+#[derive(Default)]
+pub(super) struct Endpoints {
+    parsed: std::sync::Mutex<std::collections::HashMap<String, (Scheme, Authority)>>,
+}
+
+/// Endpoints remembered at most (members and hinted owners; a fleet has far
+/// fewer). Past it the map starts again.
+const MAX_ENDPOINTS: usize = 4096;
+
+impl Endpoints {
+    /// `endpoint` (`http://host:port` or `https://…`) with the call's path.
+    fn uri(&self, endpoint: &str, path: Option<&PathAndQuery>) -> Result<Uri, SendError> {
+        let bad =
+            |error: &dyn std::fmt::Display| SendError::Connect(format!("bad endpoint {endpoint:?}: {error}"));
+        let (scheme, authority) = {
+            let mut parsed = self
+                .parsed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(known) = parsed.get(endpoint) {
+                known.clone()
+            } else {
+                let uri: Uri = endpoint.parse().map_err(|error| bad(&error))?;
+                let (Some(scheme), Some(authority)) = (uri.scheme().cloned(), uri.authority().cloned())
+                else {
+                    return Err(bad(&"no scheme and authority"));
+                };
+                if parsed.len() >= MAX_ENDPOINTS {
+                    parsed.clear();
+                }
+                parsed.insert(endpoint.to_owned(), (scheme.clone(), authority.clone()));
+                (scheme, authority)
+            }
+        };
+        let mut parts = hyper::http::uri::Parts::default();
+        parts.scheme = Some(scheme);
+        parts.authority = Some(authority);
+        parts.path_and_query = Some(path.cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
+        Uri::from_parts(parts).map_err(|error| bad(&error))
+    }
+}
+
 /// The span of one attempt, its trace context written into the hop's
 /// `headers` — made only when spans are exported (a trace needs it; a log
 /// line has the call's own span).
@@ -226,5 +290,41 @@ mod tests {
         assert!(!forwards("connection", "close"));
         assert!(!forwards("keep-alive", "5"));
         assert!(!forwards("transfer-encoding", "chunked"));
+    }
+
+    #[test]
+    fn grpc_timeouts_are_whole_milliseconds_within_grpc_limits() {
+        let text = |d: Duration| grpc_timeout(d).to_str().unwrap().to_owned();
+        assert_eq!(text(Duration::from_micros(10)), "1m");
+        assert_eq!(text(Duration::from_millis(29_999)), "29999m");
+        assert_eq!(text(Duration::from_secs(1_000_000)), "99999999m");
+        assert!(grpc_timeout(Duration::from_secs(1)).is_sensitive());
+        assert_eq!(
+            metadata::grpc_timeout(&text(Duration::from_millis(250))),
+            Some(Duration::from_millis(250))
+        );
+    }
+
+    #[test]
+    fn hop_uris_keep_the_endpoint_and_the_calls_path() {
+        let endpoints = Endpoints::default();
+        let path = PathAndQuery::from_static("/corium.v1.Transactor/Status");
+        for _ in 0..2 {
+            let uri = endpoints.uri("http://127.0.0.1:7000", Some(&path)).ok().unwrap();
+            assert_eq!(
+                uri.to_string(),
+                "http://127.0.0.1:7000/corium.v1.Transactor/Status"
+            );
+        }
+        let uri = endpoints.uri("https://n1.fleet:7443/", None).ok().unwrap();
+        assert_eq!(uri.to_string(), "https://n1.fleet:7443/");
+        assert!(matches!(
+            endpoints.uri("not a uri", Some(&path)),
+            Err(SendError::Connect(_))
+        ));
+        assert!(matches!(
+            endpoints.uri("/relative", Some(&path)),
+            Err(SendError::Connect(_))
+        ));
     }
 }

@@ -407,3 +407,72 @@ async fn a_client_certificate_on_the_tls_listener_authenticates_its_holder() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
 }
+
+/// Debian's curl, the client an operator reaches for first, sees the refusal
+/// of an unauthenticated call whose body is still on its way. Answered at
+/// once, the stream ends with `RST_STREAM(NO_ERROR)` after the answer (RFC
+/// 9113 §8.1), and curl 7.88 then drops the answer (no `grpc-status` at all,
+/// every time, with the ingress before this test). The ingress now lets a
+/// refused call's body finish first (bounded). Here curl streams the body
+/// from a pipe written 100 ms after it sent the headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_sees_the_refusal_of_an_unauthenticated_call_whose_body_comes_late() {
+    use tokio::io::AsyncWriteExt as _;
+    const CALLS: usize = 5;
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .node_flags(&["--serve-token", TOKEN])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
+    let url = format!("{}/corium.v1.Transactor/Status", fleet.ingresses[0].endpoint());
+    // One gRPC frame: StatusRequest { db: "bench" }.
+    let message = b"\x0a\x05bench";
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(message);
+    let mut statuses = Vec::new();
+    for _ in 0..CALLS {
+        let mut curl = tokio::process::Command::new("curl")
+            .args([
+                "-s",
+                "--http2-prior-knowledge",
+                "--max-time",
+                "5",
+                "-o",
+                "/dev/null",
+                "-D",
+                "-",
+            ])
+            .args(["-X", "POST", "-T", "-"])
+            .args(["-H", "content-type: application/grpc", "-H", "te: trailers"])
+            .arg(&url)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("curl runs (Debian curl; make tools installs it)");
+        let mut stdin = curl.stdin.take().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The ingress may have answered already (then the pipe is closed).
+        let _ = stdin.write_all(&frame).await;
+        drop(stdin);
+        let output = tokio::time::timeout(Duration::from_secs(10), curl.wait_with_output())
+            .await
+            .expect("curl ends within its own --max-time")
+            .unwrap();
+        let headers = String::from_utf8_lossy(&output.stdout).to_ascii_lowercase();
+        statuses.push(
+            headers
+                .lines()
+                .filter_map(|line| line.strip_prefix("grpc-status:"))
+                .map(|value| value.trim().to_owned())
+                .next_back()
+                .unwrap_or_else(|| "none".to_owned()),
+        );
+    }
+    assert!(
+        statuses.iter().all(|status| status == "16"),
+        "every unauthenticated curl call is refused UNAUTHENTICATED and sees it; grpc-status seen: {statuses:?}"
+    );
+}
