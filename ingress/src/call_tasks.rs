@@ -133,13 +133,12 @@ where
             }
             progressed |= this.take_handed();
             if !progressed {
-                return match this.ended.take() {
-                    Some(outcome) if this.calls.is_empty() => Poll::Ready(outcome),
-                    ended => {
-                        this.ended = ended;
-                        Poll::Pending
-                    }
-                };
+                if this.calls.is_empty()
+                    && let Some(outcome) = this.ended.take()
+                {
+                    return Poll::Ready(outcome);
+                }
+                return Poll::Pending;
             }
         }
         // Still busy: let the runtime run other connections first.

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use corium_fleet_wire::metadata;
 use http_body_util::BodyExt as _;
-use hyper::http::uri::{Authority, PathAndQuery, Scheme};
-use hyper::http::{HeaderValue, Request, Response, Uri};
+use hyper::http::{HeaderValue, Request, Response};
 
 use super::Proxy;
 use super::header_names as names;
@@ -54,10 +53,10 @@ impl Proxy {
             return Err(SendError::Deadline);
         }
         let parts = &call.parts;
-        let uri = self.endpoints.uri(&hop.endpoint, parts.uri.path_and_query())?;
         let mut request = Request::new(());
         *request.method_mut() = parts.method.clone();
-        *request.uri_mut() = uri;
+        // The path; the upstream sends it under the node's own authority.
+        *request.uri_mut() = parts.uri.clone();
         let headers = request.headers_mut();
         headers.reserve(parts.headers.len() + 6);
         for (name, value) in &parts.headers {
@@ -162,66 +161,15 @@ impl Proxy {
 /// differs on nearly every call, so it is sent as a never-indexed literal
 /// rather than filling the hop's HPACK table.
 fn grpc_timeout(remaining: Duration) -> HeaderValue {
-    let mut millis = u64::try_from(remaining.as_millis().clamp(1, 99_999_999)).unwrap_or(99_999_999);
+    use std::io::Write as _;
+    let millis = remaining.as_millis().clamp(1, 99_999_999);
     let mut text = [0u8; 9];
-    let mut start = 8;
-    text[8] = b'm';
-    loop {
-        start -= 1;
-        text[start] = b'0' + u8::try_from(millis % 10).unwrap_or(0);
-        millis /= 10;
-        if millis == 0 {
-            break;
-        }
-    }
-    let mut value = HeaderValue::from_bytes(&text[start..]).expect("ascii digits");
+    let mut rest = &mut text[..];
+    write!(rest, "{millis}m").expect("nine bytes hold eight digits and a unit");
+    let written = 9 - rest.len();
+    let mut value = HeaderValue::from_bytes(&text[..written]).expect("ascii digits");
     value.set_sensitive(true);
     value
-}
-
-/// The scheme and authority of each node endpoint, parsed once: a hop's URI
-/// is then put together from parts instead of formatted and parsed again on
-/// every attempt.
-#[derive(Default)]
-pub(super) struct Endpoints {
-    parsed: std::sync::Mutex<std::collections::HashMap<String, (Scheme, Authority)>>,
-}
-
-/// Endpoints remembered at most (members and hinted owners; a fleet has far
-/// fewer). Past it the map starts again.
-const MAX_ENDPOINTS: usize = 4096;
-
-impl Endpoints {
-    /// `endpoint` (`http://host:port` or `https://…`) with the call's path.
-    fn uri(&self, endpoint: &str, path: Option<&PathAndQuery>) -> Result<Uri, SendError> {
-        let bad =
-            |error: &dyn std::fmt::Display| SendError::Connect(format!("bad endpoint {endpoint:?}: {error}"));
-        let (scheme, authority) = {
-            let mut parsed = self
-                .parsed
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(known) = parsed.get(endpoint) {
-                known.clone()
-            } else {
-                let uri: Uri = endpoint.parse().map_err(|error| bad(&error))?;
-                let (Some(scheme), Some(authority)) = (uri.scheme().cloned(), uri.authority().cloned())
-                else {
-                    return Err(bad(&"no scheme and authority"));
-                };
-                if parsed.len() >= MAX_ENDPOINTS {
-                    parsed.clear();
-                }
-                parsed.insert(endpoint.to_owned(), (scheme.clone(), authority.clone()));
-                (scheme, authority)
-            }
-        };
-        let mut parts = hyper::http::uri::Parts::default();
-        parts.scheme = Some(scheme);
-        parts.authority = Some(authority);
-        parts.path_and_query = Some(path.cloned().unwrap_or_else(|| PathAndQuery::from_static("/")));
-        Uri::from_parts(parts).map_err(|error| bad(&error))
-    }
 }
 
 /// The span of one attempt, its trace context written into the hop's
@@ -303,28 +251,5 @@ mod tests {
             metadata::grpc_timeout(&text(Duration::from_millis(250))),
             Some(Duration::from_millis(250))
         );
-    }
-
-    #[test]
-    fn hop_uris_keep_the_endpoint_and_the_calls_path() {
-        let endpoints = Endpoints::default();
-        let path = PathAndQuery::from_static("/corium.v1.Transactor/Status");
-        for _ in 0..2 {
-            let uri = endpoints.uri("http://127.0.0.1:7000", Some(&path)).ok().unwrap();
-            assert_eq!(
-                uri.to_string(),
-                "http://127.0.0.1:7000/corium.v1.Transactor/Status"
-            );
-        }
-        let uri = endpoints.uri("https://n1.fleet:7443/", None).ok().unwrap();
-        assert_eq!(uri.to_string(), "https://n1.fleet:7443/");
-        assert!(matches!(
-            endpoints.uri("not a uri", Some(&path)),
-            Err(SendError::Connect(_))
-        ));
-        assert!(matches!(
-            endpoints.uri("/relative", Some(&path)),
-            Err(SendError::Connect(_))
-        ));
     }
 }

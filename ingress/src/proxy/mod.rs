@@ -73,8 +73,6 @@ pub struct Proxy {
     /// The operator placement map (empty without `--placement-map`).
     map: corium_fleet_common::placement_map::Watched,
     next_any: AtomicUsize,
-    /// Node endpoints' schemes and authorities, parsed once.
-    endpoints: hop::Endpoints,
     /// Nodes whose calls recently hung: tried last by candidate routing.
     suspects: crate::suspects::Suspects,
     /// Authenticates every call with stock Corium's providers.
@@ -160,7 +158,6 @@ impl Proxy {
             members,
             map,
             next_any: AtomicUsize::new(0),
-            endpoints: hop::Endpoints::default(),
             suspects: crate::suspects::Suspects::default(),
         }
     }

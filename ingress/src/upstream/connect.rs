@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::http::Uri;
+use hyper::http::uri::{Authority, Scheme};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
@@ -42,15 +43,29 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 /// stalled every call).
 const CONNECTION_WINDOW: u32 = 1024 * STREAM_WINDOW;
 
+/// The scheme and authority every request on a connection is sent under:
+/// the endpoint's, parsed once when the connection opens.
+#[derive(Clone, Debug)]
+pub(super) struct Origin {
+    pub scheme: Scheme,
+    pub authority: Authority,
+}
+
 /// Connects to `endpoint`; `ended` runs once the connection is gone.
 pub(super) async fn open(
     settings: &Settings,
     endpoint: &str,
     ended: impl FnOnce() + Send + 'static,
-) -> Result<h2::client::SendRequest<Bytes>, String> {
+) -> Result<(h2::client::SendRequest<Bytes>, Origin), String> {
     let uri: Uri = endpoint
         .parse()
         .map_err(|error| format!("bad endpoint {endpoint:?}: {error}"))?;
+    let (Some(scheme), Some(authority)) = (uri.scheme().cloned(), uri.authority().cloned()) else {
+        return Err(format!(
+            "endpoint {endpoint:?} is not an absolute http:// or https:// address"
+        ));
+    };
+    let origin = Origin { scheme, authority };
     let secure = match uri.scheme_str() {
         Some("https") => true,
         // With the mTLS hop configured, never dial a node in cleartext: the
@@ -95,9 +110,9 @@ pub(super) async fn open(
             .connect(name, tcp)
             .await
             .map_err(|error| format!("tls handshake: {error}"))?;
-        handshake(settings, stream, ended).await
+        Ok((handshake(settings, stream, ended).await?, origin))
     } else {
-        handshake(settings, tcp, ended).await
+        Ok((handshake(settings, tcp, ended).await?, origin))
     }
 }
 

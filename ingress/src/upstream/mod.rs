@@ -49,6 +49,8 @@ struct Connection {
     /// Tells this connection from its successors when it ends.
     id: u64,
     send: h2::client::SendRequest<Bytes>,
+    /// The node's scheme and authority, which every request on it carries.
+    origin: connect::Origin,
 }
 
 /// One connect attempt, shared by every call waiting for it.
@@ -82,9 +84,9 @@ impl Upstream {
         }
     }
 
-    /// Sends `request` (its URI absolute: the endpoint's scheme and
-    /// authority, the call's path) with `body`, its whole request body, to
-    /// `endpoint`; returns once the response headers arrive.
+    /// Sends `request` with `body`, its whole request body, to `endpoint`
+    /// under the endpoint's scheme and authority (the request's URI gives
+    /// only the path); returns once the response headers arrive.
     ///
     /// A connection found closed before the request went out is replaced
     /// once; a `REFUSED_STREAM` answer (RFC 9113 §8.7: not processed) is a
@@ -99,6 +101,7 @@ impl Upstream {
         request: Request<()>,
         body: Bytes,
     ) -> Result<Response<ResponseBody>, Failure> {
+        let mut request = request;
         let mut replaced = false;
         loop {
             let (connection, fresh) = self.connection(endpoint).await?;
@@ -114,6 +117,8 @@ impl Upstream {
                     continue;
                 }
             };
+            *request.uri_mut() = on(&connection.origin, request.uri())
+                .map_err(|error| Failure::Connect(format!("{endpoint}: {error}")))?;
             let (response, mut stream) = send.send_request(request, body.is_empty()).map_err(|error| {
                 // Refused before anything was queued (the connection ended
                 // between `ready` and now).
@@ -179,7 +184,7 @@ impl Upstream {
                 )
                 .await
                 {
-                    Ok(Ok(send)) => Ok(Connection { id, send }),
+                    Ok(Ok((send, origin))) => Ok(Connection { id, send, origin }),
                     Ok(Err(error)) => Err(Arc::<str>::from(format!("{endpoint}: {error}"))),
                     Err(_) => Err(Arc::<str>::from(format!(
                         "{endpoint}: no connection within {:?}",
@@ -219,6 +224,22 @@ impl Upstream {
     fn forget(&self, endpoint: &str, id: u64) {
         forget(&self.slots, endpoint, id);
     }
+}
+
+/// `uri`'s path under `origin`.
+fn on(
+    origin: &connect::Origin,
+    uri: &hyper::http::Uri,
+) -> Result<hyper::http::Uri, hyper::http::uri::InvalidUriParts> {
+    let mut parts = hyper::http::uri::Parts::default();
+    parts.scheme = Some(origin.scheme.clone());
+    parts.authority = Some(origin.authority.clone());
+    parts.path_and_query = Some(
+        uri.path_and_query()
+            .cloned()
+            .unwrap_or_else(|| hyper::http::uri::PathAndQuery::from_static("/")),
+    );
+    hyper::http::Uri::from_parts(parts)
 }
 
 fn lock(slots: &Mutex<HashMap<String, Slot>>) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {

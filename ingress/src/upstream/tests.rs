@@ -81,6 +81,12 @@ async fn echo(mut server: Server) {
                 "x-seen-path",
                 HeaderValue::from_str(parts.uri.path()).expect("path"),
             );
+            if let Some(authority) = parts.uri.authority() {
+                response.headers_mut().insert(
+                    "x-seen-authority",
+                    HeaderValue::from_str(authority.as_str()).expect("authority"),
+                );
+            }
             let mut stream = respond.send_response(response, false).expect("respond");
             stream.send_data(Bytes::from(received), false).expect("data");
             let mut trailers = HeaderMap::new();
@@ -190,4 +196,43 @@ async fn a_frozen_node_fails_its_calls_once_pings_go_unanswered() {
         outcome.err()
     );
     assert!(started.elapsed() < BOUND);
+}
+
+/// The hop forwards the client's request as it came (its URI names the
+/// ingress, or nothing but a path): the node sees its own endpoint's
+/// authority and the call's path.
+#[tokio::test]
+async fn a_request_goes_out_under_the_nodes_authority_with_the_calls_path() {
+    let (listener, endpoint) = listener().await;
+    tokio::spawn(async move { echo(accept(&listener).await).await });
+    let upstream = upstream(Duration::from_secs(2));
+    for uri in [
+        "http://ingress.example:8080/corium.v1.Transactor/Status",
+        "/corium.v1.Transactor/Status",
+    ] {
+        let mut request = Request::new(());
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri.parse().expect("uri");
+        *request.headers_mut() = grpc_headers();
+        let response =
+            tokio::time::timeout(BOUND, upstream.send(&endpoint, request, Bytes::from_static(b"x")))
+                .await
+                .expect("the call ends within the bound")
+                .expect("answered");
+        let seen = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .map(|value| value.to_str().unwrap().to_owned())
+        };
+        assert_eq!(
+            seen("x-seen-path").as_deref(),
+            Some("/corium.v1.Transactor/Status")
+        );
+        assert_eq!(
+            seen("x-seen-authority").as_deref(),
+            endpoint.strip_prefix("http://"),
+            "{uri}: the node's authority, not the client's"
+        );
+    }
 }

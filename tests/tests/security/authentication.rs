@@ -414,7 +414,7 @@ async fn a_client_certificate_on_the_tls_listener_authenticates_its_holder() {
 /// 9113 §8.1), and curl 7.88 then drops the answer (no `grpc-status` at all,
 /// every time, with the ingress before this test). The ingress now lets a
 /// refused call's body finish first (bounded). Here curl streams the body
-/// from a pipe written 100 ms after it sent the headers.
+/// from a pipe written 30 ms after it started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_sees_the_refusal_of_an_unauthenticated_call_whose_body_comes_late() {
     use tokio::io::AsyncWriteExt as _;
@@ -453,7 +453,9 @@ async fn curl_sees_the_refusal_of_an_unauthenticated_call_whose_body_comes_late(
             .spawn()
             .expect("curl runs (Debian curl; make tools installs it)");
         let mut stdin = curl.stdin.take().unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Well inside the ingress's 250 ms wait for a refused call's body,
+        // so a loaded machine's scheduling delays cannot push it past.
+        tokio::time::sleep(Duration::from_millis(30)).await;
         // The ingress may have answered already (then the pipe is closed).
         let _ = stdin.write_all(&frame).await;
         drop(stdin);
