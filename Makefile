@@ -69,7 +69,12 @@ differential: tools target/stock/bin/corium
 
 ## Benchmarks: release build, PostgreSQL on loopback, every scenario against its
 ## baseline in one run; tables on stdout, JSON under target/bench/. Never part
-## of `make test`. BENCH_ARGS=--quick for a smoke run.
+## of `make test`. BENCH_ARGS=--quick for a smoke run. The ingress's
+## user-space instructions per forwarded call must stay within
+## INSTRUCTION_BUDGET (scripts/bench/instructions.sh; design note 0018): work
+## added to every call raises it in the same change, with the count.
+INSTRUCTION_BUDGET ?= 122000
+
 ## The stock Corium transactor (crates.io) the differential tests and the
 ## scaling benchmark compare with; built once into target/stock.
 target/stock/bin/corium:
@@ -82,6 +87,9 @@ bench: tools target/stock/bin/corium
 	  s3=$$(scripts/seaweedfs.sh start $(WORK)/s3-bench) && \
 	  CORIUM_FLEET_TEST_PG_URL=$$url CORIUM_FLEET_TEST_S3_ENDPOINT=$$s3 target/release/corium-fleet-bench $(BENCH_ARGS) --out target/bench/fleet.json
 	@if [ -x scripts/bench/proxies.sh ]; then scripts/bench/proxies.sh --json target/bench/proxies.json $(BENCH_PROXY_ARGS); fi
+	@command -v valgrind >/dev/null || { echo "installing valgrind (Debian; the instruction count uses callgrind)"; \
+	  apt-get update -q >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind >/dev/null; }
+	scripts/bench/instructions.sh --budget $(INSTRUCTION_BUDGET)
 
 ## Helm chart: lint, render, schema-validate (Kubernetes 1.29 and 1.33), rendered-manifest tests.
 chart-test:

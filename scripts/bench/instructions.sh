@@ -4,7 +4,7 @@
 #
 #   scripts/bench/instructions.sh [--requests N] [--variant cleartext|mtls]
 #                                 [--auth on|off] [--ingress-flags "FLAGS"]
-#                                 [--out DIR] [--no-haproxy]
+#                                 [--out DIR] [--no-haproxy] [--budget N]
 #
 # Instruction counts are the same for the same binary, inputs and
 # environment whatever else the machine is doing, so this is the measure to
@@ -23,6 +23,10 @@
 # binaries and the quickstart example (cargo build --release --bins;
 # cargo build --release -p corium-fleet-tests --example quickstart), h2load
 # (Debian nghttp2-client) and HAProxy (Debian haproxy).
+#
+# --budget N fails the run (exit 3, after HAProxy is counted) when the
+# ingress spends more than N instructions per call: the guard `make bench`
+# runs so that work added to every call is seen (design note 0018).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,6 +39,7 @@ auth=on
 ingress_flags=""
 out=target/bench/instructions
 haproxy=1
+budget=""
 while [ $# -gt 0 ]; do
   case $1 in
     --requests) requests=$2; shift 2 ;;
@@ -43,12 +48,14 @@ while [ $# -gt 0 ]; do
     --ingress-flags) ingress_flags=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-haproxy) haproxy=0; shift ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --budget) budget=$2; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "instructions.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 case $variant in cleartext|mtls) ;; *) echo "instructions.sh: --variant is cleartext or mtls" >&2; exit 2 ;; esac
 [[ $requests =~ ^[0-9]+$ ]] && [ "$requests" -gt 0 ] || { echo "instructions.sh: --requests must be a positive integer" >&2; exit 2; }
+[ -z "$budget" ] || [[ $budget =~ ^[0-9]+$ ]] || { echo "instructions.sh: --budget must be a whole number of instructions per call" >&2; exit 2; }
 
 bin=target/release
 for b in $bin/corium-fleet-transactor $bin/corium-fleet-ingress $bin/corium-fleet $bin/examples/quickstart; do
@@ -111,7 +118,8 @@ load() { # URL N
   grep -q "requests: $2 total, $2 started, $2 done, $2 succeeded, 0 failed, 0 errored, 0 timeout" "$work/h2load.log" \
     || die "h2load had failures: $(grep requests: "$work/h2load.log")"
 }
-measure() { # NAME PID URL -> prints NAME instructions/call
+per_call=0
+measure() { # NAME PID URL -> prints NAME instructions/call, sets per_call
   local name=$1 pid=$2 url=$3 file="$out/callgrind.$1.out"
   load "$url" 500
   callgrind_control -z "$pid" >/dev/null
@@ -127,7 +135,8 @@ measure() { # NAME PID URL -> prints NAME instructions/call
   total=$(awk '/^summary:/ { print $2 }' "$file")
   [ -n "$total" ] || total=$(awk '/^totals:/ { print $2 }' "$file")
   [ -n "$total" ] || die "no instruction total in $file"
-  echo "$name $(( total / requests )) instructions/call ($total over $requests calls; $file)"
+  per_call=$(( total / requests ))
+  echo "$name $per_call instructions/call ($total over $requests calls; $file)"
 }
 
 CORIUM_FLEET_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$work/cg.ingress" \
@@ -139,6 +148,7 @@ wait_http "http://127.0.0.1:$iadmin/readyz" ingress "$work/ingress.log" 180
 timeout 300 $bin/examples/quickstart "http://127.0.0.1:$ing" bench >"$work/quickstart.log" 2>&1 \
   || die "creating the database failed: $(tail -5 "$work/quickstart.log")"
 measure ingress $ingress_pid "http://127.0.0.1:$ing"
+ingress_per_call=$per_call
 
 if [ $haproxy = 1 ]; then
   sed -e "s/@LISTEN_PORT@/$hap/" -e "s/@BACKEND_PORT@/$node/" -e "s|@SERVER_TLS@|$hap_tls|" \
@@ -152,4 +162,12 @@ if [ $haproxy = 1 ]; then
     sleep 0.2
   done
   measure haproxy $haproxy_pid "http://127.0.0.1:$hap"
+fi
+
+if [ -n "$budget" ]; then
+  if [ "$ingress_per_call" -gt "$budget" ]; then
+    echo "instructions.sh: over budget: the ingress spends $ingress_per_call instructions per call, the budget is $budget" >&2
+    exit 3
+  fi
+  echo "within budget: $ingress_per_call <= $budget instructions per call"
 fi
