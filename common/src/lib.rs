@@ -5,6 +5,8 @@
 //! Layout:
 //! - [`auth`] — stock Corium's authentication flags and guard, and the
 //!   principal envelope the ingress sends to the owner;
+//! - [`counted`] — counts per key with a limit (open calls, streams, waits
+//!   per database, principal or address), given back when a place drops;
 //! - [`cert_reload`] — TLS material that follows its files (poll and SIGHUP),
 //!   and its expiry gauge;
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
@@ -25,6 +27,7 @@
 pub mod admin_http;
 pub mod auth;
 pub mod cert_reload;
+pub mod counted;
 pub mod launch;
 pub mod names;
 pub mod owner;

@@ -25,6 +25,8 @@
 //!   the policy database from the fleet;
 //! - [`work_limits`] — overload shedding: calls running and waiting, per
 //!   database and per principal, refused `RESOURCE_EXHAUSTED` with a hint;
+//! - [`waiters`] — calls waiting for a basis, outside the work places, and
+//!   how far ahead a basis may be asked for;
 //! - [`call_metrics`] — calls by method and status code, and their durations;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
 //! - [`incoming`] — accepted connections: TCP without Nagle, TLS handshakes
@@ -58,6 +60,7 @@ pub mod seams;
 pub mod service;
 pub mod standby;
 pub mod view;
+pub mod waiters;
 pub mod warm_standby;
 pub mod work_limits;
 
@@ -105,7 +108,7 @@ fn call_span(request: &tonic::codegen::http::Request<()>) -> tracing::Span {
 }
 
 /// Default deadline of a call that arrives without `grpc-timeout`.
-const DEFAULT_DEADLINE: Duration = Duration::from_mins(1);
+pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_mins(1);
 
 /// The node's mTLS material, reloaded when its files change (or on SIGHUP)
 /// until `stop`: new connections get the new certificate.

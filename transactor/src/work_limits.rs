@@ -5,10 +5,11 @@
 //! work, so a resend is safe and latency stays bounded instead of growing
 //! with the queue.
 //!
-//! The limits apply to the client surface (`Transactor` and `Catalog`
-//! calls that reach a cell); the fleet's own calls (activation, handoff,
-//! request status) are never shed, so overload cannot stop ownership from
-//! moving. The per-principal rate is enforced here, at the node that does
+//! The limits apply to the client surface: every `Transactor`, `Catalog`,
+//! `PeerServer` and `Requests` call takes a place at the node's front door
+//! (`service/admit.rs`); the fleet's own calls (activation, handoff, status)
+//! are never shed, so overload cannot stop ownership from moving. A wait for
+//! a basis holds no place (`waiters.rs`). The per-principal rate is enforced here, at the node that does
 //! the work, so that neither several ingresses nor their retries can give
 //! one principal more than its allowance at a node.
 
@@ -16,7 +17,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corium_fleet_wire::overload::{self, Scope};
+use corium_fleet_common::counted::{Counted, Counts};
+use corium_fleet_wire::overload::Scope;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The node's work limits, resolved from flags.
@@ -59,6 +61,9 @@ pub enum Shed {
     Database,
     /// Its principal was over `rate_per_principal`.
     Rate,
+    /// A wait for a basis found no place among the node's waits
+    /// (`waiters.rs`; counted there).
+    Waits,
 }
 
 impl Shed {
@@ -70,10 +75,11 @@ impl Shed {
             Self::QueueTimeout => "queue_timeout",
             Self::Database => "database",
             Self::Rate => "rate",
+            Self::Waits => "waits",
         }
     }
 
-    /// Every reason, for metrics.
+    /// Every reason a work place is refused for, for metrics.
     pub const ALL: [Self; 4] = [Self::QueueFull, Self::QueueTimeout, Self::Database, Self::Rate];
 }
 
@@ -99,14 +105,29 @@ impl Bucket {
     }
 }
 
+/// A call refused for the node's load, before it did any work: what
+/// refused it, how far the refusal reaches, and when to try again. The
+/// service edge turns it into `RESOURCE_EXHAUSTED` with the hint
+/// (`service/status.rs`).
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub struct Overloaded {
+    /// Which limit refused (the metric label).
+    pub reason: Shed,
+    /// Whom the refusal is about: the node, one database, one caller.
+    pub scope: Scope,
+    /// What the caller reads: the limit, and that a retry is safe.
+    pub message: String,
+    /// When a retry may find a place.
+    pub retry_after: Duration,
+}
+
 /// The node's work limits and their state.
 pub struct WorkLimits {
     config: WorkLimitsConfig,
     places: Arc<Semaphore>,
     waiting: AtomicUsize,
-    /// Calls running or waiting per database; an entry lives while it is
-    /// above zero, so the map holds only databases with calls in progress.
-    per_database: Mutex<std::collections::HashMap<String, usize>>,
+    /// Calls running or waiting per database.
+    per_database: Counts<String>,
     /// One bucket per principal seen in the last minute (bounded).
     buckets: moka::sync::Cache<String, Arc<Mutex<Bucket>>>,
     /// Calls refused, by [`Shed`] reason (in [`Shed::ALL`] order).
@@ -118,28 +139,7 @@ pub struct WorkLimits {
 /// A call's place; dropping it frees the place (and the database's count).
 pub struct WorkPermit {
     _place: OwnedSemaphorePermit,
-    _database: DatabaseSlot,
-}
-
-struct DatabaseSlot {
-    limits: Arc<WorkLimits>,
-    db: String,
-}
-
-impl Drop for DatabaseSlot {
-    fn drop(&mut self) {
-        let mut counts = self
-            .limits
-            .per_database
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.db) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.db);
-            }
-        }
-    }
+    _database: Counted<String>,
 }
 
 impl WorkLimits {
@@ -150,7 +150,7 @@ impl WorkLimits {
             places: Arc::new(Semaphore::new(config.max_inflight.max(1))),
             config,
             waiting: AtomicUsize::new(0),
-            per_database: Mutex::new(std::collections::HashMap::new()),
+            per_database: Counts::new(),
             buckets: moka::sync::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_mins(1))
@@ -227,13 +227,13 @@ impl WorkLimits {
     /// `max_queue_wait` (or `deadline`, if sooner) for one.
     ///
     /// # Errors
-    /// Which limit refused the call, and the status to answer with.
+    /// Which limit refused the call.
     pub async fn enter(
         self: &Arc<Self>,
         principal: &str,
         db: &str,
         deadline: Option<Duration>,
-    ) -> Result<WorkPermit, (Shed, tonic::Status)> {
+    ) -> Result<WorkPermit, Overloaded> {
         let entered = async {
             self.rate(principal)?;
             let database = self.database(db)?;
@@ -251,15 +251,27 @@ impl WorkLimits {
             Ok(_) => {
                 self.admitted.fetch_add(1, Ordering::Relaxed);
             }
-            Err((shed, _)) => {
-                let index = Shed::ALL.iter().position(|reason| reason == shed).unwrap_or(0);
+            Err(Overloaded { reason, .. }) => {
+                let index = Shed::ALL.iter().position(|shed| shed == reason).unwrap_or(0);
                 self.shed[index].fetch_add(1, Ordering::Relaxed);
             }
         }
         entered
     }
 
-    fn rate(&self, principal: &str) -> Result<(), (Shed, tonic::Status)> {
+    /// Takes one of `principal`'s calls from its rate without a place (a
+    /// wait, which holds no place, still counts against the caller's rate).
+    ///
+    /// # Errors
+    /// The rate refused the call.
+    pub fn charge(&self, principal: &str) -> Result<(), Overloaded> {
+        self.rate(principal).inspect_err(|_| {
+            let index = Shed::ALL.iter().position(|shed| *shed == Shed::Rate).unwrap_or(0);
+            self.shed[index].fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    fn rate(&self, principal: &str) -> Result<(), Overloaded> {
         if self.config.rate_per_principal == 0 {
             return Ok(());
         }
@@ -275,62 +287,44 @@ impl WorkLimits {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take(rate, burst, Instant::now());
-        taken.map_err(|wait| {
-            (
-                Shed::Rate,
-                overload::refused_for(
-                    Scope::Caller,
-                    format!(
-                        "principal {principal} is over its limit of {} calls a second on this node; retry later",
-                        self.config.rate_per_principal
-                    ),
-                    wait,
-                ),
-            )
+        taken.map_err(|wait| Overloaded {
+            reason: Shed::Rate,
+            scope: Scope::Caller,
+            message: format!(
+                "principal {principal} is over its limit of {} calls a second on this node; retry later",
+                self.config.rate_per_principal
+            ),
+            retry_after: wait,
         })
     }
 
-    fn database(self: &Arc<Self>, db: &str) -> Result<DatabaseSlot, (Shed, tonic::Status)> {
-        let mut counts = self
-            .per_database
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let count = counts.entry(db.to_owned()).or_insert(0);
-        if *count >= self.config.max_per_database {
-            return Err((
-                Shed::Database,
-                overload::refused_for(
-                    Scope::Database,
-                    format!(
-                        "database {db:?} has {} calls in progress on its owner, its limit; retry later",
-                        self.config.max_per_database
-                    ),
-                    Duration::from_millis(100),
+    fn database(&self, db: &str) -> Result<Counted<String>, Overloaded> {
+        self.per_database
+            .enter(&db.to_owned(), self.config.max_per_database)
+            .ok_or_else(|| Overloaded {
+                reason: Shed::Database,
+                scope: Scope::Database,
+                message: format!(
+                    "database {db:?} has {} calls in progress on its owner, its limit; retry later",
+                    self.config.max_per_database
                 ),
-            ));
-        }
-        *count += 1;
-        Ok(DatabaseSlot {
-            limits: Arc::clone(self),
-            db: db.to_owned(),
-        })
+                retry_after: Duration::from_millis(100),
+            })
     }
 
-    async fn wait(&self, deadline: Option<Duration>) -> Result<OwnedSemaphorePermit, (Shed, tonic::Status)> {
+    async fn wait(&self, deadline: Option<Duration>) -> Result<OwnedSemaphorePermit, Overloaded> {
         let queued = self.waiting.fetch_add(1, Ordering::AcqRel);
         let _left = Waiting(&self.waiting);
         if queued >= self.config.max_queued {
-            return Err((
-                Shed::QueueFull,
-                overload::refused_for(
-                    Scope::Node,
-                    format!(
-                        "the node is overloaded: {} calls running and {} waiting; retry later",
-                        self.config.max_inflight, self.config.max_queued
-                    ),
-                    self.config.max_queue_wait,
+            return Err(Overloaded {
+                reason: Shed::QueueFull,
+                scope: Scope::Node,
+                message: format!(
+                    "the node is overloaded: {} calls running and {} waiting; retry later",
+                    self.config.max_inflight, self.config.max_queued
                 ),
-            ));
+                retry_after: self.config.max_queue_wait,
+            });
         }
         let wait = deadline.map_or(self.config.max_queue_wait, |left| {
             left.min(self.config.max_queue_wait)
@@ -338,17 +332,15 @@ impl WorkLimits {
         match tokio::time::timeout(wait, Arc::clone(&self.places).acquire_owned()).await {
             Ok(Ok(place)) => Ok(place),
             // The semaphore is never closed; a timeout is the overload.
-            Ok(Err(_)) | Err(_) => Err((
-                Shed::QueueTimeout,
-                overload::refused_for(
-                    Scope::Node,
-                    format!(
-                        "the node is overloaded: no place for the call within {} ms; retry later",
-                        wait.as_millis()
-                    ),
-                    self.config.max_queue_wait,
+            Ok(Err(_)) | Err(_) => Err(Overloaded {
+                reason: Shed::QueueTimeout,
+                scope: Scope::Node,
+                message: format!(
+                    "the node is overloaded: no place for the call within {} ms; retry later",
+                    wait.as_millis()
                 ),
-            )),
+                retry_after: self.config.max_queue_wait,
+            }),
         }
     }
 }
@@ -387,14 +379,14 @@ mod tests {
                     .enter("p", "b", None)
                     .await
                     .map(drop)
-                    .map_err(|(shed, _)| shed)
+                    .map_err(|refused| refused.reason)
             }
         });
         tokio::task::yield_now().await;
         assert_eq!(limits.waiting(), 1);
-        let (shed, status) = limits.enter("p", "c", None).await.err().expect("refused");
-        assert_eq!(shed, Shed::QueueFull);
-        assert!(corium_fleet_wire::overload::is_refusal(&status), "{status:?}");
+        let refused = limits.enter("p", "c", None).await.err().expect("refused");
+        assert_eq!(refused.reason, Shed::QueueFull);
+        assert_eq!(refused.scope, Scope::Node);
         // The waiter times out at the queue wait, not later.
         assert_eq!(waiter.await.unwrap(), Err(Shed::QueueTimeout));
         assert_eq!(limits.waiting(), 0);
@@ -427,8 +419,9 @@ mod tests {
         });
         let one = limits.enter("p", "hot", None).await.expect("first");
         let two = limits.enter("p", "hot", None).await.expect("second");
-        let (shed, _) = limits.enter("p", "hot", None).await.err().expect("refused");
-        assert_eq!(shed, Shed::Database);
+        let refused = limits.enter("p", "hot", None).await.err().expect("refused");
+        assert_eq!(refused.reason, Shed::Database);
+        assert_eq!(refused.scope, Scope::Database);
         assert!(
             limits.enter("p", "cold", None).await.is_ok(),
             "other databases still run"
@@ -437,7 +430,7 @@ mod tests {
         assert!(limits.enter("p", "hot", None).await.is_ok());
         // Counts of finished calls are forgotten.
         drop(one);
-        assert!(limits.per_database.lock().unwrap().is_empty());
+        assert_eq!(limits.per_database.keys(), 0);
     }
 
     #[tokio::test]
@@ -448,9 +441,9 @@ mod tests {
         });
         assert!(limits.enter("alice", "a", None).await.is_ok());
         assert!(limits.enter("alice", "a", None).await.is_ok());
-        let (shed, status) = limits.enter("alice", "a", None).await.err().expect("refused");
-        assert_eq!(shed, Shed::Rate);
-        let hint = corium_fleet_wire::overload::retry_after(&status).expect("a hint");
+        let refused = limits.enter("alice", "a", None).await.err().expect("refused");
+        assert_eq!(refused.reason, Shed::Rate);
+        let hint = refused.retry_after;
         assert!(
             hint > Duration::ZERO && hint <= Duration::from_millis(500),
             "{hint:?}"

@@ -137,6 +137,7 @@ impl World {
                 per_principal: 5_000,
             },
             work_limits: corium_fleet_transactor::work_limits::WorkLimitsConfig::default(),
+            basis_waits: corium_fleet_transactor::waiters::WaiterLimits::default(),
             tls: None,
             ingress_identities: Vec::new(),
             auth: corium_fleet_common::auth::AuthFlags::default(),

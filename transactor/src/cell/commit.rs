@@ -39,19 +39,6 @@ pub enum TransactError {
     },
 }
 
-impl TransactError {
-    /// The status the caller of a `Transact` on `db` gets: an
-    /// `OutcomeUnknown` for a write that may have committed, Corium's own
-    /// words for a refusal (`error::commit_status`, `error::ledger_status`).
-    #[must_use]
-    pub fn into_status(self, db: &str) -> tonic::Status {
-        match self {
-            Self::Commit(error) => crate::error::commit_status(db, None, &error),
-            Self::Ledger { id, origin, error } => crate::error::ledger_status(db, &id, origin, error),
-        }
-    }
-}
-
 impl Cell {
     /// Commits `tx_data` to `db` (this cell's database, or a saga branch of
     /// it, which Corium hosts beside it) in a task of its own.

@@ -167,7 +167,7 @@ impl Cell {
         let read_ahead = template.read_ahead.idle(&db);
         let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets, Some(&read_ahead)))
             .await
-            .map_err(|error| crate::error::node_status(&error))?;
+            .map_err(|error| crate::service::status::node_status(&error))?;
         if !node.list_dbs().is_empty() {
             // The catalog entry already exists and opening just acquired it;
             // give the lease straight back.

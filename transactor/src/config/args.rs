@@ -116,6 +116,18 @@ pub struct Args {
     /// one anonymous principal [default: 0].
     #[arg(long)]
     pub rate_limit_per_principal: Option<u32>,
+    /// Calls waiting at once on this node for a database to reach a basis
+    /// (`Sync(t)`, `corium-min-basis`, as-of views); a wait holds no work
+    /// place, and more are refused `RESOURCE_EXHAUSTED` [default: 4096].
+    #[arg(long)]
+    pub max_basis_waits: Option<usize>,
+    /// Calls waiting at once for one database's basis [default: 512].
+    #[arg(long)]
+    pub max_basis_waits_per_database: Option<usize>,
+    /// Calls one principal has waiting for a basis at once (every anonymous
+    /// caller is the one anonymous principal) [default: 256].
+    #[arg(long)]
+    pub max_basis_waits_per_principal: Option<usize>,
     /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
     /// This node is added from its own flags when not listed.
     #[arg(long = "member")]

@@ -78,6 +78,13 @@ impl Args {
             max_queue_wait_ms: self.max_queue_wait_ms.or(file.max_queue_wait_ms),
             max_inflight_per_database: self.max_inflight_per_database.or(file.max_inflight_per_database),
             rate_limit_per_principal: self.rate_limit_per_principal.or(file.rate_limit_per_principal),
+            max_basis_waits: self.max_basis_waits.or(file.max_basis_waits),
+            max_basis_waits_per_database: self
+                .max_basis_waits_per_database
+                .or(file.max_basis_waits_per_database),
+            max_basis_waits_per_principal: self
+                .max_basis_waits_per_principal
+                .or(file.max_basis_waits_per_principal),
             registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
             registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
             storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
@@ -143,6 +150,9 @@ impl Args {
         for (flag, value) in [
             ("--max-inflight-calls", self.max_inflight_calls),
             ("--max-inflight-per-database", self.max_inflight_per_database),
+            ("--max-basis-waits", self.max_basis_waits),
+            ("--max-basis-waits-per-database", self.max_basis_waits_per_database),
+            ("--max-basis-waits-per-principal", self.max_basis_waits_per_principal),
         ] {
             if value == Some(0) {
                 return Err(ConfigError::from(format!("{flag} must be at least 1")));
@@ -285,6 +295,14 @@ impl Args {
                 per_node: self.max_subscriptions.unwrap_or(10_000),
                 per_database: self.max_subscriptions_per_database.unwrap_or(1_000),
                 per_principal: self.max_subscriptions_per_principal.unwrap_or(5_000),
+            },
+            basis_waits: {
+                let default = crate::waiters::WaiterLimits::default();
+                crate::waiters::WaiterLimits {
+                    per_node: self.max_basis_waits.unwrap_or(default.per_node),
+                    per_database: self.max_basis_waits_per_database.unwrap_or(default.per_database),
+                    per_principal: self.max_basis_waits_per_principal.unwrap_or(default.per_principal),
+                }
             },
             work_limits: {
                 let default = crate::work_limits::WorkLimitsConfig::default();

@@ -83,6 +83,9 @@ pub struct Config {
     /// Overload shedding: calls running and waiting, per database, per
     /// principal.
     pub work_limits: crate::work_limits::WorkLimitsConfig,
+    /// Calls waiting for a basis: on the node, per database, per principal
+    /// (they hold no work place; `waiters.rs`).
+    pub basis_waits: crate::waiters::WaiterLimits,
     /// mTLS on the gRPC port (plaintext when `None`).
     pub tls: Option<Tls>,
     /// Certificate names that mark an ingress peer.

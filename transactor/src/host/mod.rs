@@ -87,6 +87,9 @@ pub struct Host {
     /// Overload shedding for client calls (`--max-inflight-calls` and the
     /// limits beside it).
     pub work: Arc<crate::work_limits::WorkLimits>,
+    /// Calls waiting for a basis (`--max-basis-waits` and the limits beside
+    /// it): they hold no work place.
+    pub waiters: crate::waiters::Waiters,
     /// The node's reloadable TLS material, once serving (for `/metrics`).
     pub tls_material: std::sync::OnceLock<Vec<Arc<dyn corium_fleet_common::cert_reload::Reload>>>,
     /// Read replicas this node serves `PeerServer` reads from.
@@ -108,6 +111,7 @@ impl Host {
         let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
         Arc::new(Self {
             work: crate::work_limits::WorkLimits::new(config.work_limits.clone()),
+            waiters: crate::waiters::Waiters::new(config.basis_waits),
             replicas: crate::replica::Replicas::new(config.read_replicas),
             members: corium_fleet_store::registry::Members::new(config.members.clone()),
             // Empty until the node loads its `--placement-map`.

@@ -1,12 +1,11 @@
 //! The ownership decision's "no", typed: why a node will not serve an
 //! owner-dependent call for a database. The service edge maps it to a
-//! status once (`From<Refusal> for Status`); nothing on the way decides on
-//! a status.
+//! status once (`service/status.rs`); nothing on the way decides on a
+//! status.
 
 use corium_fleet_wire::kind::ErrorKind;
 use corium_fleet_wire::metadata::MetadataError;
 use corium_fleet_wire::not_owner::{self, NotOwner};
-use tonic::Status;
 
 /// Why a node refuses an owner-dependent call.
 #[derive(Debug, thiserror::Error)]
@@ -50,47 +49,5 @@ impl Refusal {
             Self::NotOwner(detail) => not_owner::kind(detail),
             Self::Unverifiable { .. } => ErrorKind::RetryLater,
         }
-    }
-}
-
-impl From<Refusal> for Status {
-    fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::NotOwner(detail) => not_owner::to_status(&detail),
-            Refusal::Metadata(error) => Self::invalid_argument(error.to_string()),
-            Refusal::InvalidName(error) => Self::invalid_argument(error.to_string()),
-            Refusal::UnknownDatabase(_) => Self::not_found(refusal.to_string()),
-            Refusal::Unverifiable { .. } => Self::unavailable(refusal.to_string()),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_refusal_maps_to_its_status_and_kind() {
-        let not_owner = Refusal::NotOwner(Box::new(NotOwner {
-            database: "d".into(),
-            retryable: true,
-            ..NotOwner::default()
-        }));
-        assert_eq!(not_owner.kind(), ErrorKind::RetryLater);
-        let status = Status::from(not_owner);
-        assert!(not_owner::from_status(&status).is_some());
-        assert!(status.message().contains("standby"));
-        let unverifiable = Refusal::Unverifiable {
-            db: "d".into(),
-            what: "storage read failed",
-            detail: "connection refused".into(),
-        };
-        assert_eq!(unverifiable.kind(), ErrorKind::RetryLater);
-        assert_eq!(Status::from(unverifiable).code(), tonic::Code::Unavailable);
-        let unknown = Refusal::UnknownDatabase("d".into());
-        assert_eq!(unknown.kind(), ErrorKind::GiveUp);
-        assert_eq!(Status::from(unknown).code(), tonic::Code::NotFound);
-        let metadata = Refusal::Metadata(MetadataError::TooManyHops(2));
-        assert_eq!(Status::from(metadata).code(), tonic::Code::InvalidArgument);
     }
 }

@@ -162,6 +162,18 @@ impl Replica {
         self.connection.basis_t()
     }
 
+    /// The furthest basis known of the database: the owner's at the last
+    /// probe, or this replica's own if it has applied more since.
+    #[must_use]
+    pub fn owner_basis_seen(&self) -> u64 {
+        let followed = self
+            .followed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .owner_basis;
+        followed.max(self.basis_t())
+    }
+
     /// Refuses unless the replica follows its owner now.
     ///
     /// # Errors

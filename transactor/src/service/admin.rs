@@ -14,6 +14,7 @@ use corium_fleet_proto::fleet::{
 };
 use tonic::{Request, Response, Status};
 
+use super::admit::{Door, admit};
 use crate::host::{Host, node_of, now_unix_ms};
 use crate::service::catalog::catalog;
 use crate::standby::{Standing, standing};
@@ -220,7 +221,7 @@ impl FleetAdmin for FleetAdminSvc {
         &self,
         request: Request<NodeStatusRequest>,
     ) -> Result<Response<NodeStatusResponse>, Status> {
-        super::authorize::operator(&self.0, &request, "NodeStatus")?;
+        admit(&self.0, &request, &Door::operator("NodeStatus", "")).await?;
         own_status(&self.0).await.map(Response::new)
     }
 
@@ -228,7 +229,7 @@ impl FleetAdmin for FleetAdminSvc {
         &self,
         request: Request<FleetStatusRequest>,
     ) -> Result<Response<FleetStatusResponse>, Status> {
-        super::authorize::operator(&self.0, &request, "FleetStatus")?;
+        admit(&self.0, &request, &Door::operator("FleetStatus", "")).await?;
         fleet_status(&self.0).await.map(Response::new)
     }
 
@@ -236,14 +237,14 @@ impl FleetAdmin for FleetAdminSvc {
         &self,
         request: Request<DatabasePlacementRequest>,
     ) -> Result<Response<DatabasePlacementResponse>, Status> {
-        super::authorize::operator(&self.0, &request, "DatabasePlacement")?;
+        admit(&self.0, &request, &Door::operator("DatabasePlacement", "")).await?;
         let db = request.into_inner().database;
         let (_, view) = database_view(&self.0, &db).await?;
         Ok(Response::new(DatabasePlacementResponse { view: Some(view) }))
     }
 
     async fn handoff(&self, request: Request<HandoffRequest>) -> Result<Response<HandoffResponse>, Status> {
-        super::authorize::operator(&self.0, &request, "Handoff")?;
+        admit(&self.0, &request, &Door::operator("Handoff", "")).await?;
         let HandoffRequest {
             database,
             target_node_id,
@@ -263,7 +264,7 @@ impl FleetAdmin for FleetAdminSvc {
 
     async fn prepare(&self, request: Request<PrepareRequest>) -> Result<Response<PrepareResponse>, Status> {
         let host = &self.0;
-        super::authorize::operator(host, &request, "Prepare")?;
+        admit(host, &request, &Door::operator("Prepare", "")).await?;
         let db = request.into_inner().database;
         candidate_here(host, &db)?;
         let started = std::time::Instant::now();
@@ -294,7 +295,7 @@ impl FleetAdmin for FleetAdminSvc {
         request: Request<ActivateRequest>,
     ) -> Result<Response<ActivateResponse>, Status> {
         let host = &self.0;
-        super::authorize::operator(host, &request, "Activate")?;
+        admit(host, &request, &Door::operator("Activate", "")).await?;
         let db = request.into_inner().database;
         candidate_here(host, &db)?;
         let started = std::time::Instant::now();

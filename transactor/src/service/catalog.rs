@@ -25,7 +25,8 @@ use corium_transactor::node::{NodeConfig, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tonic::{Request, Response, Status};
 
-use super::{authorize, dispatch};
+use super::admit::{Door, Refused, admit, admit_owner, forward};
+use super::status;
 use crate::cell::Cell;
 use crate::host::Host;
 use crate::view;
@@ -38,6 +39,10 @@ pub struct FleetCatalog(pub Arc<Host>);
 fn svc(node: Arc<TransactorNode>, guard: &Guard) -> CatalogSvc {
     CatalogSvc(node, guard.clone())
 }
+
+/// Stock Corium's data-administrator role (its own tokens hold it): may read
+/// where the data lives (`GetStorageInfo`), which backups need.
+const DATA_ADMIN_ROLE: &str = "admin";
 
 /// The answer to creating a database that exists (Corium itself answers
 /// `created: false`; the fleet says so as a status, see design note 0005).
@@ -68,8 +73,7 @@ impl Catalog for FleetCatalog {
         check_name(&db)?;
         // The cell's create runs Corium's service with no principal, so the
         // decision is made here, before anything is written.
-        authorize::access(host, &request, Access::on(Action::CreateDatabase, &db)).await?;
-        host.check_metadata(request.metadata(), &db)?;
+        let _admitted = admit(host, &request, &Door::on(Action::CreateDatabase, &db)).await?;
         if host.rank(&db).is_none() {
             return Err(host.not_owner(&db, None).into());
         }
@@ -102,18 +106,15 @@ impl Catalog for FleetCatalog {
         check_name(&db)?;
         // The catalog entry goes before Corium's service runs (and checks
         // again): decide first.
-        authorize::access(host, &request, Access::on(Action::DeleteDatabase, &db)).await?;
-        let cell = match host.owner(request.metadata(), &db).await {
-            Ok(cell) => cell,
+        let at = match admit_owner(host, &request, &Door::on(Action::DeleteDatabase, &db)).await {
+            Ok(at) => at,
             // Nothing to delete: stock Corium's answer.
-            Err(crate::host::Refusal::UnknownDatabase(_)) => {
+            Err(Refused::Ownership(crate::host::Refusal::UnknownDatabase(_))) => {
                 return Ok(Response::new(pb::DeleteDatabaseResponse { deleted: false }));
             }
-            Err(refusal) => return Err(refusal.into()),
+            Err(refused) => return Err(refused.into()),
         };
-        let Some(permit) = cell.admit() else {
-            return Err(host.not_owner(&db, None).into());
-        };
+        let cell = Arc::clone(&at.cell);
         // Stop new ownership first: with the catalog entry gone no candidate
         // activates the database (it is NOT_FOUND everywhere) while Corium
         // deletes the root that carries this owner's lease.
@@ -125,8 +126,8 @@ impl Catalog for FleetCatalog {
         let response = svc(Arc::clone(&cell.node), &host.guard)
             .delete_database(request)
             .await
-            .map_err(|status| crate::error::write_status(&db, status));
-        drop(permit);
+            .map_err(|answer| status::write_status(&db, answer));
+        drop(at);
         if response.as_ref().is_ok_and(|response| response.get_ref().deleted) {
             tracing::info!(db, "database deleted");
             host.forget(&cell);
@@ -149,10 +150,11 @@ impl Catalog for FleetCatalog {
             ));
         }
         // The reservation is written before Corium's service runs (and
-        // checks the same access): decide first.
-        authorize::access(host, &request, Access::on(Action::ForkDatabase, &target)).await?;
-        // Source work runs at the source's owner.
-        let cell = host.owner(request.metadata(), &source).await?;
+        // checks the same access): decide first. Source work runs at the
+        // source's owner.
+        let door = Door::on(Action::ForkDatabase, &source).needing(Access::on(Action::ForkDatabase, &target));
+        let mut at = admit_owner(host, &request, &door).await?;
+        let cell = Arc::clone(&at.cell);
         // Target creation is serialised fleet-wide by a reservation root, so
         // two forks into one name never write its log at the same time.
         let reservation = crate::fork::Reservation::take(host, &target).await?;
@@ -160,19 +162,20 @@ impl Catalog for FleetCatalog {
             if host.read_root(&target).await?.exists {
                 return Err(already_exists(&target));
             }
-            let Some(permit) = cell.admit() else {
-                return Err(host.not_owner(&source, None).into());
-            };
+            let permit = at.permit.take().ok_or_else(|| host.not_owner(&source, None))?;
             let allowance = cell.fork_targets.allow(&target);
             let response = svc(Arc::clone(&cell.node), &host.guard)
                 .fork_database(request)
                 .await
-                .map_err(|status| crate::error::write_status(&source, status));
+                .map_err(|answer| status::write_status(&source, answer));
             drop(allowance);
             drop(permit);
             response
         }
         .await;
+        // The eviction below drains the cell: nothing of this call may hold
+        // it.
+        drop(at);
         // Corium opened the target inside the source's cell, holding its
         // lease; hand both back so the target activates on its own
         // candidates and the source on its next request.
@@ -195,7 +198,7 @@ impl Catalog for FleetCatalog {
         &self,
         request: Request<pb::ListDatabasesRequest>,
     ) -> Result<Response<pb::ListDatabasesResponse>, Status> {
-        authorize::access(&self.0, &request, Access::catalog(Action::ListDatabases)).await?;
+        let _admitted = admit(&self.0, &request, &Door::catalog(Action::ListDatabases)).await?;
         let dbs = catalog(&self.0).await?;
         Ok(Response::new(pb::ListDatabasesResponse { dbs }))
     }
@@ -209,8 +212,8 @@ impl Catalog for FleetCatalog {
         let host = &self.0;
         // It sweeps the whole shared store: operators only (and then
         // Corium's own `GarbageCollect` check), decided before a node opens.
-        authorize::operator(host, &request, "GcDeletedDatabases")?;
-        authorize::access(host, &request, Access::catalog(Action::GarbageCollect)).await?;
+        let door = Door::catalog(Action::GarbageCollect).for_operator("GcDeletedDatabases");
+        let _admitted = admit(host, &request, &door).await?;
         // Corium sweeps every unreachable blob older than the retention; a
         // live database's index is written before its root names it, so a
         // short retention could sweep blobs about to become reachable.
@@ -235,7 +238,7 @@ impl Catalog for FleetCatalog {
         config.saga_sweep_interval = None;
         let node = TransactorNode::open(config)
             .await
-            .map_err(|error| crate::error::node_status(&error))?;
+            .map_err(|error| status::node_status(&error))?;
         svc(node, &host.guard).gc_deleted_databases(request).await
     }
 
@@ -245,7 +248,7 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::RequestIndexResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        forward(&self.0, request, Door::on(Action::ManageIndex, &db), |node, request| async move {
             svc(node, &guard).request_index(request).await
         })
         .await
@@ -257,7 +260,7 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        forward(&self.0, request, Door::on(Action::ManageIndex, &db), |node, request| async move {
             svc(node, &guard).set_index_policy(request).await
         })
         .await
@@ -272,19 +275,31 @@ impl Catalog for FleetCatalog {
         // fixed by the owner.
         let host = Arc::clone(&self.0);
         let db = request.get_ref().db.clone();
-        authorize::access(&host, &request, Access::on(Action::Inspect, &db)).await?;
+        // Where the data lives (a data directory, a read-only connection
+        // string) is for the storage's administrators: a data admin (stock
+        // Corium's `admin` role, which its own token holds) or an operator.
+        let principal = corium_protocol::authz::principal(&request);
+        if !(principal.has_role(DATA_ADMIN_ROLE) || host.config.auth.is_operator(&principal)) {
+            host.metrics
+                .denied
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(Status::permission_denied(format!(
+                "GetStorageInfo describes where the data lives: it needs role {DATA_ADMIN_ROLE:?} or {:?}",
+                host.config.auth.operator_role()
+            )));
+        }
         let spec =
             corium_transactor::StoreSpec::new(host.config.storage.kind(), host.config.storage.config());
         let data_dir = host.template.data_dir.clone();
         let name = db.clone();
-        dispatch(&self.0, request, &db, |node, _request| async move {
+        forward(&self.0, request, Door::on(Action::Inspect, &db), |node, _request| async move {
             // The database's basis now, as Corium's `backup_info` reads it
             // (`sync(0)` answers the basis watch, which a freshly opened
             // cell has not published yet).
             let basis_t = node
                 .db_state(&name)
                 .await
-                .map_err(|error| crate::error::node_status(&error))?
+                .map_err(|error| status::node_status(&error))?
                 .db()
                 .basis_t();
             let storage = spec
@@ -305,7 +320,7 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::KeyStatusResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        forward(&self.0, request, Door::on(Action::ManageKeys, &db), |node, request| async move {
             svc(node, &guard).key_status(request).await
         })
         .await
@@ -317,11 +332,11 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::RotateStorageKeyResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        let door = Door::on(Action::ManageKeys, &db).writes();
+        forward(&self.0, request, door, |node, request| async move {
             svc(node, &guard).rotate_storage_key(request).await
         })
         .await
-        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     async fn rewrap_keys(
@@ -330,11 +345,11 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::RewrapKeysResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        let door = Door::on(Action::ManageKeys, &db).writes();
+        forward(&self.0, request, door, |node, request| async move {
             svc(node, &guard).rewrap_keys(request).await
         })
         .await
-        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     async fn alter_schema(
@@ -343,11 +358,11 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        let door = Door::on(Action::AlterSchema, &db).writes();
+        forward(&self.0, request, door, |node, request| async move {
             svc(node, &guard).alter_schema(request).await
         })
         .await
-        .map_err(|status| crate::error::write_status(&db, status))
     }
 }
 

@@ -12,16 +12,18 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use corium_fleet_wire::metadata;
-use corium_protocol::authz::{self, Access, Action};
+use corium_protocol::authz::Action;
 use corium_protocol::pb;
 use corium_protocol::pb::peer_server_server::PeerServer;
 use corium_protocol::pb::transactor_server::Transactor;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use super::admit::{Admitted, Door, Refused, admit};
 use super::transactor::FleetTransactor;
-use crate::host::{Host, Refusal};
+use crate::host::Host;
 use crate::replica::{Replica, on_read_threads};
+use crate::waiters::check_reach;
 
 /// A stream of chunks, as Corium's peer server answers.
 type Chunks<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -65,32 +67,34 @@ impl FleetPeerServer {
     /// The replica that answers a read of `db` by `request`'s caller, once
     /// it has applied the client's `corium-min-basis` and the basis `view_t`
     /// names, and the read's place under the node's work limits (held until
-    /// it is answered); the caller is authorized for `action` first, so
-    /// nobody unauthorized makes a node build a replica.
+    /// it is answered). The front door runs first: the caller is authorized
+    /// for `action` (a view it is granted through is applied by the stock
+    /// peer server), so nobody unauthorized makes a node build a replica;
+    /// the wait for the basis holds a place among the node's waits, never a
+    /// work place, and the work place is taken once the basis is reached.
     async fn replica<T>(
         &self,
         request: &Request<T>,
         db: &str,
         action: Action,
         view_t: Option<u64>,
-    ) -> Result<(Arc<Replica>, crate::work_limits::WorkPermit), Status> {
+    ) -> Result<(Arc<Replica>, Admitted), Status> {
         let host = &self.0;
-        corium_fleet_common::names::check(db).map_err(|error| Status::from(Refusal::from(error)))?;
-        host.check_metadata(request.metadata(), db)?;
         let min_basis = metadata::min_basis(request.metadata())
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
-        let principal = authz::principal(request);
-        if let Err(error) = host.guard.authorize(&principal, &Access::on(action, db)).await {
-            host.metrics.denied.fetch_add(1, Ordering::Relaxed);
-            return Err(error.to_status());
-        }
+        let mut admitted = admit(host, request, &Door::on(action, db).views().waits()).await?;
         let within = time_left(request.metadata());
         let started = std::time::Instant::now();
-        let work = super::enter(host, request, db).await?;
         let counts = &host.replicas.counts;
         let outcome = async {
             let replica = host.replicas.get(host, db, within).await?;
             replica.check_following()?;
+            if let Some(target) = min_basis
+                && let Err(out_of_reach) = check_reach(db, target, replica.owner_basis_seen(), within)
+            {
+                host.waiters.count_out_of_reach();
+                return Err(Refused::from(out_of_reach).into());
+            }
             let waited = replica
                 .reach(min_basis, view_t, within.saturating_sub(started.elapsed()))
                 .await?;
@@ -101,7 +105,8 @@ impl FleetPeerServer {
             Ok((replica, waited)) => {
                 let counter = if waited { &counts.waited } else { &counts.served };
                 counter.fetch_add(1, Ordering::Relaxed);
-                Ok((replica, work))
+                admitted.work_after_wait(host, db).await?;
+                Ok((replica, admitted))
             }
             Err(status) => {
                 counts.refused.fetch_add(1, Ordering::Relaxed);

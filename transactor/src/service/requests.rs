@@ -9,6 +9,8 @@ use corium_fleet_proto::fleet::{RequestStatusRequest, RequestStatusResponse};
 use prost::Message as _;
 use tonic::{Request, Response, Status};
 
+use super::admit::{Door, admit_owner, stamp_lease_version};
+use super::status;
 use crate::host::Host;
 use crate::request_id::{self, Database, LedgerError};
 
@@ -30,17 +32,17 @@ impl Requests for FleetRequests {
             ))
         })?;
         // A status query may fence the id (a write) and returns the
-        // committed answer: the caller must be allowed to transact.
-        super::authorize::access(
+        // committed answer: the caller must be allowed to transact, and the
+        // query is admitted like the write it may be (a work place, the
+        // principal's rate).
+        let mut at = admit_owner(
             host,
             &request,
-            corium_protocol::authz::Access::on(corium_protocol::authz::Action::Transact, &db),
+            &Door::on(corium_protocol::authz::Action::Transact, &db),
         )
         .await?;
-        let cell = host.owner(request.metadata(), &db).await?;
-        let Some(permit) = cell.admit() else {
-            return Err(host.not_owner(&db, None).into());
-        };
+        let permit = at.permit.take().ok_or_else(|| host.not_owner(&db, None))?;
+        let cell = Arc::clone(&at.cell);
         let on = Database {
             node: &cell.node,
             name: &db,
@@ -71,7 +73,7 @@ impl Requests for FleetRequests {
                 )));
             }
             Err(error) => {
-                return Err(crate::error::ledger_status(
+                return Err(status::ledger_status(
                     &db,
                     &id,
                     request_id::Origin::Client,
@@ -80,7 +82,7 @@ impl Requests for FleetRequests {
             }
         };
         let mut response = Response::new(response);
-        super::stamp_lease_version(&mut response, cell.lease_version);
+        stamp_lease_version(&mut response, cell.lease_version);
         Ok(response)
     }
 }

@@ -153,7 +153,7 @@ pub async fn stream(
         .node
         .db_state(db)
         .await
-        .map_err(|error| crate::error::node_status(&error))?;
+        .map_err(|error| crate::service::status::node_status(&error))?;
     // Register for live items before taking the basis snapshot, and drop
     // live reports at or below the last backfilled `t`: nothing falls
     // between backfill and live.
@@ -193,7 +193,7 @@ pub async fn stream(
             let records = match read_ahead.whole_log_read(read).await {
                 Ok(records) => records,
                 Err(error) => {
-                    let _ = tx.send(Err(crate::error::node_status(&error))).await;
+                    let _ = tx.send(Err(crate::service::status::node_status(&error))).await;
                     return;
                 }
             };

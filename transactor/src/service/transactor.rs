@@ -1,11 +1,13 @@
 //! `corium.v1.Transactor`, dispatched to the owning cell through Corium's
 //! own `TransactorSvc`, except `Subscribe`, which the fleet serves itself
 //! (see `subscribe.rs`), and a `Transact` carrying `corium-request-id`,
-//! which goes through the exactly-once path (`request_id.rs`).
+//! which goes through the exactly-once path (`request_id.rs`), and `Sync`,
+//! a wait for a basis that holds no work place (`waiters.rs`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use corium_protocol::authz::{Access, Action, Guard};
+use corium_protocol::authz::{Action, Guard};
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_server::Transactor;
 use corium_transactor::server::TransactorSvc;
@@ -13,8 +15,11 @@ use tonic::{Request, Response, Status};
 
 use corium_fleet_wire::metadata;
 
-use super::{authorize, dispatch};
+use super::admit::{Door, Refused, admit_owner, forward, stamp_lease_version, time_left};
+use super::status;
+use crate::cell::Cell;
 use crate::host::Host;
+use crate::waiters::check_reach;
 use crate::request_id::{Origin, Outcome};
 
 /// Corium's protocol-version rule for requests (its own check is private).
@@ -31,8 +36,10 @@ fn check_version(version: u32) -> Result<(), Status> {
     }
 }
 
-/// Waits until `db` on `node` is at basis `t` at least (0: its basis now)
-/// and returns its basis: `Sync` as Corium defines it.
+/// Waits until `db` on `cell` is at basis `t` at least (0: its basis now)
+/// and returns its basis: `Sync` as Corium defines it, except that a basis
+/// out of reach within `within` is refused at once (`waiters.rs`), and a
+/// cell that stops serving ends the wait with its `NotOwner`.
 ///
 /// Corium 0.1.90's `TransactorNode::sync` reads the database's basis watch,
 /// which its commits publish with tokio's `watch::Sender::send`; a `send`
@@ -43,22 +50,30 @@ fn check_version(version: u32) -> Result<(), Status> {
 /// database value decides and the watch only wakes the wait; it is
 /// subscribed before the value is read, so a commit after the read wakes
 /// it.
-async fn sync_basis(
-    node: &corium_transactor::node::TransactorNode,
-    db: &str,
-    t: u64,
-) -> Result<u64, corium_transactor::node::NodeError> {
-    let state = node.db_state(db).await?;
+async fn sync_basis(host: &Host, cell: &Cell, db: &str, t: u64, within: Duration) -> Result<u64, Status> {
+    let state = cell.node.db_state(db).await.map_err(|error| status::node_status(&error))?;
     let mut commits = state.basis_watch();
+    let mut closed = cell.closed();
     let target = if t == 0 { state.db().basis_t() } else { t };
+    if let Err(out_of_reach) = check_reach(db, target, state.db().basis_t(), within) {
+        host.waiters.count_out_of_reach();
+        return Err(Refused::from(out_of_reach).into());
+    }
     loop {
         let basis = state.db().basis_t();
         if basis >= target {
             return Ok(basis);
         }
-        if commits.changed().await.is_err() {
-            // The database closed here: its last basis.
-            return Ok(state.db().basis_t());
+        tokio::select! {
+            changed = commits.changed() => {
+                if changed.is_err() {
+                    // The database closed here: its last basis.
+                    return Ok(state.db().basis_t());
+                }
+            }
+            () = crate::until_true(&mut closed) => {
+                return Err(host.not_owner(db, None).into());
+            }
         }
     }
 }
@@ -88,18 +103,18 @@ impl Transactor for FleetTransactor {
         };
         let db = request.get_ref().db.clone();
         let host = &self.0;
-        // Before anything is read or activated; a replay of a committed
-        // request id is authorized exactly like the original.
-        authorize::access(host, &request, Access::on(Action::Transact, &db)).await?;
-        let cell = host.owner(request.metadata(), &db).await?;
-        let _work = super::enter(host, &request, &db).await?;
-        let permit = cell.admit().ok_or_else(|| host.not_owner(&db, None))?;
+        // A replay of a committed request id is authorized exactly like the
+        // original.
+        let mut at = admit_owner(host, &request, &Door::on(Action::Transact, &db)).await?;
+        let permit = at.permit.take().ok_or_else(|| host.not_owner(&db, None))?;
+        let cell = Arc::clone(&at.cell);
         let request = request.into_inner();
         check_version(request.protocol_version)?;
         // The cell's own commit rather than Corium's service: it cannot be
         // cancelled half-way, and a failure after the append may have landed
-        // answers an unknown outcome (`TransactError::into_status`).
-        // Authorization ran above, with the guard Corium's service would use.
+        // answers an unknown outcome (`status::transact_status`).
+        // Authorization ran at the door, with the guard Corium's service
+        // would use.
         let answered = cell
             .transact(permit, request, id.map(|id| (id, origin)), host.base.as_ref())
             .await;
@@ -113,7 +128,7 @@ impl Transactor for FleetTransactor {
                 .request_id_conflicts
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let transacted = answered.map_err(|error| error.into_status(&db))?;
+        let transacted = answered.map_err(|error| status::transact_status(error, &db))?;
         if let Some(id) = id {
             let counter = match transacted.outcome {
                 Outcome::Committed => {
@@ -131,7 +146,7 @@ impl Transactor for FleetTransactor {
         }
         let basis_t = transacted.response.basis_t;
         let mut response = Response::new(transacted.response);
-        super::stamp_lease_version(&mut response, cell.lease_version);
+        stamp_lease_version(&mut response, cell.lease_version);
         response.metadata_mut().insert(metadata::BASIS_T, basis_t.into());
         if transacted.outcome == Outcome::Replayed {
             response.metadata_mut().insert(
@@ -148,11 +163,11 @@ impl Transactor for FleetTransactor {
     ) -> Result<Response<pb::SagaCommitResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        let door = Door::on(Action::Transact, &db).writes();
+        forward(&self.0, request, door, |node, request| async move {
             svc(node, &guard).saga_commit(request).await
         })
         .await
-        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     async fn saga_finish(
@@ -161,11 +176,11 @@ impl Transactor for FleetTransactor {
     ) -> Result<Response<pb::SagaFinishResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        let door = Door::on(Action::Transact, &db).writes();
+        forward(&self.0, request, door, |node, request| async move {
             svc(node, &guard).saga_finish(request).await
         })
         .await
-        .map_err(|status| crate::error::write_status(&db, status))
     }
 
     type SubscribeStream = super::subscribe::ItemStream;
@@ -175,51 +190,40 @@ impl Transactor for FleetTransactor {
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let db = request.get_ref().db.clone();
-        authorize::access(&self.0, &request, Access::on(Action::Subscribe, &db)).await?;
-        let cell = self.0.owner(request.metadata(), &db).await?;
+        let host = &self.0;
         // The place is held while the stream is set up (its backfill read),
         // not for the stream's life: subscriptions have their own limits.
-        let work = super::enter(&self.0, &request, &db).await?;
-        let principal = corium_protocol::authz::principal(&request);
-        let principal = format!("{}:{}", principal.provider, principal.subject);
+        let at = admit_owner(host, &request, &Door::on(Action::Subscribe, &db)).await?;
+        let principal = at.call.principal_key();
         let request = request.into_inner();
-        let supported = corium_protocol::MIN_SUPPORTED_PROTOCOL_VERSION..=corium_protocol::PROTOCOL_VERSION;
-        if !supported.contains(&request.protocol_version) {
-            return Err(Status::failed_precondition(format!(
-                "protocol version {} is not supported; supported range is {}..={}",
-                request.protocol_version,
-                supported.start(),
-                supported.end()
-            )));
-        }
-        let places = (&self.0.subscriptions, &self.0.subscriptions_by_principal);
-        let admission = super::subscribe::admit(&cell, places, &principal, self.0.config.max_subscriptions)
+        check_version(request.protocol_version)?;
+        let places = (&host.subscriptions, &host.subscriptions_by_principal);
+        let admission = super::subscribe::admit(&at.cell, places, &principal, host.config.max_subscriptions)
             .inspect_err(|_| {
-            self.0
-                .metrics
-                .subscriptions_refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        })?;
-        let heartbeat_ms = u64::try_from(cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
+                host.metrics
+                    .subscriptions_refused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })?;
+        let heartbeat_ms = u64::try_from(at.cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
         let stream =
-            super::subscribe::stream(&cell, &request.db, admission, request.from_basis_t, heartbeat_ms).await;
-        drop(work);
+            super::subscribe::stream(&at.cell, &request.db, admission, request.from_basis_t, heartbeat_ms)
+                .await;
+        drop(at);
         stream.map(Response::new)
     }
 
     async fn sync(&self, request: Request<pb::SyncRequest>) -> Result<Response<pb::SyncResponse>, Status> {
         let db = request.get_ref().db.clone();
         let t = request.get_ref().t;
-        // Corium's service decides the same access before it waits.
-        authorize::access(&self.0, &request, Access::on(Action::Inspect, &db)).await?;
-        let waited = db.clone();
-        dispatch(&self.0, request, &db, |node, _request| async move {
-            let basis_t = sync_basis(&node, &waited, t)
-                .await
-                .map_err(|error| corium_transactor::server::to_status(&error))?;
-            Ok(Response::new(pb::SyncResponse { basis_t }))
-        })
-        .await
+        let host = &self.0;
+        let within = time_left(request.metadata());
+        // A wait, not work: no work place and no permit (a drain does not
+        // wait for it; the cell's closing ends it).
+        let at = admit_owner(host, &request, &Door::on(Action::Inspect, &db).waits()).await?;
+        let basis_t = sync_basis(host, &at.cell, &db, t, within).await?;
+        let mut response = Response::new(pb::SyncResponse { basis_t });
+        stamp_lease_version(&mut response, at.cell.lease_version);
+        Ok(response)
     }
 
     async fn status(
@@ -228,7 +232,7 @@ impl Transactor for FleetTransactor {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        dispatch(&self.0, request, &db, |node, request| async move {
+        forward(&self.0, request, Door::on(Action::Inspect, &db), |node, request| async move {
             svc(node, &guard).status(request).await
         })
         .await
