@@ -12,6 +12,10 @@
 #    lets `fail`/`required` through), strict schema validation against Kubernetes 1.29 and 1.33
 #    (unknown fields and removed APIs fail), and CRD validation (cert-manager, ServiceMonitor,
 #    PrometheusRule).
+#    Then every charts/tests/bad/*.yaml must be refused by `helm template` with the messages its
+#    `# expect:` lines promise (negative renders; among them the security posture's: a pool's
+#    extraArgs with --serve-open, --dev-token-operator or --serve-token, CORIUM_SERVE_TOKEN in
+#    extraEnv, a token in values).
 # 4. Monitoring, on ci/monitoring-limits-values.yaml: the Grafana dashboard's JSON, `promtool check
 #    rules` and `promtool test rules` (charts/tests/monitoring/) on the PrometheusRule, and every
 #    metric name both use against the exposition captured from the binaries
@@ -133,6 +137,28 @@ for vf in "${sets[@]}"; do
   else
     fail "$name: helm template" "$OUT/$name.err"
   fi
+done
+
+# --- 3b. negative renders: every bad values file is refused, with its message ---------------------
+# refused FILE: `helm template` must fail, and its error must contain each `# expect:` line.
+refused() {
+  local file="$1" err="$OUT/refused-$(basename "$1" .yaml).err" expect missing=0 expected=0
+  if timeout 120 helm template "$RELEASE" "$CHART" --namespace "$NAMESPACE" -f "$file" \
+      >/dev/null 2>"$err"; then
+    echo "rendered, but must be refused"
+    return 1
+  fi
+  while IFS= read -r expect; do
+    expected=$((expected + 1))
+    grep -qF -- "$expect" "$err" || { echo "missing: $expect"; missing=1; }
+  done < <(sed -n 's/^# expect: *//p' "$file")
+  [ "$expected" -gt 0 ] || { echo "no '# expect:' line"; return 1; }
+  [ "$missing" -eq 0 ] || { cat "$err"; return 1; }
+}
+bad=("$ROOT"/charts/tests/bad/*.yaml)
+[ "${#bad[@]}" -gt 0 ] || fail "no bad values files in charts/tests/bad"
+for bf in "${bad[@]}"; do
+  check "refused: bad/$(basename "$bf")" refused "$bf"
 done
 
 # --- 4. monitoring: dashboard, alert rules, metric names ------------------------------------------

@@ -236,7 +236,9 @@ def test_helm_test_pod_runs_the_cli_through_the_client_service():
     ingress_image = main(docs, "ingress")["image"]
     for c in (status, where):
         assert c["image"] == ingress_image              # the CLI ships in the ingress image
-        assert "env" not in c                           # the CLI's default: the development token
+        # the fleet's own token (generated), never the CLI's default, the development token
+        assert c["env"] == [{"name": "CORIUM_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": f"{FULL}-token", "key": "token"}}}]
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
     # the client Service it calls exists and serves that port
     svc = one(docs, "Service", FULL)
@@ -281,7 +283,10 @@ def test_client_network_policy_admits_the_test_pod():
 def test_notes_say_how_to_run_helm_test(tmp_path):
     notes = _notes(tmp_path)
     assert f"helm test ci-release --namespace {NS} --logs" in notes
-    assert '"corium-dev-insecure-token"' in notes
+    assert "the test presents the fleet's token, which holds role \"fleet-operator\"" in notes
+    assert "corium-dev-insecure-token" not in notes
+    own = _notes(tmp_path, "--set", "test.existingSecret=ops", "--set", "test.existingSecretKey=jwt")
+    assert 'the token in secret ops, key jwt, must hold role "fleet-operator"' in own
     assert "helm test" not in _notes(tmp_path, "--set", "test.enabled=false")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import os
 import re
 import shutil
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fake_kube_api import FakeKubeAPI
 
@@ -73,6 +75,31 @@ def values_of(values_file: Path) -> dict:
         return base
     return merge(yaml.safe_load((CHART / "values.yaml").read_text()),
                  yaml.safe_load(values_file.read_text()) or {})
+
+
+def public_tls_on(values: dict) -> bool:
+    """ingress.publicTls.enabled as the chart reads it: null (the default) is on wherever there is
+    a certificate for the client-facing port, i.e. in every tls.mode but existingSecret, and there
+    with a secretName."""
+    public = values["ingress"]["publicTls"]
+    if public.get("enabled") is None:
+        return bool(public["secretName"]) or values["tls"]["mode"] != "existingSecret"
+    return public["enabled"]
+
+
+TLS_DIR = "/etc/corium-fleet/tls"
+
+
+def transactor_tls_files(mode: str) -> dict[str, str]:
+    """The transactor's --tls-cert/--tls-key/--tls-client-ca by tls.mode: in selfSigned and
+    certManager the volume holds every pod's certificate, named by node id, and Kubernetes expands
+    $(CORIUM_FLEET_NODE_ID) (the pod name) in the arguments."""
+    if mode in ("selfSigned", "certManager"):
+        return {"--tls-cert": f"{TLS_DIR}/$(CORIUM_FLEET_NODE_ID).crt",
+                "--tls-key": f"{TLS_DIR}/$(CORIUM_FLEET_NODE_ID).key",
+                "--tls-client-ca": f"{TLS_DIR}/ca.crt"}
+    return {"--tls-cert": f"{TLS_DIR}/tls.crt", "--tls-key": f"{TLS_DIR}/tls.key",
+            "--tls-client-ca": f"{TLS_DIR}/ca.crt"}
 
 
 def kind(docs: list[dict], name: str) -> list[dict]:
@@ -447,14 +474,13 @@ def test_security_probes_and_shutdown(values_file):
         else:
             assert "lifecycle" not in c
     transactor = container(pool(docs, "transactor"), "transactor")
-    for flag, path in (("--tls-cert", "tls.crt"), ("--tls-key", "tls.key"),
-                       ("--tls-client-ca", "ca.crt")):
-        assert arg_value(transactor, flag) == f"/etc/corium-fleet/tls/{path}"
+    for flag, path in transactor_tls_files(values["tls"]["mode"]).items():
+        assert arg_value(transactor, flag) == path, flag
     ingress = container(pool(docs, "ingress"), "ingress")
     for flag, path in (("--upstream-cert", "tls.crt"), ("--upstream-key", "tls.key"),
                        ("--upstream-ca", "ca.crt")):
         assert arg_value(ingress, flag) == f"/etc/corium-fleet/tls/{path}"
-    assert (arg_value(ingress, "--tls-listen") == "0.0.0.0:4443") == values["ingress"]["publicTls"]["enabled"]
+    assert (arg_value(ingress, "--tls-listen") == "0.0.0.0:4443") == public_tls_on(values)
 
 
 def test_long_release_names_still_give_valid_node_ids_and_names():
@@ -496,8 +522,12 @@ def test_tls_secrets_are_mounted_and_provided(values_file):
         component = pod_labels(w)["app.kubernetes.io/component"]
         extra = {v["name"] for v in values[component]["extraVolumes"]}
         for volume in w["spec"]["template"]["spec"]["volumes"]:
-            if "secret" in volume and volume["name"] not in extra:
-                name = volume["secret"]["secretName"]
+            if volume["name"] in extra:
+                continue
+            names = ([volume["secret"]["secretName"]] if "secret" in volume else
+                     [s["secret"]["name"] for s in volume.get("projected", {}).get("sources", [])
+                      if "secret" in s])
+            for name in names:
                 if mode == "existingSecret" or values["ingress"]["publicTls"]["secretName"] == name:
                     assert name in existing, name
                 else:
@@ -508,12 +538,14 @@ def test_tls_secrets_are_mounted_and_provided(values_file):
         assert not [s for s in kind(docs, "Secret") if s["type"] == "kubernetes.io/tls"]
     tls = _tls_volume(one(docs, "StatefulSet"))
     if mode == "certManagerCsi":
-        # no shared transactor certificate at all: each pod gets its own from the CSI driver
-        assert "csi" in tls and "secret" not in tls
-        assert f"{FULL}-transactor-tls" not in {c["spec"]["secretName"]
-                                                for c in kind(docs, "Certificate")}
+        # no transactor certificate in a Secret at all: each pod gets its own from the CSI driver
+        assert set(tls) == {"name", "csi"}
+        assert not [c for c in kind(docs, "Certificate") if "-transactor" in c["spec"]["secretName"]]
+    elif mode == "certManager":
+        # one Secret per pod, all projected into the one volume
+        assert set(tls) == {"name", "projected"}
     else:
-        assert "secret" in tls and "csi" not in tls
+        assert set(tls) == {"name", "secret"}
 
 
 def test_cert_manager_certificates():
@@ -522,8 +554,13 @@ def test_cert_manager_certificates():
     sts = one(docs, "StatefulSet")
     suffix = f"{sts['spec']['serviceName']}.{NS}.svc"
     certs = {c["spec"]["secretName"]: c for c in kind(docs, "Certificate")}
-    server = certs[f"{FULL}-transactor-tls"]["spec"]
-    assert f"*.{suffix}" in server["dnsNames"] and "server auth" in server["usages"]
+    # one Certificate per transactor pod, none shared (node identity: see below)
+    assert f"{FULL}-transactor-tls" not in certs
+    server = certs[f"{FULL}-transactor-0-tls"]["spec"]
+    assert server["commonName"] == f"{FULL}-transactor-0"
+    assert server["dnsNames"] == [f"{FULL}-transactor-0", f"{FULL}-transactor-0.{suffix}",
+                                  f"{FULL}-transactor-0.{suffix}.cluster.local"]
+    assert {"server auth", "client auth"} <= set(server["usages"])
     client = certs[f"{FULL}-ingress-tls"]["spec"]
     assert "client auth" in client["usages"]
     public = certs[f"{FULL}-public-tls"]["spec"]
@@ -544,47 +581,210 @@ def test_cert_manager_certificates():
                                              "group": "cert-manager.io"}
 
 
-# --- node identity: per-pod certificates (certManagerCsi) or the check turned off ---------------
-
+# TLS modes: how each is selected in the tests below.
 NODE_IDENTITY = "--verify-node-identity"
-TLS_DIR = "/etc/corium-fleet/tls"
-SHARED_CERT_MODES = {
-    "selfSigned": (),
-    "certManager": (),
-    "existingSecret": ("--set", "tls.existingSecret.transactor=fleet-transactor-tls",
-                       "--set", "tls.existingSecret.ingress=fleet-ingress-tls"),
-}
+NODE = f"{FULL}-transactor"
 CSI = ("--set", "tls.mode=certManagerCsi")
+EXISTING_TLS = ("--set", "tls.mode=existingSecret",
+                "--set", "tls.existingSecret.transactor=fleet-transactor-tls",
+                "--set", "tls.existingSecret.ingress=fleet-ingress-tls")
+TLS_MODES = {"selfSigned": (), "certManager": ("--set", "tls.mode=certManager"),
+             "certManagerCsi": CSI, "existingSecret": EXISTING_TLS}
+CHART_ISSUED = ("selfSigned", "certManager", "certManagerCsi")
 
+
+# --- client-facing TLS: on by default wherever a certificate can be issued -----------------------
+
+def _public_tls(docs: list[dict]) -> dict:
+    """Where client-facing TLS shows in the rendering: the ingress's flags, port, mount and
+    volume, the client Service's port, and the NetworkPolicy's."""
+    deployment = pool(docs, "ingress")
+    c = container(deployment, "ingress")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    client = next(s for s in kind(docs, "Service") if "grpc" in {p["name"] for p in s["spec"]["ports"]}
+                  and s["spec"].get("clusterIP") != "None")
+    policy = [p for p in kind(docs, "NetworkPolicy") if p["metadata"]["name"].endswith("-ingress")]
+    return {
+        "listen": arg_value(c, "--tls-listen"),
+        "files": (arg_value(c, "--tls-cert"), arg_value(c, "--tls-key")),
+        "port": {p["name"]: p["containerPort"] for p in c["ports"]}.get("grpc-tls"),
+        "mount": next((m["mountPath"] for m in c["volumeMounts"] if m["name"] == "public-tls"), None),
+        "secret": volumes.get("public-tls", {}).get("secret", {}).get("secretName"),
+        "service": {p["name"]: p["port"] for p in client["spec"]["ports"]}.get("grpc-tls"),
+        "policy": bool(policy) and 4443 in {p["port"] for r in policy[0]["spec"]["ingress"]
+                                            for p in r.get("ports", [])},
+    }
+
+
+PUBLIC_ON = {"listen": "0.0.0.0:4443", "port": 4443, "mount": "/etc/corium-fleet/public-tls",
+             "service": 4443, "policy": True,
+             "files": ("/etc/corium-fleet/public-tls/tls.crt", "/etc/corium-fleet/public-tls/tls.key")}
+
+
+@pytest.mark.parametrize("mode", CHART_ISSUED)
+def test_client_facing_tls_is_on_by_default_in_every_mode_that_can_issue_it(mode):
+    docs = template(*POSTGRES, *TLS_MODES[mode])
+    assert _public_tls(docs) == {**PUBLIC_ON, "secret": f"{FULL}-public-tls"}
+    if mode == "selfSigned":
+        public = one(docs, "Secret", f"{FULL}-public-tls")
+        # clients fetch the CA from the same Secret (ca.crt), not from the CA's own (it has the key)
+        assert public["data"]["ca.crt"] == one(docs, "Secret", f"{FULL}-ca")["data"]["tls.crt"]
+    else:
+        cert = next(c["spec"] for c in kind(docs, "Certificate")
+                    if c["spec"]["secretName"] == f"{FULL}-public-tls")
+        assert cert["usages"] == ["digital signature", "key encipherment", "server auth"]
+        assert f"{FULL}.{NS}.svc" in cert["dnsNames"]
+
+
+def test_client_facing_tls_in_existing_secret_mode_follows_the_secret():
+    off = template(*POSTGRES, *EXISTING_TLS)
+    assert _public_tls(off) == {"listen": None, "files": (None, None), "port": None,
+                                "mount": None, "secret": None, "service": None, "policy": False}
+    on = template(*POSTGRES, *EXISTING_TLS, "--set", "ingress.publicTls.secretName=public")
+    assert _public_tls(on) == {**PUBLIC_ON, "secret": "public"}
+    assert "ingress.publicTls.secretName is required" in _render_error(
+        *EXISTING_TLS, "--set", "ingress.publicTls.enabled=true")
+
+
+def test_client_facing_tls_can_be_turned_off():
+    docs = template(*POSTGRES, "--set", "ingress.publicTls.enabled=false")
+    assert _public_tls(docs)["listen"] is None and _public_tls(docs)["service"] is None
+    assert f"{FULL}-public-tls" not in {s["metadata"]["name"] for s in kind(docs, "Secret")}
+
+
+# --- node identity: a certificate per transactor pod, or (existingSecret) the check turned off ---
 
 def _tls_volume(workload: dict) -> dict:
     return next(v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls")
 
 
+def _pod_dns_names(node_id: str, domain: str = "cluster.local") -> list[str]:
+    pod = f"{node_id}.{NODE}.{NS}.svc"
+    return [node_id, pod, f"{pod}.{domain}"]
+
+
+def _pod_file(c: dict, flag: str, node_id: str) -> str:
+    """The file pod `node_id` reads for `flag`, relative to the TLS volume, as Kubernetes expands
+    $(CORIUM_FLEET_NODE_ID) (the pod name, from the downward API)."""
+    path = arg_value(c, flag)
+    assert path.startswith(TLS_DIR + "/"), path
+    return path.replace("$(CORIUM_FLEET_NODE_ID)", node_id).removeprefix(TLS_DIR + "/")
+
+
 @pytest.mark.parametrize("values_file", CI_FILES, ids=ids(CI_FILES))
 def test_node_identity_check_follows_the_tls_mode(values_file):
     docs = render(values_file)
-    per_pod = values_of(values_file)["tls"]["mode"] == "certManagerCsi"
+    shared = values_of(values_file)["tls"]["mode"] == "existingSecret"
     for component, c in pool_containers(docs).items():
-        if per_pod:
-            # the binaries' default (on) applies
-            assert NODE_IDENTITY not in c["args"], component
-        else:
+        if shared:
             assert c["args"].count(NODE_IDENTITY) == 1, component
             assert arg_value(c, NODE_IDENTITY) == "false", component
+        else:
+            # the binaries' default (on) applies: a member must present its own certificate
+            assert not [a for a in c["args"] if a.startswith(NODE_IDENTITY)], component
 
 
-@pytest.mark.parametrize("mode", sorted(SHARED_CERT_MODES))
-def test_shared_certificate_modes_turn_the_node_identity_check_off_on_both_pools(mode):
-    """One certificate for *.<headless>.<namespace>.svc names no node id: both pools would refuse
-    every transactor with the check on."""
-    docs = template(*POSTGRES, "--set", f"tls.mode={mode}", *SHARED_CERT_MODES[mode])
+@pytest.mark.parametrize("mode", CHART_ISSUED)
+def test_every_chart_issued_mode_keeps_the_node_identity_check_on(mode):
+    """Each transactor's certificate names its node id in every mode the chart issues, so neither
+    pool turns the check off (the previous chart passed `--verify-node-identity false` in
+    selfSigned and certManager)."""
+    docs = template(*POSTGRES, *TLS_MODES[mode])
+    for component, c in pool_containers(docs).items():
+        assert not [a for a in c["args"] if a.startswith(NODE_IDENTITY)], (mode, component)
+        assert "--dev-token-operator" not in c["args"], component
+
+
+def test_a_shared_existing_certificate_turns_the_node_identity_check_off_on_both_pools():
+    """One user-supplied certificate for *.<headless>.<namespace>.svc names no node id: both
+    pools would refuse every transactor with the check on, so nodes fall back to the token."""
+    docs = template(*POSTGRES, *EXISTING_TLS)
     for component, c in pool_containers(docs).items():
         args = c["args"]
         assert args.count(NODE_IDENTITY) == 1, component
         # two arguments, the value a string (clap's BOOL)
         assert args[args.index(NODE_IDENTITY) + 1] == "false", component
-        assert "csi" not in _tls_volume(pool(docs, component)), component
+        assert _tls_volume(pool(docs, component))["secret"]["secretName"] == (
+            "fleet-transactor-tls" if component == "transactor" else "fleet-ingress-tls")
+    transactor = container(one(docs, "StatefulSet"), "transactor")
+    for flag, path in transactor_tls_files("existingSecret").items():
+        assert arg_value(transactor, flag) == path
+
+
+def test_self_signed_gives_each_transactor_its_own_certificate():
+    docs = template(*POSTGRES, "--set", "transactor.replicas=4")
+    secrets = {s["metadata"]["name"]: s for s in kind(docs, "Secret")}
+    # no shared transactor certificate any more
+    assert f"{FULL}-transactor-tls" not in secrets
+    node = secrets[f"{NODE}-node-tls"]
+    assert node["type"] == "Opaque"
+    ids_ = [f"{NODE}-{i}" for i in range(4)]
+    assert set(node["data"]) == {"ca.crt"} | {f"{i}.crt" for i in ids_} | {f"{i}.key" for i in ids_}
+    assert node["data"]["ca.crt"] == secrets[f"{FULL}-ca"]["data"]["tls.crt"]
+    ca = _cert(node["data"]["ca.crt"])
+    serials = set()
+    for node_id in ids_:
+        cert = _cert(node["data"][f"{node_id}.crt"])
+        cert.verify_directly_issued_by(ca)
+        assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == node_id
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        # the node id itself (what a peer verifies) and the pod's own DNS names, no wildcard
+        assert sans.get_values_for_type(x509.DNSName) == _pod_dns_names(node_id)
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        # a node serves with it and presents it to its peers
+        assert ExtendedKeyUsageOID.SERVER_AUTH in eku and ExtendedKeyUsageOID.CLIENT_AUTH in eku
+        key = serialization.load_pem_private_key(base64.b64decode(node["data"][f"{node_id}.key"]), None)
+        assert key.public_key().public_numbers() == cert.public_key().public_numbers()
+        serials.add(cert.serial_number)
+    assert len(serials) == 4
+    # the whole Secret is mounted; each pod reads its own files, named by its node id
+    sts = one(docs, "StatefulSet")
+    assert _tls_volume(sts)["secret"]["secretName"] == f"{NODE}-node-tls"
+    c = container(sts, "transactor")
+    assert env_of(c)["CORIUM_FLEET_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    for flag, path in transactor_tls_files("selfSigned").items():
+        assert arg_value(c, flag) == path
+    for i in range(sts["spec"]["replicas"]):
+        pod = f"{sts['metadata']['name']}-{i}"
+        assert _pod_file(c, "--tls-cert", pod) == f"{pod}.crt" and f"{pod}.crt" in node["data"]
+        assert _pod_file(c, "--tls-key", pod) == f"{pod}.key" and f"{pod}.key" in node["data"]
+        assert _pod_file(c, "--tls-client-ca", pod) in node["data"]
+
+
+def test_cert_manager_gives_each_transactor_a_certificate_of_its_own():
+    docs = template(*POSTGRES, "--set", "tls.mode=certManager", "--set", "transactor.replicas=4",
+                    "--set", "clusterDomain=corp.local")
+    ids_ = [f"{NODE}-{i}" for i in range(4)]
+    certs = {c["metadata"]["name"]: c["spec"] for c in kind(docs, "Certificate")}
+    assert f"{FULL}-transactor-tls" not in certs
+    for node_id in ids_:
+        spec = certs[f"{node_id}-tls"]
+        assert spec["secretName"] == f"{node_id}-tls"
+        assert spec["commonName"] == node_id
+        assert spec["dnsNames"] == _pod_dns_names(node_id, "corp.local")
+        assert {"server auth", "client auth"} <= set(spec["usages"])
+        assert spec["issuerRef"]["name"] == f"{FULL}-ca"
+    assert len([n for n in certs if n.startswith(f"{NODE}-")]) == 4
+    # every pod's Secret projected into the one volume, each pod's files named by its node id
+    sts = one(docs, "StatefulSet")
+    sources = [src["secret"] for src in _tls_volume(sts)["projected"]["sources"]]
+    assert [src["name"] for src in sources] == [f"{i}-tls" for i in ids_]
+    paths = [item["path"] for src in sources for item in src["items"]]
+    assert len(paths) == len(set(paths)), "a projected volume refuses a path given twice"
+    assert paths.count("ca.crt") == 1
+    for node_id, src in zip(ids_, sources):
+        assert {"key": "tls.crt", "path": f"{node_id}.crt"} in src["items"]
+        assert {"key": "tls.key", "path": f"{node_id}.key"} in src["items"]
+    c = container(sts, "transactor")
+    for flag, path in transactor_tls_files("certManager").items():
+        assert arg_value(c, flag) == path
+    for i in range(sts["spec"]["replicas"]):
+        pod = f"{sts['metadata']['name']}-{i}"
+        for flag in ("--tls-cert", "--tls-key", "--tls-client-ca"):
+            assert _pod_file(c, flag, pod) in paths, (pod, flag)
+    mounts = [m for m in c["volumeMounts"] if m["name"] == "tls"]
+    # a directory mount (no subPath): the kubelet updates it when cert-manager renews
+    assert mounts == [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}]
 
 
 CSI_VALUES = CHART / "ci" / "postgres-certmanagercsi-values.yaml"
@@ -662,11 +862,13 @@ def test_cert_manager_csi_follows_the_issuer_lifetimes_and_domain():
     assert attrs["csi.cert-manager.io/dns-names"].split(",")[-1] == (
         f"${{POD_NAME}}.{T}.{NS}.svc.corp.local")
     assert attrs["csi.cert-manager.io/fs-group"] == "2000"
-    # a named issuer: no chain, and only the ingress's Certificate
+    # a named issuer: no chain, and only the ingress's Certificates (client identity, client port)
     assert not kind(docs, "Issuer")
-    assert [c["spec"]["secretName"] for c in kind(docs, "Certificate")] == [f"{FULL}-ingress-tls"]
-    assert one(docs, "Certificate")["spec"]["issuerRef"] == {
-        "name": "internal-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    assert [c["spec"]["secretName"] for c in kind(docs, "Certificate")] == [
+        f"{FULL}-ingress-tls", f"{FULL}-public-tls"]
+    for cert in kind(docs, "Certificate"):
+        assert cert["spec"]["issuerRef"] == {
+            "name": "internal-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
 
 
 def test_cert_manager_csi_pod_templates_are_stable():
@@ -682,8 +884,17 @@ def test_cert_manager_csi_pod_templates_are_stable():
 # --- selfSigned: generated certificates and keeping them across upgrades -------------------------
 
 def _tls_secrets(docs: list[dict]) -> dict[str, dict]:
+    """selfSigned's Secrets by name (their data): the CA, every transactor pod's certificate (one
+    Opaque Secret), the ingress's and the client-facing one."""
     return {s["metadata"]["name"]: s["data"] for s in kind(docs, "Secret")
-            if s["type"] == "kubernetes.io/tls"}
+            if s["type"] == "kubernetes.io/tls" or s["metadata"]["name"] == f"{NODE}-node-tls"}
+
+
+def _store(api: FakeKubeAPI, docs: list[dict]) -> None:
+    """What an install of `docs` leaves in the cluster: every Secret."""
+    for secret in kind(docs, "Secret"):
+        api.secrets[(NS, secret["metadata"]["name"])] = {"type": secret["type"],
+                                                         "data": secret["data"]}
 
 
 def _cert(b64: str) -> x509.Certificate:
@@ -691,23 +902,24 @@ def _cert(b64: str) -> x509.Certificate:
 
 
 def test_self_signed_certificates_chain_and_names():
-    docs = template(*POSTGRES, "--set", "ingress.publicTls.enabled=true")
+    docs = template(*POSTGRES)
     secrets = _tls_secrets(docs)
-    assert set(secrets) == {f"{FULL}-ca", f"{FULL}-transactor-tls", f"{FULL}-ingress-tls",
+    # the client-facing certificate is issued by default (ingress.publicTls.enabled null)
+    assert set(secrets) == {f"{FULL}-ca", f"{NODE}-node-tls", f"{FULL}-ingress-tls",
                             f"{FULL}-public-tls"}
     ca = _cert(secrets[f"{FULL}-ca"]["tls.crt"])
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     for name, data in secrets.items():
         assert data["ca.crt"] == secrets[f"{FULL}-ca"]["tls.crt"]
-        leaf = _cert(data["tls.crt"])
-        leaf.verify_directly_issued_by(ca)
-    server = _cert(secrets[f"{FULL}-transactor-tls"]["tls.crt"])
-    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    dns = sans.get_values_for_type(x509.DNSName)
-    assert f"*.{FULL}-transactor.{NS}.svc" in dns
+        for key, value in data.items():
+            if key.endswith(".crt") and key != "ca.crt":
+                _cert(value).verify_directly_issued_by(ca)
     client = _cert(secrets[f"{FULL}-ingress-tls"]["tls.crt"])
     eku = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert ExtendedKeyUsageOID.CLIENT_AUTH in eku
+    public = _cert(secrets[f"{FULL}-public-tls"]["tls.crt"])
+    names = public.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{FULL}.{NS}.svc" in names.get_values_for_type(x509.DNSName)
 
 
 def _render_against(api: FakeKubeAPI, tmp_path: Path, *args: str) -> list[dict]:
@@ -718,39 +930,66 @@ def _render_against(api: FakeKubeAPI, tmp_path: Path, *args: str) -> list[dict]:
 def test_self_signed_ca_and_certificates_are_kept_when_their_secrets_exist(tmp_path):
     """Exercises the chart's real `lookup` against a fake API server (fake_kube_api.py):
     `helm template --dry-run=server` performs lookups, plain `helm template` cannot."""
-    first = _tls_secrets(template(*POSTGRES))
+    installed = template(*POSTGRES)
+    first = _tls_secrets(installed)
     second = _tls_secrets(template(*POSTGRES))
     # offline, nothing can be looked up, so every render makes a new CA ...
     assert first[f"{FULL}-ca"]["tls.crt"] != second[f"{FULL}-ca"]["tls.crt"]
     with FakeKubeAPI() as api:
         # ... but an upgrade, where the Secrets of the first install exist, keeps them all
-        for name, data in first.items():
-            api.secrets[(NS, name)] = {"type": "kubernetes.io/tls", "data": data}
+        _store(api, installed)
         upgraded_docs = _render_against(api, tmp_path)
         again_docs = _render_against(api, tmp_path)
         assert f"/api/v1/namespaces/{NS}/secrets/{FULL}-ca" in api.requests
+        assert f"/api/v1/namespaces/{NS}/secrets/{NODE}-node-tls" in api.requests
     assert _tls_secrets(upgraded_docs) == first
-    # ... and the pods are not restarted by it: their templates are the same on every upgrade
+    # ... and the pods are not restarted by it: their templates are the same on every upgrade,
+    # and the same as at install (the checksum is the CA's, computed once per rendering)
     for kind_name in ("StatefulSet", "Deployment"):
         assert one(upgraded_docs, kind_name) == one(again_docs, kind_name)
-        assert "checksum/tls" in one(upgraded_docs, kind_name)["spec"]["template"]["metadata"][
-            "annotations"]
+        annotations = one(upgraded_docs, kind_name)["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["checksum/tls"] == one(installed, kind_name)["spec"]["template"][
+            "metadata"]["annotations"]["checksum/tls"]
 
 
 def test_self_signed_new_certificates_are_signed_by_the_kept_ca(tmp_path):
     first = _tls_secrets(template(*POSTGRES))
     other = _tls_secrets(template(*POSTGRES))
     with FakeKubeAPI() as api:
-        # the CA exists; the transactor certificate is from another CA (stale); no ingress cert
-        api.secrets[(NS, f"{FULL}-ca")] = {"data": first[f"{FULL}-ca"]}
-        api.secrets[(NS, f"{FULL}-transactor-tls")] = {"data": other[f"{FULL}-transactor-tls"]}
+        # the CA exists; the transactors' certificates are from another CA (stale); no ingress cert
+        api.secrets[(NS, f"{FULL}-ca")] = {"type": "kubernetes.io/tls", "data": first[f"{FULL}-ca"]}
+        api.secrets[(NS, f"{NODE}-node-tls")] = {"data": other[f"{NODE}-node-tls"]}
         upgraded = _tls_secrets(_render_against(api, tmp_path))
     assert upgraded[f"{FULL}-ca"] == first[f"{FULL}-ca"]
     ca = _cert(first[f"{FULL}-ca"]["tls.crt"])
-    for name in (f"{FULL}-transactor-tls", f"{FULL}-ingress-tls"):
+    for name in (f"{NODE}-node-tls", f"{FULL}-ingress-tls"):
         assert upgraded[name]["ca.crt"] == first[f"{FULL}-ca"]["tls.crt"]
-        _cert(upgraded[name]["tls.crt"]).verify_directly_issued_by(ca)
-    assert upgraded[f"{FULL}-transactor-tls"] != other[f"{FULL}-transactor-tls"]
+    _cert(upgraded[f"{FULL}-ingress-tls"]["tls.crt"]).verify_directly_issued_by(ca)
+    for i in range(3):
+        key = f"{NODE}-{i}.crt"
+        _cert(upgraded[f"{NODE}-node-tls"][key]).verify_directly_issued_by(ca)
+        assert upgraded[f"{NODE}-node-tls"][key] != other[f"{NODE}-node-tls"][key]
+
+
+def test_self_signed_scaling_issues_the_new_pods_certificates_and_restarts_no_pod(tmp_path):
+    """Scaling the transactors (registry membership) adds a certificate per new pod from the kept
+    CA, keeps every other one, and changes no pod template: the Secret is mounted whole, and the
+    pods' checksum/tls is the CA's."""
+    installed = template(*POSTGRES)
+    with FakeKubeAPI() as api:
+        _store(api, installed)
+        three = _render_against(api, tmp_path)
+        five = _render_against(api, tmp_path, "--set", "transactor.replicas=5")
+    before = _tls_secrets(three)[f"{NODE}-node-tls"]
+    after = _tls_secrets(five)[f"{NODE}-node-tls"]
+    assert before == _tls_secrets(installed)[f"{NODE}-node-tls"]
+    assert {k: v for k, v in after.items() if k in before} == before
+    assert set(after) - set(before) == {f"{NODE}-{i}.{ext}" for i in (3, 4) for ext in ("crt", "key")}
+    ca = _cert(before["ca.crt"])
+    for i in (3, 4):
+        _cert(after[f"{NODE}-{i}.crt"]).verify_directly_issued_by(ca)
+    for kind_name in ("StatefulSet", "Deployment"):
+        assert one(three, kind_name)["spec"]["template"] == one(five, kind_name)["spec"]["template"]
 
 
 # --- membership and the placement map ------------------------------------------------------------
@@ -929,16 +1168,91 @@ def jwks_volumes(docs: list[dict]) -> dict[str, list]:
             for component in POOLS}
 
 
-def test_default_auth_is_stock_corium():
-    """No token, no --require-auth, no OIDC: the development token and anonymous callers, as a
-    stock transactor without flags. Only the operator role is explicit."""
+TOKEN_SECRET = f"{FULL}-token"
+GENERATED = {"secretKeyRef": {"name": TOKEN_SECRET, "key": "token"}}
+# The flags that would undo the secure default (common/src/auth/flags.rs and the binaries' dev
+# switch): no rendering may pass any of them.
+INSECURE_FLAGS = ("--serve-open", "--dev-token-operator", "--serve-token")
+
+
+def _token_secret(docs: list[dict]) -> dict:
+    return one(docs, "Secret", TOKEN_SECRET)
+
+
+def test_default_auth_is_strict_with_a_generated_token():
+    """No auth value set: the chart generates a token Secret and gives it to both pools as
+    CORIUM_SERVE_TOKEN, so anonymous callers are refused and the public development token is not
+    accepted. (The previous chart rendered no token at all: stock Corium's open default.)"""
     docs = template(*POSTGRES)
+    secret = _token_secret(docs)
+    assert secret["type"] == "Opaque"
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", token), "48 random letters and digits"
+    assert token != "corium-dev-insecure-token"
+    # kept across upgrades (lookup, below) and across an uninstall, marked as the chart's own
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep",
+                                                  "corium-fleet.io/token-source": "generated"}
     for component, c in pool_containers(docs).items():
-        assert "CORIUM_SERVE_TOKEN" not in env_of(c), component
+        assert env_of(c)["CORIUM_SERVE_TOKEN"] == {"name": "CORIUM_SERVE_TOKEN",
+                                                   "valueFrom": GENERATED}, component
         assert "--require-auth" not in c["args"], component
-        assert auth_args(c) == [("--operator-role", "admin")], component
+        assert auth_args(c) == [("--operator-role", "fleet-operator")], component
         assert not [m for m in c["volumeMounts"] if m["mountPath"].startswith(JWKS_DIR)], component
     assert jwks_volumes(docs) == {"transactor": [], "ingress": []}
+
+
+def test_offline_renders_differ_only_in_the_token_secret():
+    """`helm template` cannot look up, so each rendering shows a fresh token, but the pods only
+    name the Secret: their templates are the same (certManager, so no generated certificate)."""
+    first = template(*POSTGRES, "--set", "tls.mode=certManager")
+    second = template(*POSTGRES, "--set", "tls.mode=certManager")
+    assert _token_secret(first)["data"] != _token_secret(second)["data"]
+    assert [d for d in first if d["kind"] != "Secret"] == [d for d in second if d["kind"] != "Secret"]
+
+
+def test_the_generated_token_is_kept_across_upgrades(tmp_path):
+    """The chart's real `lookup` against the fake API server: an upgrade keeps the token the
+    Secret holds (the generated one, or one an operator put there), and only an empty or missing
+    value is generated anew."""
+    installed = _token_secret(template(*POSTGRES))["data"]["token"]
+    by_hand = base64.b64encode(b"rotated-by-hand-0123456789").decode()
+    with FakeKubeAPI() as api:
+        api.secrets[(NS, TOKEN_SECRET)] = {"data": {"token": installed}}
+        assert _token_secret(_render_against(api, tmp_path))["data"]["token"] == installed
+        assert f"/api/v1/namespaces/{NS}/secrets/{TOKEN_SECRET}" in api.requests
+        api.secrets[(NS, TOKEN_SECRET)] = {"data": {"token": by_hand}}
+        assert _token_secret(_render_against(api, tmp_path))["data"]["token"] == by_hand
+        api.secrets[(NS, TOKEN_SECRET)] = {"data": {"token": ""}}
+        fresh = _token_secret(_render_against(api, tmp_path))["data"]["token"]
+    assert re.fullmatch(r"[A-Za-z0-9]{48}", base64.b64decode(fresh).decode())
+
+
+AUTH_MODES = {
+    "default": (),
+    "requireAuth": ("--set", "auth.requireAuth=true"),
+    "oidc": ("--set", "auth.oidc.issuer=https://idp.example.com", "--set",
+             "auth.oidc.jwksConfigMap=idp-jwks"),
+    "requireAuth+oidc": ("--set", "auth.requireAuth=true", "--set",
+                         "auth.oidc.issuer=https://idp.example.com", "--set",
+                         "auth.oidc.jwksConfigMap=idp-jwks"),
+}
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["generated", "existingSecret"])
+@pytest.mark.parametrize("mode", sorted(AUTH_MODES))
+def test_every_auth_mode_is_strict_behind_a_token_secret(mode, existing):
+    """No value combination renders a fleet that admits anonymous callers or accepts the public
+    development token: --require-auth and OIDC with no Secret of the user's get the generated
+    token (the previous chart left them on the development token), and nothing passes
+    --serve-open, --dev-token-operator or the token as an argument."""
+    secret = ("--set", "auth.existingSecret=mine") if existing else ()
+    docs = template(*POSTGRES, *AUTH_MODES[mode], *secret)
+    expected = {"secretKeyRef": {"name": "mine", "key": "token"}} if existing else GENERATED
+    for component, c in pool_containers(docs).items():
+        assert env_of(c)["CORIUM_SERVE_TOKEN"]["valueFrom"] == expected, component
+        assert not [a for a in c["args"] if a.split("=", 1)[0] in INSECURE_FLAGS], component
+        assert ("--operator-role", "fleet-operator") in auth_args(c), component
+    assert (TOKEN_SECRET in {s["metadata"]["name"] for s in kind(docs, "Secret")}) != existing
 
 
 @pytest.mark.parametrize("key_args, key", [((), "token"),
@@ -952,8 +1266,8 @@ def test_existing_secret_sets_the_serve_token_on_both_pools(key_args, key):
         # from the Secret only: never as an argument (visible in the pod spec and `ps`)
         assert not [f for f in auth_args(c) if f[0] == "--serve-token"], component
         assert "--require-auth" not in c["args"], component
-    # the Secret is the user's: the chart neither creates nor reads it
-    assert "s" not in {d["metadata"]["name"] for d in kind(docs, "Secret")}
+    # the Secret is the user's: the chart neither creates nor reads it, nor generates one
+    assert not {"s", TOKEN_SECRET} & {d["metadata"]["name"] for d in kind(docs, "Secret")}
 
 
 def test_require_auth_on_both_pools():
@@ -962,11 +1276,21 @@ def test_require_auth_on_both_pools():
     for component in POOLS:
         assert on[component]["args"].count("--require-auth") == 1, component
         assert "--require-auth" not in off[component]["args"], component
-        assert "CORIUM_SERVE_TOKEN" not in env_of(on[component]), component
+        # never the development token: the generated one is what is required
+        assert env_of(on[component])["CORIUM_SERVE_TOKEN"]["valueFrom"] == GENERATED, component
+
+
+def test_operator_role_defaults_to_fleet_operator():
+    """A fleet-operator role of its own, separate from Corium's data-admin role `admin` (the
+    binaries' default too)."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["auth"]["operatorRole"] == "fleet-operator"
+    for component, c in pool_containers(template(*POSTGRES)).items():
+        assert [f for f in auth_args(c) if f[0] == "--operator-role"] == [
+            ("--operator-role", "fleet-operator")], component
 
 
 def test_operator_role_on_both_pools():
-    for role in ("admin", "fleet-operator"):
+    for role in ("admin", "fleet-operator", "sre"):
         docs = template(*POSTGRES, "--set", f"auth.operatorRole={role}")
         for component, c in pool_containers(docs).items():
             assert [f for f in auth_args(c) if f[0] == "--operator-role"] == [
@@ -989,8 +1313,8 @@ def test_oidc_on_both_pools():
                       if v["name"] == mounts[0]["name"])
         assert volume["configMap"]["name"] == "idp-jwks", component
         assert volume["configMap"]["items"] == [{"key": "keys.json", "path": "keys.json"}]
-        # OIDC alone sets no static token
-        assert "CORIUM_SERVE_TOKEN" not in env_of(c), component
+        # OIDC alone does not leave the static token at the development token
+        assert env_of(c)["CORIUM_SERVE_TOKEN"]["valueFrom"] == GENERATED, component
 
 
 @pytest.mark.parametrize("args, message", [
@@ -1017,21 +1341,44 @@ def test_auth_follows_the_values_and_is_identical_on_both_pools(values_file):
         expected += [("--oidc-issuer", auth["oidc"]["issuer"]),
                      ("--oidc-jwks-file", f"{JWKS_DIR}/{auth['oidc']['jwksConfigMapKey']}")]
         expected += [("--oidc-audience", a) for a in auth["oidc"]["audiences"]]
+    full = values_of(values_file)["fullnameOverride"] or FULL
     token = ({"secretKeyRef": {"name": auth["existingSecret"], "key": auth["existingSecretKey"]}}
-             if auth["existingSecret"] else None)
+             if auth["existingSecret"] else
+             {"secretKeyRef": {"name": f"{full}-token", "key": "token"}})
     for component, c in containers.items():
         assert auth_args(c) == expected, component
         assert env_of(c).get("CORIUM_SERVE_TOKEN", {}).get("valueFrom") == token, component
+        assert not [a for a in c["args"] if a.split("=", 1)[0] in INSECURE_FLAGS], component
     volumes = jwks_volumes(docs)
     assert volumes["transactor"] == volumes["ingress"]
     assert len(volumes["ingress"]) == int(bool(auth["oidc"]["issuer"]))
+    generated = [s for s in kind(docs, "Secret") if s["metadata"]["name"] == f"{full}-token"]
+    assert len(generated) == int(not auth["existingSecret"])
 
 
 def test_a_ci_values_set_exercises_auth():
-    """Keeps the CI matrix (Kubernetes schemas, lint) covering the auth rendering."""
+    """Keeps the CI matrix (Kubernetes schemas, lint) covering the auth rendering: a Secret of the
+    user's with OIDC, and the strict modes with the generated token."""
     sets = [values_of(f)["auth"] for f in CI_FILES]
-    assert any(a["existingSecret"] and a["oidc"]["issuer"] and a["operatorRole"] != "admin"
-               for a in sets)
+    assert any(a["existingSecret"] and a["oidc"]["issuer"] for a in sets)
+    assert any(not a["existingSecret"] and a["requireAuth"] and a["oidc"]["issuer"]
+               and a["operatorRole"] == "fleet-operator" for a in sets)
+
+
+@pytest.mark.parametrize("pool_name", POOLS)
+@pytest.mark.parametrize("arg", ["--serve-open", "--dev-token-operator", "--serve-token",
+                                 "--serve-token=corium-dev-insecure-token"])
+def test_extra_args_cannot_undo_the_secure_default(pool_name, arg):
+    flag = arg.split("=", 1)[0]
+    extra = [arg] if "=" in arg else [arg, "x"] if flag == "--serve-token" else [arg]
+    values = ("--set-json", f"{pool_name}.extraArgs={json.dumps(extra)}")
+    assert f"{pool_name}.extraArgs: {flag} is refused" in _render_error(*values)
+
+
+@pytest.mark.parametrize("pool_name", POOLS)
+def test_extra_env_cannot_replace_the_token(pool_name):
+    values = ("--set-json", f'{pool_name}.extraEnv=[{{"name":"CORIUM_SERVE_TOKEN","value":"corium-dev-insecure-token"}}]')
+    assert f'{pool_name}.extraEnv: name "CORIUM_SERVE_TOKEN" is already used' in _render_error(*values)
 
 
 # --- policy authorization: stock Corium's --authz-db, transactors only ----------------------------
@@ -1143,27 +1490,47 @@ def _notes(tmp_path: Path, *args: str) -> str:
 
 def test_notes_say_how_clients_authenticate(tmp_path):
     default = _notes(tmp_path)
-    assert "anonymous callers are admitted" in default and "CORIUM_TOKEN" not in default
+    # always strict: how to read the generated token and use it with the CLI
+    assert (f"presents the token in\nsecret {FULL}-token (key token, generated at install and kept "
+            "across upgrades).") in default
+    assert ("export CORIUM_TOKEN=$(kubectl get secret --namespace ci ci-release-corium-fleet-token "
+            "-o jsonpath='{.data.token}' | base64 -d)") in default
+    assert "corium-fleet status --endpoint http://127.0.0.1:4334" in default
+    assert "Anonymous callers\nand the public development token are refused" in default
+    assert "anonymous callers are admitted" not in default
+    assert "corium-dev-insecure-token" not in default
+    assert 'needs role "fleet-operator": the token holds it' in default
     strict = _notes(tmp_path, "--set", "auth.existingSecret=fleet-token",
                     "--set", "auth.existingSecretKey=api.token")
     assert ("export CORIUM_TOKEN=$(kubectl get secret --namespace ci fleet-token "
             "-o jsonpath='{.data.api\\.token}' | base64 -d)") in strict
-    assert "anonymous callers are admitted" not in strict
-    role = _notes(tmp_path, "--set", "auth.operatorRole=sre")
-    assert 'needs role "sre"' in role and "needs role" not in default
+    assert "generated at install" not in strict
+    role = _notes(tmp_path, "--set", "auth.operatorRole=sre", "--set",
+                  "auth.oidc.issuer=https://idp.example.com", "--set",
+                  "auth.oidc.jwksConfigMap=idp-jwks")
+    assert 'needs role "sre"' in role and 'a JWT needs "sre" among its roles' in role
+    assert "(key token, generated at install and kept across upgrades)\nor a JWT of https://idp.example.com." in role
 
 
 def test_notes_give_the_client_address_and_the_status_command(tmp_path):
     notes = _notes(tmp_path)
     assert f"http://{FULL}.{NS}.svc:4334" in notes
+    # client-facing TLS by default, and how clients get its CA
+    assert f"https://{FULL}.{NS}.svc:4443" in notes
+    assert (f"kubectl get secret --namespace {NS} {FULL}-public-tls "
+            "-o jsonpath='{.data.ca\\.crt}' | base64 -d > corium-fleet-ca.crt") in notes
     assert "corium-fleet status --endpoint http://127.0.0.1:4334" in notes
-    assert ("corium-fleet status --endpoint https://127.0.0.1:7001 --ca ca.crt --cert tls.crt "
-            "--key tls.key --tls-name localhost") in notes
     assert f"kubectl port-forward --namespace {NS} pod/{FULL}-transactor-0 7001:7001" in notes
-    # a per-pod certificate names the pod, not localhost
-    per_pod = _notes(tmp_path, *CSI)
-    assert f"--key tls.key --tls-name {FULL}-transactor-0" in per_pod
-    assert "--tls-name localhost" not in per_pod
+    # every chart-issued transactor certificate names the pod, not localhost
+    for args in ((), ("--set", "tls.mode=certManager"), CSI):
+        per_pod = _notes(tmp_path, *args)
+        assert (f"--ca ca.crt --cert tls.crt --key tls.key --tls-name {FULL}-transactor-0"
+                in per_pod), args
+        assert "--tls-name localhost" not in per_pod
+    shared = _notes(tmp_path, *EXISTING_TLS)
+    assert ("corium-fleet status --endpoint https://127.0.0.1:7001 --ca ca.crt --cert tls.crt "
+            "--key tls.key --tls-name localhost") in shared
+    assert f"https://{FULL}.{NS}.svc:4443" not in shared and "Client-facing TLS is off" in shared
 
 
 # Objects documented as one row (their fields are Kubernetes' own or listed in the description).

@@ -215,17 +215,33 @@ instead of making restarted pods exit.
 {{/*
 Stock Corium's authentication flags, rendered once for both pools: the ingress authenticates
 clients, a node authenticates whoever calls it directly, so the two must never disagree
-(docs/security.md). The token comes from the Secret through CORIUM_SERVE_TOKEN (the binaries'
-`--serve-token` env), never as an argument.
+(docs/security.md). Both pools always get CORIUM_SERVE_TOKEN (the binaries' `--serve-token` env),
+from auth.existingSecret or else from the Secret the chart generates (auth-token-secret.yaml),
+never as an argument: so every rendering is strict, anonymous callers are refused and the public
+development token is never accepted, whatever else auth.* says.
 */}}
+
+{{/* The name of the token Secret the chart generates when auth.existingSecret is empty. */}}
+{{- define "corium-fleet.auth.generatedSecretName" -}}
+{{- printf "%s-token" (include "corium-fleet.fullname" .) }}
+{{- end }}
+
+{{/* The Secret and key of the token both pools accept, as JSON (name, key, generated). */}}
+{{- define "corium-fleet.auth.tokenSecret" -}}
+{{- if .Values.auth.existingSecret }}
+{{- toJson (dict "name" .Values.auth.existingSecret "key" .Values.auth.existingSecretKey "generated" false) }}
+{{- else }}
+{{- toJson (dict "name" (include "corium-fleet.auth.generatedSecretName" .) "key" "token" "generated" true) }}
+{{- end }}
+{{- end }}
+
 {{- define "corium-fleet.auth.env" -}}
-{{- with .Values.auth.existingSecret -}}
+{{- $secret := include "corium-fleet.auth.tokenSecret" . | fromJson -}}
 - name: CORIUM_SERVE_TOKEN
   valueFrom:
     secretKeyRef:
-      name: {{ . | quote }}
-      key: {{ $.Values.auth.existingSecretKey | quote }}
-{{- end }}
+      name: {{ $secret.name | quote }}
+      key: {{ $secret.key | quote }}
 {{- end }}
 
 {{/* Where both pools read the OIDC issuer's JWKS: a directory mount of auth.oidc.jwksConfigMap. */}}
@@ -287,6 +303,29 @@ clients, a node authenticates whoever calls it directly, so the two must never d
 {{- if and .Values.auth.authzBreakGlassRoles (not .Values.auth.authzDb) }}
 {{- fail "auth.authzBreakGlassRoles needs auth.authzDb: break-glass roles are admitted only while the policy database cannot be read (--authz-break-glass-role requires --authz-db)" }}
 {{- end }}
+{{- include "corium-fleet.auth.validateArgs" (list "transactor" .Values.transactor.extraArgs) }}
+{{- include "corium-fleet.auth.validateArgs" (list "ingress" .Values.ingress.extraArgs) }}
+{{- end }}
+
+{{/*
+The flags no value may add through a pool's extraArgs, because each would undo the chart's
+secure default: --serve-open turns authentication off, --dev-token-operator makes the public
+development token an operator (only `corium-fleet dev` passes it), and --serve-token would put
+the token on the command line (visible in the pod spec and to `ps`) and override the Secret.
+Args: (list POOL EXTRA_ARGS).
+*/}}
+{{- define "corium-fleet.auth.validateArgs" -}}
+{{- $pool := index . 0 }}
+{{- $why := dict
+  "--serve-open" "it turns authentication off and admits everyone as anonymous"
+  "--dev-token-operator" "it makes the public development token an operator; only `corium-fleet dev` passes it"
+  "--serve-token" "the token comes from auth.existingSecret (or the Secret the chart generates) through CORIUM_SERVE_TOKEN, never as an argument" }}
+{{- range $arg := index . 1 }}
+{{- $flag := first (splitList "=" (toString $arg)) }}
+{{- if hasKey $why $flag }}
+{{- fail (printf "%s.extraArgs: %s is refused: %s" $pool $flag (get $why $flag)) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -330,12 +369,27 @@ goes through CORIUM_AUTHZ_DB (the flag's env), each break-glass role as one flag
 {{- end }}
 {{- end }}
 
+{{/*
+Where each transactor's certificate comes from, by tls.mode. Every mode but existingSecret gives
+each transactor pod a certificate of its own that names its node id (the pod name):
+- selfSigned: the chart generates one certificate per pod, all in one Secret
+  (F-transactor-node-tls: ca.crt, and NODE_ID.crt / NODE_ID.key per pod), mounted whole;
+- certManager: one cert-manager Certificate, so one Secret NODE_ID-tls, per pod, projected into
+  one volume as NODE_ID.crt / NODE_ID.key (and ca.crt);
+- certManagerCsi: an inline csi.cert-manager.io volume per pod (tls.crt, tls.key, ca.crt);
+- existingSecret: the user's one Secret (tls.crt, tls.key, ca.crt), shared by every pod.
+*/}}
 {{- define "corium-fleet.tls.transactorSecret" -}}
 {{- if eq .Values.tls.mode "existingSecret" }}
 {{- .Values.tls.existingSecret.transactor }}
 {{- else }}
-{{- printf "%s-transactor-tls" (include "corium-fleet.fullname" .) }}
+{{- printf "%s-transactor-node-tls" (include "corium-fleet.fullname" .) }}
 {{- end }}
+{{- end }}
+
+{{/* The Secret holding transactor pod NODE_ID's certificate in certManager mode. Args: NODE_ID. */}}
+{{- define "corium-fleet.tls.podSecret" -}}
+{{- printf "%s-tls" . }}
 {{- end }}
 
 {{- define "corium-fleet.tls.ingressSecret" -}}
@@ -350,15 +404,30 @@ goes through CORIUM_AUTHZ_DB (the flag's env), each break-glass role as one flag
 {{- default (printf "%s-public-tls" (include "corium-fleet.fullname" .)) .Values.ingress.publicTls.secretName }}
 {{- end }}
 
-{{/* Whether the chart issues the client-facing certificate itself. */}}
-{{- define "corium-fleet.tls.issuePublic" -}}
-{{- if and .Values.ingress.publicTls.enabled (not .Values.ingress.publicTls.secretName) }}true{{ end }}
+{{/*
+"true" when the ingress serves client-facing TLS (port 4443), else empty. ingress.publicTls.enabled
+null (the default) means on wherever there is a certificate for it: the chart issues one in every
+mode but existingSecret, where it needs ingress.publicTls.secretName.
+*/}}
+{{- define "corium-fleet.tls.publicEnabled" -}}
+{{- $public := .Values.ingress.publicTls }}
+{{- $enabled := index $public "enabled" }}
+{{- if kindIs "invalid" $enabled }}
+{{- if or $public.secretName (ne .Values.tls.mode "existingSecret") }}true{{ end }}
+{{- else if $enabled }}true{{ end }}
 {{- end }}
 
-{{/* DNS names of the transactor server certificate. */}}
-{{- define "corium-fleet.tls.transactorDnsNames" -}}
-{{- $suffix := include "corium-fleet.transactor.dnsSuffix" . }}
-{{- toJson (list (printf "*.%s" $suffix) (printf "*.%s.%s" $suffix .Values.clusterDomain) $suffix (printf "%s.%s" $suffix .Values.clusterDomain) "localhost") }}
+{{/* Whether the chart issues the client-facing certificate itself. */}}
+{{- define "corium-fleet.tls.issuePublic" -}}
+{{- if and (include "corium-fleet.tls.publicEnabled" .) (not .Values.ingress.publicTls.secretName) }}true{{ end }}
+{{- end }}
+
+{{/* DNS names of transactor pod NODE_ID's own certificate. Args: (list $ctx NODE_ID). */}}
+{{- define "corium-fleet.tls.podDnsNames" -}}
+{{- $ctx := index . 0 }}
+{{- $id := index . 1 }}
+{{- $pod := printf "%s.%s" $id (include "corium-fleet.transactor.dnsSuffix" $ctx) }}
+{{- toJson (list $id $pod (printf "%s.%s" $pod $ctx.Values.clusterDomain)) }}
 {{- end }}
 
 {{/* DNS names of the ingress client certificate. */}}
@@ -380,9 +449,29 @@ goes through CORIUM_AUTHZ_DB (the flag's env), each break-glass role as one flag
 {{- if has .Values.tls.mode (list "certManager" "certManagerCsi") }}true{{ end }}
 {{- end }}
 
-{{/* "true" when each transactor pod gets its own certificate from cert-manager's CSI driver. */}}
+{{/* "true" when each transactor pod has a certificate of its own, naming its node id (every mode but existingSecret). */}}
 {{- define "corium-fleet.tls.perPod" -}}
+{{- if ne .Values.tls.mode "existingSecret" }}true{{ end }}
+{{- end }}
+
+{{/* "true" when each transactor pod gets its certificate from cert-manager's CSI driver. */}}
+{{- define "corium-fleet.tls.csi" -}}
 {{- if eq .Values.tls.mode "certManagerCsi" }}true{{ end }}
+{{- end }}
+
+{{/*
+The transactor's certificate, key and CA files, as JSON (cert, key, ca). In selfSigned and
+certManager modes the volume holds every pod's certificate, named by node id, and each pod picks
+its own: Kubernetes expands $(CORIUM_FLEET_NODE_ID) (the pod name, from the downward API) in
+the container's arguments.
+*/}}
+{{- define "corium-fleet.tls.transactorFiles" -}}
+{{- $dir := "/etc/corium-fleet/tls" }}
+{{- if has .Values.tls.mode (list "selfSigned" "certManager") }}
+{{- toJson (dict "cert" (printf "%s/$(CORIUM_FLEET_NODE_ID).crt" $dir) "key" (printf "%s/$(CORIUM_FLEET_NODE_ID).key" $dir) "ca" (printf "%s/ca.crt" $dir)) }}
+{{- else }}
+{{- toJson (dict "cert" (printf "%s/tls.crt" $dir) "key" (printf "%s/tls.key" $dir) "ca" (printf "%s/ca.crt" $dir)) }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -400,9 +489,10 @@ or the CA Issuer of the chain tls-certmanager.yaml creates when no issuer is nam
 
 {{/*
 --verify-node-identity, for both pools: a fleet member's certificate must name its node id (the
-pod name) when it is dialled. Only the per-pod certificates of certManagerCsi do; every other mode
-gives all transactors one certificate for *.<headless>.<namespace>.svc, so the check is turned off
-there (the binaries' default is on).
+pod name) when it is dialled. Every chart-issued mode gives each transactor its own certificate
+naming it, so the binaries' default (on) applies. Only a user-supplied shared certificate
+(existingSecret, one certificate for *.<headless>.<namespace>.svc) names no node id: there the
+check is turned off, and nodes present the token to each other instead.
 */}}
 {{- define "corium-fleet.tls.nodeIdentityArgs" -}}
 {{- if not (include "corium-fleet.tls.perPod" .) -}}
@@ -412,13 +502,86 @@ there (the binaries' default is on).
 {{- end }}
 
 {{/*
+selfSigned mode's CA and certificates, as JSON: {"ca": CA certificate (base64),
+"secrets": [{"name", "component", "type", "data"}]}. The CA and each certificate are read back
+with `lookup` and kept: the CA while its Secret holds tls.crt and tls.key, each certificate while
+its Secret's ca.crt is that CA (a missing or stale one is issued from the kept CA). Computed once
+per rendering and memoized in .Values (under a key the schema forbids in user values), so the
+Secrets and the pods' checksum/tls see the same CA even when nothing can be looked up (install,
+`helm template`).
+*/}}
+{{- define "corium-fleet.tls.selfSigned" -}}
+{{- if not (hasKey .Values "__coriumFleetSelfSigned") }}
+{{- $fullname := include "corium-fleet.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- $days := int .Values.tls.selfSigned.validityDays }}
+{{- $caName := printf "%s-ca" $fullname }}
+{{- $oldCA := lookup "v1" "Secret" $ns $caName | default dict }}
+{{- $oldCACrt := dig "data" "tls.crt" "" $oldCA }}
+{{- $oldCAKey := dig "data" "tls.key" "" $oldCA }}
+{{- $ca := dict }}
+{{- if and $oldCACrt $oldCAKey }}
+{{- $ca = buildCustomCert $oldCACrt $oldCAKey }}
+{{- else }}
+{{- $ca = genCA (printf "%s CA" $fullname) $days }}
+{{- end }}
+{{- $caCrt := $ca.Cert | b64enc }}
+{{- $secrets := list (dict "name" $caName "component" "" "type" "kubernetes.io/tls"
+      "data" (dict "tls.crt" $caCrt "tls.key" ($ca.Key | b64enc) "ca.crt" $caCrt)) }}
+{{- /* Every transactor pod's own certificate, in one Secret under per-pod keys. */}}
+{{- $nodeSecret := include "corium-fleet.tls.transactorSecret" . }}
+{{- $old := lookup "v1" "Secret" $ns $nodeSecret | default dict }}
+{{- $oldData := dig "data" dict $old }}
+{{- $sameCA := eq (dig "data" "ca.crt" "" $old) $caCrt }}
+{{- $nodes := dict "ca.crt" $caCrt }}
+{{- range $id := include "corium-fleet.transactor.nodeIds" . | fromJsonArray }}
+{{- $crt := "" }}
+{{- $key := "" }}
+{{- if $sameCA }}
+{{- $crt = get $oldData (printf "%s.crt" $id) }}
+{{- $key = get $oldData (printf "%s.key" $id) }}
+{{- end }}
+{{- if not (and $crt $key) }}
+{{- $cert := genSignedCert $id nil (include "corium-fleet.tls.podDnsNames" (list $ $id) | fromJsonArray) $days $ca }}
+{{- $crt = $cert.Cert | b64enc }}
+{{- $key = $cert.Key | b64enc }}
+{{- end }}
+{{- $_ := set $nodes (printf "%s.crt" $id) $crt }}
+{{- $_ := set $nodes (printf "%s.key" $id) $key }}
+{{- end }}
+{{- $secrets = append $secrets (dict "name" $nodeSecret "component" "transactor" "type" "Opaque" "data" $nodes) }}
+{{- /* The ingress's client certificate and, when issued here, the client-facing one. */}}
+{{- $leaves := list (dict "secret" (include "corium-fleet.tls.ingressSecret" .) "cn" (include "corium-fleet.ingress.fullname" .) "dns" (include "corium-fleet.tls.ingressDnsNames" . | fromJsonArray)) }}
+{{- if include "corium-fleet.tls.issuePublic" . }}
+{{- $leaves = append $leaves (dict "secret" (include "corium-fleet.tls.publicSecret" .) "cn" (include "corium-fleet.client.service" .) "dns" (include "corium-fleet.tls.publicDnsNames" . | fromJsonArray)) }}
+{{- end }}
+{{- range $leaf := $leaves }}
+{{- $old := lookup "v1" "Secret" $ns $leaf.secret | default dict }}
+{{- $crt := dig "data" "tls.crt" "" $old }}
+{{- $key := dig "data" "tls.key" "" $old }}
+{{- if not (and $crt $key (eq (dig "data" "ca.crt" "" $old) $caCrt)) }}
+{{- $cert := genSignedCert $leaf.cn nil $leaf.dns $days $ca }}
+{{- $crt = $cert.Cert | b64enc }}
+{{- $key = $cert.Key | b64enc }}
+{{- end }}
+{{- $secrets = append $secrets (dict "name" $leaf.secret "component" "ingress" "type" "kubernetes.io/tls"
+      "data" (dict "tls.crt" $crt "tls.key" $key "ca.crt" $caCrt)) }}
+{{- end }}
+{{- $_ := set .Values "__coriumFleetSelfSigned" (toJson (dict "ca" $caCrt "secrets" $secrets)) }}
+{{- end }}
+{{- get .Values "__coriumFleetSelfSigned" }}
+{{- end }}
+
+{{/*
 The transactor's TLS volume. certManagerCsi: an inline CSI volume; cert-manager's csi-driver
 generates the key on the node, requests a certificate named by the pod (it expands ${POD_NAME}),
 renews it before expiry and writes tls.crt, tls.key and ca.crt readable by the container's group.
-Otherwise: the shared Secret.
+certManager: every pod's Secret projected into one directory (a pod template cannot name a Secret
+per pod), each pod's files named by its node id; ca.crt from the first pod's Secret (one issuer
+signs them all). selfSigned and existingSecret: one Secret, mounted whole.
 */}}
 {{- define "corium-fleet.tls.transactorVolume" -}}
-{{- if include "corium-fleet.tls.perPod" . -}}
+{{- if include "corium-fleet.tls.csi" . -}}
 {{- $cm := .Values.tls.certManager }}
 {{- $issuer := include "corium-fleet.tls.issuer" . | fromJson }}
 {{- $pod := printf "${POD_NAME}.%s" (include "corium-fleet.transactor.dnsSuffix" .) }}
@@ -442,6 +605,24 @@ Otherwise: the shared Secret.
       csi.cert-manager.io/ca-file: ca.crt
       {{- with $group }}
       csi.cert-manager.io/fs-group: {{ . | int64 | toString | quote }}
+      {{- end }}
+{{- else if eq .Values.tls.mode "certManager" -}}
+- name: tls
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- range $i, $id := include "corium-fleet.transactor.nodeIds" . | fromJsonArray }}
+      - secret:
+          name: {{ include "corium-fleet.tls.podSecret" $id }}
+          items:
+            - key: tls.crt
+              path: {{ $id }}.crt
+            - key: tls.key
+              path: {{ $id }}.key
+            {{- if eq $i 0 }}
+            - key: ca.crt
+              path: ca.crt
+            {{- end }}
       {{- end }}
 {{- else -}}
 - name: tls
@@ -548,7 +729,7 @@ topologySpreadConstraints:
 {{- if and .Values.ingress.autoscaling.enabled (gt (int .Values.ingress.autoscaling.minReplicas) (int .Values.ingress.autoscaling.maxReplicas)) }}
 {{- fail "ingress.autoscaling.minReplicas cannot exceed ingress.autoscaling.maxReplicas" }}
 {{- end }}
-{{- if and .Values.ingress.publicTls.enabled (eq .Values.tls.mode "existingSecret") (not .Values.ingress.publicTls.secretName) }}
+{{- if and (eq (toString (index .Values.ingress.publicTls "enabled")) "true") (eq .Values.tls.mode "existingSecret") (not .Values.ingress.publicTls.secretName) }}
 {{- fail "ingress.publicTls.secretName is required when ingress.publicTls.enabled and tls.mode is existingSecret" }}
 {{- end }}
 {{- $s3 := .Values.storage.s3 }}
@@ -741,14 +922,13 @@ Args: (list WHAT FIELD ITEMS).
 {{- printf "%s:%s" (default .Values.ingress.image.repository $img.repository) (default (default .Chart.AppVersion .Values.ingress.image.tag) $img.tag) }}
 {{- end }}
 
-{{/* The Secret and key of the token the test presents, as JSON ({} for the CLI's default). */}}
+{{/* The Secret and key of the token the test presents, as JSON: test.existingSecret, else the fleet's own token. */}}
 {{- define "corium-fleet.test.token" -}}
 {{- if .Values.test.existingSecret }}
 {{- toJson (dict "name" .Values.test.existingSecret "key" .Values.test.existingSecretKey) }}
-{{- else if .Values.auth.existingSecret }}
-{{- toJson (dict "name" .Values.auth.existingSecret "key" .Values.auth.existingSecretKey) }}
 {{- else }}
-{{- toJson dict }}
+{{- $secret := include "corium-fleet.auth.tokenSecret" . | fromJson }}
+{{- toJson (dict "name" $secret.name "key" $secret.key) }}
 {{- end }}
 {{- end }}
 
