@@ -204,6 +204,7 @@ async fn spawn_all(
         members: Some(&members),
         replicas: Some(usize::from(args.replicas)),
         certs: certs.as_ref(),
+        dev_token_operator: true,
     };
     let loopback = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let transactor = sibling_binary("corium-fleet-transactor");

@@ -18,9 +18,7 @@ pub struct Counts<K: Eq + Hash> {
 
 impl<K: Eq + Hash> Default for Counts<K> {
     fn default() -> Self {
-        Self {
-            open: Arc::default(),
-        }
+        Self { open: Arc::default() }
     }
 }
 

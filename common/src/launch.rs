@@ -38,6 +38,10 @@ pub struct Shared<'a> {
     pub replicas: Option<usize>,
     /// The internal hop's mTLS material, or `None` for cleartext.
     pub certs: Option<&'a Certs>,
+    /// `--dev-token-operator`: the public development token is a fleet
+    /// operator — a local development fleet (`corium-fleet dev`, the tests'
+    /// fleets), never a deployment.
+    pub dev_token_operator: bool,
 }
 
 /// One transactor node.
@@ -83,6 +87,9 @@ fn shared_args(shared: &Shared<'_>, listen: SocketAddr, admin_listen: SocketAddr
     }
     if let Some(members) = shared.members {
         args.extend(member_args(members));
+    }
+    if shared.dev_token_operator {
+        args.push("--dev-token-operator".to_owned());
     }
     args
 }
@@ -184,6 +191,7 @@ mod tests {
             members: Some(&members),
             replicas: Some(2),
             certs: Some(&certs),
+            dev_token_operator: true,
         };
         let args = node_args(
             &shared,
@@ -216,6 +224,7 @@ mod tests {
             ["/c/corium-fleet-ingress.pem"]
         );
         assert!(value(&ingress, "--node-id").is_empty());
+        assert!(ingress.iter().any(|arg| arg == "--dev-token-operator"));
     }
 
     #[test]
@@ -227,6 +236,7 @@ mod tests {
             members: None,
             replicas: None,
             certs: None,
+            dev_token_operator: false,
         };
         let args = node_args(
             &shared,

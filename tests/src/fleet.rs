@@ -282,6 +282,7 @@ impl Fleet {
                 members: plan.static_members.then_some(members.as_slice()),
                 replicas: None,
                 certs: launch_certs.as_ref(),
+                dev_token_operator: true,
             };
             let mut args = launch::node_args(
                 &shared,
@@ -396,6 +397,7 @@ impl Fleet {
                 members: self.static_members.then_some(self.members.as_slice()),
                 replicas: None,
                 certs: certs.as_ref(),
+                dev_token_operator: true,
             };
             let mut args = launch::ingress_args(&shared, loopback(grpc), loopback(admin));
             args.extend(

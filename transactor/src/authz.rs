@@ -6,7 +6,8 @@
 //! fleet the policy database is one database like any other, owned by one
 //! node; every node follows it the way a stock peer server does, over a
 //! corium-peer `Connection` (`ConnectionPolicySource`) to the fleet's
-//! members, authenticated with the node's certificate and static token.
+//! members, authenticated with the node's certificate (or, where it does not
+//! name the node, the static token: `peer::node_token`).
 //! Until the policy loads, every decision is a denial (stock Corium's
 //! fail-closed contract), except one the fleet adds ([`PolicyReaders`]):
 //! operators and the fleet's nodes may always *read* the policy database,
@@ -26,7 +27,7 @@ use corium_db::Db;
 use corium_fleet_common::auth::AuthFlags;
 use corium_peer::authz::ConnectionPolicySource;
 use corium_protocol::authz::ActionClass;
-use corium_protocol::authz::{Access, Authorizer, Decision, Principal};
+use corium_protocol::authz::{Access, Action, Authorizer, Decision, Principal};
 
 /// Bound on one attempt to connect to the policy database.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -166,8 +167,11 @@ impl PolicySource for FleetPolicySource {
     }
 }
 
-/// The policy, plus the one access it cannot decide itself: reading the
-/// policy database, which operators and the fleet's nodes always may.
+/// The policy, plus what it cannot decide itself: reading the policy
+/// database, which operators and the fleet's nodes always may, and a node
+/// following any database (a read replica subscribes to the owner and asks
+/// it for its basis by the node's own certificate; the replica then
+/// authorizes each client read with this same guard).
 pub struct PolicyReaders {
     /// The policy.
     inner: Arc<dyn Authorizer>,
@@ -194,6 +198,11 @@ impl Authorizer for PolicyReaders {
         if reads_policy && self.auth.is_operator(principal) {
             return Decision::Allow;
         }
+        let follows =
+            matches!(access.action, Action::Subscribe | Action::Inspect) && access.database.is_some();
+        if follows && principal.has_role(corium_fleet_common::auth::FLEET_NODE_ROLE) {
+            return Decision::Allow;
+        }
         self.inner.authorize(principal, access).await
     }
 }
@@ -206,12 +215,13 @@ impl Authorizer for PolicyReaders {
 pub fn authorizer(
     flags: &AuthzFlags,
     auth: &AuthFlags,
+    node_token: Option<String>,
     tls: Option<tonic::transport::ClientTlsConfig>,
 ) -> (Arc<dyn Authorizer>, Option<Arc<FleetPolicySource>>) {
     let Some((db, config)) = flags.config() else {
         return (Arc::new(corium_protocol::authz::AllowAll), None);
     };
-    let source = Arc::new(FleetPolicySource::new(db.clone(), auth.static_token(), tls));
+    let source = Arc::new(FleetPolicySource::new(db.clone(), node_token, tls));
     let policy = Arc::new(SystemDbAuthorizer::with_config(
         Arc::clone(&source) as Arc<dyn PolicySource>,
         config,
@@ -242,7 +252,8 @@ mod tests {
     #[tokio::test]
     async fn operators_and_nodes_may_read_the_policy_database_and_nothing_else() {
         let readers = PolicyReaders::new(Arc::new(DenyAll), "policy".to_owned(), AuthFlags::default());
-        let operator = Principal::new("static-token", "operator").with_role("admin");
+        let operator = Principal::new("static-token", "operator")
+            .with_role(corium_fleet_common::auth::DEFAULT_OPERATOR_ROLE);
         let node =
             Principal::new("fleet-mtls", "node-1").with_role(corium_fleet_common::auth::FLEET_NODE_ROLE);
         let allowed = |decision: Decision| matches!(decision, Decision::Allow);
@@ -257,18 +268,30 @@ mod tests {
                     .authorize(reader, &Access::on(Action::Inspect, "policy"))
                     .await
             ));
-            // Writing the policy, or reading anything else, is the policy's call.
+            // Writing the policy is the policy's call.
             assert!(!allowed(
                 readers
                     .authorize(reader, &Access::on(Action::Transact, "policy"))
                     .await
             ));
-            assert!(!allowed(
-                readers
-                    .authorize(reader, &Access::on(Action::Subscribe, "music"))
-                    .await
-            ));
         }
+        // A node follows any database (its read replicas); an operator
+        // reads others only as the policy says.
+        assert!(allowed(
+            readers
+                .authorize(&node, &Access::on(Action::Subscribe, "music"))
+                .await
+        ));
+        assert!(!allowed(
+            readers
+                .authorize(&operator, &Access::on(Action::Subscribe, "music"))
+                .await
+        ));
+        assert!(!allowed(
+            readers
+                .authorize(&node, &Access::on(Action::Transact, "music"))
+                .await
+        ));
         assert!(!allowed(
             readers
                 .authorize(&Principal::anonymous(), &Access::on(Action::Subscribe, "policy"))

@@ -224,6 +224,11 @@ fn load_placement_map(
     Ok(())
 }
 
+/// The formats this build reads beyond the first release's, listed in its
+/// registry record: the fleet writes one only when every live member lists
+/// it (`corium_fleet_store::registry::Features`).
+pub const FEATURES: &[&str] = &[corium_fleet_store::registry::OWNED_REQUEST_IDS];
+
 /// Writes this node's first registry record (waiting out a crashed
 /// predecessor's; refusing a live duplicate).
 async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_store::registry::Record, Error> {
@@ -238,6 +243,7 @@ async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_stor
             .saturating_add(i64::try_from(host.config.registry_ttl.as_millis()).unwrap_or(i64::MAX)),
         owned: Vec::new(),
         load: None,
+        features: FEATURES.iter().map(|feature| (*feature).to_owned()).collect(),
     };
     registry::register(host.base.as_ref(), &record)
         .await
@@ -297,6 +303,7 @@ fn follow_registry(
 ) {
     let (records_tx, records_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
     let members = (!host.config.static_members).then(|| host.members.clone());
+    let features = host.features.clone();
     tokio::spawn(corium_fleet_store::registry::follow(
         reader,
         corium_fleet_store::registry::period(host.config.registry_renew, host.config.lease_ttl),
@@ -305,6 +312,7 @@ fn follow_registry(
             if let Some(members) = &members {
                 members.set_live(&records);
             }
+            features.set_live(&records);
             records_tx.send_replace(Arc::new(records));
         },
         stop.clone(),
@@ -369,16 +377,17 @@ pub async fn start(
             Arc::clone(&prefix_read),
         ),
     };
+    let node_token = peer::node_token(&config)?;
     let peers = peer::Peers::new(
         config.tls.as_ref(),
         config.storage_timeout * 2,
-        config.auth.static_token(),
+        node_token.clone(),
         config.verify_node_identity,
     )?;
     // Authorization is permit-all, as a stock transactor's without a policy
     // database, or follows `--authz-db`; authentication follows the flags.
     let client_tls = config.tls.as_ref().map(peer::Peers::client_tls).transpose()?;
-    let (authorizer, policy) = authz::authorizer(&config.authz, &config.auth, client_tls);
+    let (authorizer, policy) = authz::authorizer(&config.authz, &config.auth, node_token, client_tls);
     let guard = config
         .auth
         .guard(authorizer)

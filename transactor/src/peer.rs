@@ -14,6 +14,39 @@ use tonic::{Request, Status};
 
 use crate::config::Tls;
 
+/// The credential this node presents to the other nodes: none over mTLS
+/// when its own certificate names its node id (the peer then knows it as
+/// `fleet-mtls/<node-id>`, a fleet node with budgets of its own); else the
+/// static token (`--serve-token` or the development token), which is all a
+/// cleartext fleet or a certificate shared by every node can offer.
+///
+/// # Errors
+/// The node's certificate cannot be read.
+pub fn node_token(
+    config: &crate::config::Config,
+) -> Result<Option<String>, corium_fleet_common::tls::TlsError> {
+    let token = config.auth.static_token();
+    let Some(tls) = &config.tls else {
+        return Ok(token);
+    };
+    let certificates = corium_fleet_common::tls::certificates(&tls.cert)?;
+    let names = certificates
+        .first()
+        .map(|leaf| corium_fleet_common::tls::names(leaf.as_ref()))
+        .unwrap_or_default();
+    if names.contains(&config.node_id) {
+        return Ok(None);
+    }
+    if token.is_some() {
+        tracing::warn!(
+            node = %config.node_id,
+            certificate = %tls.cert.display(),
+            "this node's certificate does not name its node id; it presents the static token to the other nodes instead"
+        );
+    }
+    Ok(token)
+}
+
 /// How this node reaches its peers.
 #[derive(Clone)]
 pub struct Peers {
@@ -23,10 +56,9 @@ pub struct Peers {
     tls: Option<Tls>,
     /// Bound on connecting and on each call.
     timeout: Duration,
-    /// The static token this node presents to its peers (`None` with
-    /// `--serve-open`). Over mTLS its certificate also says who it is, but
-    /// only if it names the node id (the chart may give every node one
-    /// certificate), so the token goes along there too, encrypted.
+    /// The static token this node presents to its peers ([`node_token`]):
+    /// `None` over mTLS with a certificate naming this node (the
+    /// certificate says who it is) and with `--serve-open`.
     token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     /// The same token as text, for clients that add the `Bearer` prefix
     /// themselves (a read replica's `corium_peer` connection).
@@ -37,8 +69,7 @@ pub struct Peers {
 
 impl Peers {
     /// Peers reached with this node's own certificate when it serves mTLS,
-    /// and with `token` (the static token of `--serve-token`, or the
-    /// development token) as a bearer credential.
+    /// and with `token` ([`node_token`]) as a bearer credential.
     ///
     /// # Errors
     /// Unreadable TLS material.

@@ -245,13 +245,19 @@ mod tests {
         });
         let a1 = waiters.enter("mallory", "a").expect("first");
         let a2 = waiters.enter("mallory", "b").expect("second");
-        let refused = waiters.enter("mallory", "c").err().expect("over the principal's limit");
+        let refused = waiters
+            .enter("mallory", "c")
+            .err()
+            .expect("over the principal's limit");
         assert_eq!(refused.scope, Scope::Caller);
         let b1 = waiters.enter("alice", "a").expect("alice has her own");
         let refused = waiters.enter("bob", "c").err().expect("over the node's limit");
         assert_eq!(refused.scope, Scope::Node);
         drop(a2);
-        let refused = waiters.enter("bob", "a").err().expect("over the database's limit");
+        let refused = waiters
+            .enter("bob", "a")
+            .err()
+            .expect("over the database's limit");
         assert_eq!(refused.scope, Scope::Database);
         assert!(waiters.enter("bob", "c").is_ok());
         drop((a1, b1));

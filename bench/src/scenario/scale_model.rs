@@ -481,6 +481,7 @@ async fn model(
             expires_unix_ms: now_unix_ms() + registry_ttl_ms,
             owned: owned[i].clone(),
             load: None,
+            features: Vec::new(),
         })
         .collect();
     for record in &records {

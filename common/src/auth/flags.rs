@@ -12,8 +12,12 @@
 //!   of that issuer too, strict;
 //! - `--serve-open`: nothing checked, everyone anonymous.
 //!
-//! One addition of the fleet's: `--operator-role` names the role that may
-//! use the operator surface (`FleetAdmin`, `GcDeletedDatabases`).
+//! Two additions of the fleet's: `--operator-role` names the role that may
+//! use the operator surface (`FleetAdmin`, `GcDeletedDatabases`) — default
+//! `fleet-operator`, a role apart from Corium's data-admin role `admin` — and
+//! `--dev-token-operator` gives the public development token that role too,
+//! which only `corium-fleet dev` (and the tests' local fleets) pass. The
+//! `--serve-token` principal, a deployment's own secret, holds both roles.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +34,12 @@ use crate::process::ConfigError;
 /// without a bearer token (handoff and drain ask a peer to activate): the
 /// operator surface admits it besides `--operator-role`.
 pub const FLEET_NODE_ROLE: &str = "corium-fleet-node";
+
+/// Stock Corium's data-administrator role, which its static token holds.
+pub const DATA_ADMIN_ROLE: &str = "admin";
+
+/// The operator role unless `--operator-role` names another.
+pub const DEFAULT_OPERATOR_ROLE: &str = "fleet-operator";
 
 /// Client authentication, as a stock Corium transactor takes it.
 #[derive(clap::Args, Clone, Default)]
@@ -61,9 +71,16 @@ pub struct AuthFlags {
     pub oidc_jwks_file: Option<PathBuf>,
     /// The role whose holders may use the operator surface: `FleetAdmin`
     /// (status, placement, handoff, activate) and `GcDeletedDatabases`. The
-    /// development and --serve-token principals hold `admin` [default: admin].
+    /// --serve-token principal holds it; the public development token only
+    /// with --dev-token-operator [default: fleet-operator].
     #[arg(long)]
     pub operator_role: Option<String>,
+    /// The public development token also holds the operator role: for a
+    /// local development fleet only (`corium-fleet dev` passes it). Without
+    /// it the development token is a data admin (`admin`), as in stock
+    /// Corium, and not a fleet operator.
+    #[arg(long)]
+    pub dev_token_operator: bool,
 }
 
 impl std::fmt::Debug for AuthFlags {
@@ -78,6 +95,7 @@ impl std::fmt::Debug for AuthFlags {
             .field("oidc_audiences", &self.oidc_audiences)
             .field("oidc_jwks_file", &self.oidc_jwks_file)
             .field("operator_role", &self.operator_role())
+            .field("dev_token_operator", &self.dev_token_operator)
             .finish()
     }
 }
@@ -86,7 +104,7 @@ impl AuthFlags {
     /// The role that may use the operator surface (`--operator-role`).
     #[must_use]
     pub fn operator_role(&self) -> &str {
-        self.operator_role.as_deref().unwrap_or("admin")
+        self.operator_role.as_deref().unwrap_or(DEFAULT_OPERATOR_ROLE)
     }
 
     /// Whether `principal` may use the operator surface: it holds the
@@ -147,10 +165,14 @@ impl AuthFlags {
         if secret.is_empty() {
             return Err(ConfigError::setting("--serve-token", "must not be empty"));
         }
-        let statics: Arc<dyn IdentityProvider> = Arc::new(StaticTokens::new().with(
-            secret,
-            Principal::new("static-token", "operator").with_role("admin"),
-        ));
+        // Stock Corium's static principal is a data admin; it is a fleet
+        // operator too when the token is this deployment's own secret, or
+        // when a development fleet says so.
+        let mut principal = Principal::new("static-token", "operator").with_role(DATA_ADMIN_ROLE);
+        if self.serve_token.is_some() || self.dev_token_operator {
+            principal = principal.with_role(self.operator_role());
+        }
+        let statics: Arc<dyn IdentityProvider> = Arc::new(StaticTokens::new().with(secret, principal));
         let provider = match self.oidc()? {
             Some(oidc) => Arc::new(CompositeProvider::new(vec![statics, oidc])),
             None => statics,
@@ -217,15 +239,46 @@ mod tests {
         let operator = guard.authenticate(&with(DEFAULT_DEV_TOKEN)).unwrap();
         assert_eq!(operator.provider, "static-token");
         assert!(operator.has_role("admin"));
+        // A data admin, as stock; not a fleet operator outside `dev`.
+        assert!(!AuthFlags::default().is_operator(&operator));
         assert!(guard.authenticate(&bearer(None)).unwrap().is_anonymous());
         // An unrecognised token is admitted as anonymous, as stock does.
         assert!(guard.authenticate(&with("wrong")).unwrap().is_anonymous());
     }
 
     #[test]
+    fn the_dev_token_is_an_operator_only_when_a_development_fleet_says_so() {
+        let flags = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .unwrap()
+                .auth
+        };
+        let dev = flags(&["--dev-token-operator"]);
+        let principal = dev
+            .guard(Arc::new(AllowAll))
+            .unwrap()
+            .authenticate(&with(DEFAULT_DEV_TOKEN))
+            .unwrap();
+        assert!(dev.is_operator(&principal));
+        assert!(principal.has_role(DATA_ADMIN_ROLE));
+        let bare = flags(&[]);
+        let principal = bare
+            .guard(Arc::new(AllowAll))
+            .unwrap()
+            .authenticate(&with(DEFAULT_DEV_TOKEN))
+            .unwrap();
+        assert!(!bare.is_operator(&principal));
+    }
+
+    #[test]
     fn a_serve_token_is_strict() {
         let guard = guard(&["--serve-token", "s3cret"]);
-        assert!(guard.authenticate(&with("s3cret")).unwrap().has_role("admin"));
+        let principal = guard.authenticate(&with("s3cret")).unwrap();
+        assert!(principal.has_role("admin"));
+        assert!(
+            principal.has_role(DEFAULT_OPERATOR_ROLE),
+            "a deployment's own token is its operator"
+        );
         assert!(guard.authenticate(&with(DEFAULT_DEV_TOKEN)).is_err());
         assert!(guard.authenticate(&bearer(None)).is_err());
         assert!(guard.authenticate(&with("wrong")).is_err());
@@ -248,7 +301,8 @@ mod tests {
     #[test]
     fn the_operator_is_the_role_holder_or_a_fleet_node() {
         let flags = AuthFlags::default();
-        assert!(flags.is_operator(&Principal::new("static-token", "operator").with_role("admin")));
+        assert!(flags.is_operator(&Principal::new("oidc", "sre").with_role(DEFAULT_OPERATOR_ROLE)));
+        assert!(!flags.is_operator(&Principal::new("static-token", "operator").with_role("admin")));
         assert!(flags.is_operator(&Principal::new("fleet-mtls", "node-1").with_role(FLEET_NODE_ROLE)));
         assert!(!flags.is_operator(&Principal::anonymous()));
         let custom = AuthFlags {

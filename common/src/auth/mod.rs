@@ -18,4 +18,4 @@ pub mod envelope;
 pub mod flags;
 
 pub use envelope::{EnvelopeError, decode, encode};
-pub use flags::{AuthFlags, FLEET_NODE_ROLE, bearer};
+pub use flags::{AuthFlags, DATA_ADMIN_ROLE, DEFAULT_OPERATOR_ROLE, FLEET_NODE_ROLE, bearer};

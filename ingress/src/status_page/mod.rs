@@ -522,6 +522,7 @@ mod tests {
                 calls_total: calls,
                 ..Load::default()
             }),
+            features: Vec::new(),
         };
         put(
             store,

@@ -102,6 +102,7 @@ mod tests {
             expires_unix_ms,
             owned: owned.iter().map(|db| (*db).to_owned()).collect(),
             load: None,
+            features: Vec::new(),
         }
     }
 

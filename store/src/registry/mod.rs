@@ -54,6 +54,50 @@ pub struct Record {
     /// predate it). Status views read it; nothing decides on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<Load>,
+    /// The formats this node reads beyond the first release's
+    /// ([`OWNED_REQUEST_IDS`], …): a node writes a new format only once
+    /// every live member lists it ([`Features`]), so a rolling upgrade never
+    /// has an old node meet a record it cannot read. Nodes that predate the
+    /// list have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
+}
+
+/// The feature of request-id records that name their owner
+/// (`transactor/src/request_id/key.rs`).
+pub const OWNED_REQUEST_IDS: &str = "owned-request-ids";
+
+/// The features every live member lists: what the fleet may write now.
+#[derive(Clone, Default)]
+pub struct Features(Arc<RwLock<Arc<std::collections::BTreeSet<String>>>>);
+
+impl Features {
+    /// Takes the features every live record of `records` lists (none when
+    /// no record is live: nothing new is written on a guess).
+    pub fn set_live(&self, records: &[Record]) {
+        let now = now_unix_ms();
+        let mut live = records.iter().filter(|record| record.expires_unix_ms > now);
+        let common = match live.next() {
+            None => std::collections::BTreeSet::new(),
+            Some(first) => {
+                let mut common: std::collections::BTreeSet<String> = first.features.iter().cloned().collect();
+                for record in live {
+                    common.retain(|feature| record.features.contains(feature));
+                }
+                common
+            }
+        };
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(common);
+    }
+
+    /// Whether every live member reads `feature`.
+    #[must_use]
+    pub fn has(&self, feature: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(feature)
+    }
 }
 
 /// How busy a node was when it renewed its record: its client calls and
@@ -316,6 +360,23 @@ pub async fn keep(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_feature_is_on_only_when_every_live_member_lists_it() {
+        let features = Features::default();
+        let with = |id: &str, expires: i64, listed: &[&str]| Record {
+            features: listed.iter().map(|feature| (*feature).to_owned()).collect(),
+            ..record(id, "i", expires)
+        };
+        let later = now_unix_ms() + 60_000;
+        features.set_live(&[with("a", later, &[OWNED_REQUEST_IDS]), with("b", later, &[])]);
+        assert!(!features.has(OWNED_REQUEST_IDS), "b predates it");
+        // An expired member no longer holds the fleet back.
+        features.set_live(&[with("a", later, &[OWNED_REQUEST_IDS]), with("b", 1, &[])]);
+        assert!(features.has(OWNED_REQUEST_IDS));
+        features.set_live(&[]);
+        assert!(!features.has(OWNED_REQUEST_IDS), "nothing on a guess");
+    }
+
     fn record(id: &str, incarnation: &str, expires: i64) -> Record {
         Record {
             node_id: id.into(),
@@ -326,6 +387,7 @@ mod tests {
             expires_unix_ms: expires,
             owned: Vec::new(),
             load: None,
+            features: Vec::new(),
         }
     }
 

@@ -9,7 +9,7 @@ use corium_store::RootStore;
 use corium_transactor::node::NodeError;
 
 use super::{Admission, Cell};
-use crate::request_id::{Database, LedgerError, Origin, Outcome, Unsupported};
+use crate::request_id::{Database, LedgerError, Origin, Outcome, Sender, Unsupported};
 
 /// A `Transact` a cell answered.
 #[derive(Debug)]
@@ -97,8 +97,9 @@ impl Cell {
     }
 
     /// Runs one `Transact` on this cell: under `id` through the
-    /// request-id ledger (committed at most once, replayed after), else as
-    /// Corium's plain commit. The admission `permit` is held until the answer.
+    /// request-id ledger (committed at most once, replayed after; the id is
+    /// `sender`'s), else as Corium's plain commit. The admission `permit`
+    /// is held until the answer.
     ///
     /// # Errors
     /// [`TransactError`]; a commit that failed in storage also marks the
@@ -109,6 +110,7 @@ impl Cell {
         permit: Admission,
         request: pb::TransactRequest,
         id: Option<(uuid::Uuid, Origin)>,
+        sender: Sender,
         store: &dyn RootStore,
     ) -> Result<Transacted, TransactError> {
         let db = request.db.clone();
@@ -139,7 +141,7 @@ impl Cell {
             read_ahead: &self.read_ahead,
         };
         self.ledger
-            .transact(on, id, &request, commit)
+            .transact(on, id, sender, &request, commit)
             .await
             .map(|(response, outcome)| Transacted { response, outcome })
             .map_err(|error| TransactError::Ledger { id, origin, error })

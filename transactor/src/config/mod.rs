@@ -151,8 +151,14 @@ impl Args {
             ("--max-inflight-calls", self.max_inflight_calls),
             ("--max-inflight-per-database", self.max_inflight_per_database),
             ("--max-basis-waits", self.max_basis_waits),
-            ("--max-basis-waits-per-database", self.max_basis_waits_per_database),
-            ("--max-basis-waits-per-principal", self.max_basis_waits_per_principal),
+            (
+                "--max-basis-waits-per-database",
+                self.max_basis_waits_per_database,
+            ),
+            (
+                "--max-basis-waits-per-principal",
+                self.max_basis_waits_per_principal,
+            ),
         ] {
             if value == Some(0) {
                 return Err(ConfigError::from(format!("{flag} must be at least 1")));
@@ -301,7 +307,9 @@ impl Args {
                 crate::waiters::WaiterLimits {
                     per_node: self.max_basis_waits.unwrap_or(default.per_node),
                     per_database: self.max_basis_waits_per_database.unwrap_or(default.per_database),
-                    per_principal: self.max_basis_waits_per_principal.unwrap_or(default.per_principal),
+                    per_principal: self
+                        .max_basis_waits_per_principal
+                        .unwrap_or(default.per_principal),
                 }
             },
             work_limits: {

@@ -52,6 +52,9 @@ pub struct Host {
     /// Placement members: the static `--member` list, or the live node
     /// registry, refreshed in the background.
     pub members: corium_fleet_store::registry::Members,
+    /// The formats every live member reads (from the registry): what this
+    /// node may write now.
+    pub features: corium_fleet_store::registry::Features,
     /// The operator's placement map (empty without `--placement-map`).
     pub map: placement_map::Watched,
     /// How this node asks a peer to activate (handoff, drain).
@@ -114,6 +117,7 @@ impl Host {
             waiters: crate::waiters::Waiters::new(config.basis_waits),
             replicas: crate::replica::Replicas::new(config.read_replicas),
             members: corium_fleet_store::registry::Members::new(config.members.clone()),
+            features: corium_fleet_store::registry::Features::default(),
             // Empty until the node loads its `--placement-map`.
             map: placement_map::Watched::new(placement_map::Map::default()),
             peers,

@@ -3,8 +3,11 @@
 //! transaction entity).
 //!
 //! ```text
-//! key   := "fr2" id(16) digest(8) flags(1) body
-//! flags := bit 0: the caller named "datomic.tx"; bits 1-2: the mode
+//! key   := "fr2" id(16) digest(8) flags(1) body [owner(8)]
+//! flags := bit 0: the caller named "datomic.tx"; bits 1-2: the mode;
+//!          bit 3: an owner follows the body
+//! owner := the first 8 bytes of a SHA-256 of the principal that sent the
+//!          id (`record::Owner`): the id is that principal's
 //! body  := (mode none)     nothing: no tempid of the caller's own
 //!          (mode entity)   name-len(varint) name identity
 //!          (mode bindings) nothing: binding entities carry the tempids
@@ -18,6 +21,11 @@
 //! first 8 bytes of the request's SHA-256: it tells a resend from a reuse of
 //! the id by another request (a collision needs 2^64 tries by one client
 //! reusing one id).
+//!
+//! A key with an owner is not readable by a node that predates owners (its
+//! decoder refuses bytes past the body), so nodes write owners only once
+//! every live member says it reads them (the registry's feature list,
+//! `docs/upgrading.md`).
 
 use corium_core::{EntityId, Value};
 
@@ -32,6 +40,9 @@ const MAX_IDENTITY_BYTES: usize = 256;
 const TX_NAMED: u8 = 1;
 const MODE_SHIFT: u8 = 1;
 const MODE_MASK: u8 = 0b110;
+const OWNED: u8 = 0b1000;
+/// The bytes of an owner tag.
+pub const OWNER_LEN: usize = 8;
 
 /// How the key binds the caller's tempids.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +77,9 @@ pub struct Key {
     pub tx_named: bool,
     /// How the caller's tempids bind.
     pub mode: Mode,
+    /// Whose id it is (`None`: written before owners were recorded, or
+    /// while a member of the fleet could not read them).
+    pub owner: Option<[u8; OWNER_LEN]>,
 }
 
 /// The first bytes of every key of `id`: what an index seek looks for.
@@ -180,7 +194,8 @@ impl Key {
             Mode::Bindings => 2,
             Mode::Fenced => 3,
         };
-        out.push((u8::from(self.tx_named) * TX_NAMED) | (mode << MODE_SHIFT));
+        let owned = if self.owner.is_some() { OWNED } else { 0 };
+        out.push((u8::from(self.tx_named) * TX_NAMED) | (mode << MODE_SHIFT) | owned);
         if let Mode::Entity { name, identity } = &self.mode {
             varint(&mut out, name.len() as u64);
             out.extend_from_slice(name.as_bytes());
@@ -196,6 +211,9 @@ impl Key {
                     }
                 }
             }
+        }
+        if let Some(owner) = &self.owner {
+            out.extend_from_slice(owner);
         }
         Some(out)
     }
@@ -226,11 +244,17 @@ impl Key {
             2 => Mode::Bindings,
             _ => Mode::Fenced,
         };
+        let owner = if flags & OWNED == 0 {
+            None
+        } else {
+            Some(take(bytes, &mut at, OWNER_LEN)?.try_into().ok()?)
+        };
         (at == bytes.len()).then_some(Self {
             id,
             digest,
             tx_named: flags & TX_NAMED != 0,
             mode,
+            owner,
         })
     }
 }
@@ -273,8 +297,9 @@ mod tests {
             digest in any::<[u8; 8]>(),
             tx_named in any::<bool>(),
             mode in mode(),
+            owner in proptest::option::of(any::<[u8; OWNER_LEN]>()),
         ) {
-            let key = Key { id, digest, tx_named, mode };
+            let key = Key { id, digest, tx_named, mode, owner };
             let bytes = key.encode().expect("every generated value fits");
             prop_assert!(bytes.starts_with(&id_prefix(id)));
             prop_assert_eq!(Key::decode(&bytes), Some(key));
@@ -287,6 +312,28 @@ mod tests {
     }
 
     #[test]
+    fn an_owner_follows_the_body_and_a_key_without_one_reads_as_before() {
+        let key = |owner| Key {
+            id: 9,
+            digest: [1; 8],
+            tx_named: false,
+            mode: Mode::Entity {
+                name: "order".into(),
+                identity: None,
+            },
+            owner,
+        };
+        let legacy = key(None).encode().unwrap();
+        let owned = key(Some([7; OWNER_LEN])).encode().unwrap();
+        assert_eq!(owned.len(), legacy.len() + OWNER_LEN);
+        assert!(owned.starts_with(&legacy[..PREFIX_LEN]));
+        assert_eq!(Key::decode(&legacy).unwrap().owner, None);
+        assert_eq!(Key::decode(&owned).unwrap().owner, Some([7; OWNER_LEN]));
+        // A truncated owner is not a key.
+        assert_eq!(Key::decode(&owned[..owned.len() - 1]), None);
+    }
+
+    #[test]
     fn large_or_keyword_identities_do_not_fit() {
         let key = |value: Value| Key {
             id: 1,
@@ -296,6 +343,7 @@ mod tests {
                 name: "x".into(),
                 identity: Some((EntityId::from_raw(7), value)),
             },
+            owner: None,
         };
         assert!(key(Value::Str("a".repeat(300).into())).encode().is_none());
         assert!(key(Value::Keyword(0)).encode().is_none());

@@ -120,6 +120,32 @@ impl LedgerError {
     }
 }
 
+/// Who sends a request id, and whether the record it writes says so.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct Sender {
+    /// The sender's owner tag.
+    pub owner: record::Owner,
+    /// Whether records name their owner: only once every live member of
+    /// the fleet reads owners (`key.rs`); until then they are anyone's, as
+    /// before owners existed.
+    pub recorded: bool,
+    /// An operator asking about an id sees every record (`status` only; a
+    /// transaction is always its own sender's).
+    pub operator: bool,
+}
+
+impl Sender {
+    /// The owner a record written now carries.
+    fn written(self) -> Option<record::Owner> {
+        self.recorded.then_some(self.owner)
+    }
+
+    /// The owner a lookup compares records with (`None`: sees all).
+    fn reading(&self, as_operator: bool) -> Option<&record::Owner> {
+        (!(as_operator && self.operator)).then_some(&self.owner)
+    }
+}
+
 /// The database a ledger call works on.
 #[derive(Clone, Copy)]
 pub struct Database<'a> {
@@ -186,6 +212,7 @@ impl Ledger {
         &self,
         on: Database<'_>,
         id: uuid::Uuid,
+        sender: Sender,
         request: &pb::TransactRequest,
         commit: C,
     ) -> Result<(pb::TransactResponse, Outcome), LedgerError>
@@ -193,12 +220,16 @@ impl Ledger {
         C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
         Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
     {
-        self.locked(id, transact_locked(on, id, request, commit)).await
+        self.locked(id, transact_locked(on, id, sender, request, commit))
+            .await
     }
 
-    /// Whether `id` committed: the committed answer, or — after committing
-    /// a fence marker under `id` so that nothing can commit under it later —
-    /// "not committed".
+    /// Whether `sender`'s `id` committed: the committed answer, or — after
+    /// committing a fence marker under `id` so that nothing can commit under
+    /// it later — "not committed". Another principal's id is "not
+    /// committed" for this sender (its request under that id never did, and
+    /// never will: the id is taken), with nothing written and nothing of
+    /// the other's record given away.
     ///
     /// # Errors
     /// A [`LedgerError`]; asking again is always safe.
@@ -206,13 +237,14 @@ impl Ledger {
         &self,
         on: Database<'_>,
         id: uuid::Uuid,
+        sender: Sender,
         commit: C,
     ) -> Result<Status, LedgerError>
     where
         C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
         Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
     {
-        self.locked(id, status_locked(on, id, commit)).await
+        self.locked(id, status_locked(on, id, sender, commit)).await
     }
 }
 
@@ -229,6 +261,7 @@ async fn state_of(on: Database<'_>) -> Result<Arc<DbState>, LedgerError> {
 async fn transact_locked<C, Fut, Held>(
     on: Database<'_>,
     id: uuid::Uuid,
+    sender: Sender,
     request: &pb::TransactRequest,
     commit: C,
 ) -> Result<(pb::TransactResponse, Outcome), LedgerError>
@@ -251,10 +284,11 @@ where
     if !record::supported(&db) {
         return Err(LedgerError::Unsupported(Unsupported::NoAttributes));
     }
-    if let Some(found) = record::find(&db, id, Some(&digest)) {
+    let caller = sender.reading(false);
+    if let Some(found) = record::find(&db, id, Some(&digest), caller) {
         return found_answer(on, &state, id, found).await;
     }
-    let (tx, written) = record::augmented(&db, id, &digest, forms)
+    let (tx, written) = record::augmented(&db, id, &digest, sender.written(), forms)
         .map_err(|record::Reserved(tempid)| LedgerError::Unsupported(Unsupported::ReservedTempid(tempid)))?;
     let (committed, _held) = commit(codec::encode_edn(&tx), request.expected_basis_t).await;
     match committed {
@@ -266,7 +300,7 @@ where
             // Refused by the database: an exact duplicate that committed
             // meanwhile (its record's uniqueness) is answered; anything
             // else is the refusal.
-            match record::find(&state.db(), id, Some(&digest)) {
+            match record::find(&state.db(), id, Some(&digest), caller) {
                 Some(found) => found_answer(on, &state, id, found).await,
                 None => Err(LedgerError::Refused(refusal)),
             }
@@ -293,12 +327,19 @@ async fn found_answer(
              nothing was committed. Use a new id for a new transaction",
             on.name
         ))),
+        // Nothing of the other principal's record: not its `t`, not
+        // whether it committed or was fenced.
+        record::Found::Foreign(_) => Err(LedgerError::Invalid(format!(
+            "corium-request-id {id} belongs to another caller; nothing was committed. Use a new \
+             id (a random UUID) for a new transaction"
+        ))),
     }
 }
 
 async fn status_locked<C, Fut, Held>(
     on: Database<'_>,
     id: uuid::Uuid,
+    sender: Sender,
     commit: C,
 ) -> Result<Status, LedgerError>
 where
@@ -310,10 +351,12 @@ where
     if !record::supported(&db) {
         return Err(LedgerError::Unsupported(Unsupported::NoAttributes));
     }
-    if let Some(found) = record::find(&db, id, None) {
+    let caller = sender.reading(true);
+    if let Some(found) = record::find(&db, id, None, caller) {
         return answer(on, &state, found).await;
     }
-    let (committed, _held) = commit(codec::encode_edn(&record::fence_marker(&db, id)), None).await;
+    let fence_marker = record::fence_marker(&db, id, sender.written());
+    let (committed, _held) = commit(codec::encode_edn(&fence_marker), None).await;
     match committed {
         Ok(response) => Ok(Status::NotCommitted {
             fenced_at: response.basis_t,
@@ -322,7 +365,7 @@ where
             let refusal = LedgerError::after_commit(error)?;
             // A commit under the id slipped in (from another owner's
             // recovery): answer it.
-            match record::find(&state.db(), id, None) {
+            match record::find(&state.db(), id, None, caller) {
                 Some(found) => answer(on, &state, found).await,
                 None => Err(LedgerError::Refused(refusal)),
             }
@@ -341,6 +384,16 @@ async fn answer(on: Database<'_>, state: &DbState, found: record::Found) -> Resu
         }
         record::Found::Same(tx) | record::Found::Other(tx) => {
             replay(on, state, tx).await.map(Status::Committed)
+        }
+        // Not this sender's: its own request under the id never committed
+        // and never will (a transaction of its under the id is refused).
+        // Nothing is written, and the answer carries the basis now, as a
+        // fresh fence's would, fenced by this cell's lease like every answer.
+        record::Found::Foreign(_) => {
+            fence(on, state).await?;
+            Ok(Status::NotCommitted {
+                fenced_at: state.db().basis_t(),
+            })
         }
     }
 }

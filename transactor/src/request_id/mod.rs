@@ -23,4 +23,4 @@ pub mod shape;
 #[cfg(test)]
 mod tests;
 
-pub use ledger::{Database, Ledger, LedgerError, Origin, Outcome, Status, Unsupported};
+pub use ledger::{Database, Ledger, LedgerError, Origin, Outcome, Sender, Status, Unsupported};

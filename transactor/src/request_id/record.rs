@@ -87,6 +87,28 @@ pub fn supported(db: &Db) -> bool {
     attr(db, KEY).is_some() || attr(db, ID).is_some()
 }
 
+/// Whose request id a record is: the first 8 bytes of a SHA-256 of the
+/// principal that sent it (provider and subject), so the database records
+/// who may ask about it without naming anyone (readers of the database see
+/// every transaction entity).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct Owner(pub [u8; key::OWNER_LEN]);
+
+impl Owner {
+    /// The owner tag of `principal`.
+    #[must_use]
+    pub fn of(principal: &corium_protocol::authz::Principal) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(b"corium-fleet request owner\0");
+        hasher.update(principal.provider.as_bytes());
+        hasher.update([0]);
+        hasher.update(principal.subject.as_bytes());
+        let mut tag = [0; key::OWNER_LEN];
+        tag.copy_from_slice(&hasher.finalize()[..key::OWNER_LEN]);
+        Self(tag)
+    }
+}
+
 /// What a request id is bound to: the transaction bytes and the basis
 /// condition, so a retry must repeat exactly the same request.
 #[derive(Clone, Debug, Eq, PartialEq)]
@@ -242,6 +264,7 @@ pub fn augmented(
     db: &Db,
     id: uuid::Uuid,
     digest: &Digest,
+    owner: Option<Owner>,
     forms: Vec<Edn>,
 ) -> Result<(Edn, Written), Reserved> {
     let shape: Shape = shape::of(db, &forms);
@@ -265,6 +288,7 @@ pub fn augmented(
             digest: digest.short(),
             tx_named: shape.tx_named(),
             mode,
+            owner: owner.map(|owner| owner.0),
         };
         let entity_key = entity_mode.and_then(|mode| key(mode).encode());
         if let Some(bytes) = entity_key {
@@ -299,12 +323,13 @@ pub fn augmented(
     ))
 }
 
-/// A fence marker for `id`: nothing committed under it, and nothing will.
+/// A fence marker for `id`, sent by `owner`: nothing committed under it,
+/// and nothing will.
 ///
 /// # Panics
 /// Never: a fence key always encodes.
 #[must_use]
-pub fn fence_marker(db: &Db, id: uuid::Uuid) -> Edn {
+pub fn fence_marker(db: &Db, id: uuid::Uuid, owner: Option<Owner>) -> Edn {
     let mut tx = vec![(kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned()))];
     if attr(db, KEY).is_some() {
         let key = Key {
@@ -312,6 +337,7 @@ pub fn fence_marker(db: &Db, id: uuid::Uuid) -> Edn {
             digest: [0; 8],
             tx_named: false,
             mode: Mode::Fenced,
+            owner: owner.map(|owner| owner.0),
         };
         tx.push((kw(KEY), bytes_edn(&key.encode().expect("a fence encodes"))));
     } else {
@@ -330,6 +356,8 @@ pub enum Found {
     Other(EntityId),
     /// A fence marker.
     Fenced(EntityId),
+    /// Another principal's id: nothing about it is the caller's to learn.
+    Foreign(EntityId),
 }
 
 impl Found {
@@ -337,16 +365,18 @@ impl Found {
     #[must_use]
     pub const fn tx(self) -> EntityId {
         match self {
-            Self::Same(tx) | Self::Other(tx) | Self::Fenced(tx) => tx,
+            Self::Same(tx) | Self::Other(tx) | Self::Fenced(tx) | Self::Foreign(tx) => tx,
         }
     }
 }
 
-/// The record of `id` in `db`, compared with `digest` (`None`: compare
-/// nothing, any record is `Same`). One index seek (format 2), one lookup
-/// (format 1).
+/// The record of `id` in `db` as `caller` may see it (`None`: an operator,
+/// who sees every record), compared with `digest` (`None`: compare nothing,
+/// any record is `Same`). A record another principal owns is `Foreign`
+/// whatever it holds; one written before owners were recorded is anyone's.
+/// One index seek (format 2), one lookup (format 1).
 #[must_use]
-pub fn find(db: &Db, id: uuid::Uuid, digest: Option<&Digest>) -> Option<Found> {
+pub fn find(db: &Db, id: uuid::Uuid, digest: Option<&Digest>, caller: Option<&Owner>) -> Option<Found> {
     if let Some(key_attr) = attr(db, KEY) {
         let prefix = key::id_prefix(id.as_u128());
         let start = Value::Bytes(prefix.clone().into());
@@ -360,6 +390,11 @@ pub fn find(db: &Db, id: uuid::Uuid, digest: Option<&Digest>) -> Option<Found> {
             .next();
         if let Some((tx, key)) = found {
             let key = key?;
+            if let (Some(recorded), Some(caller)) = (key.owner, caller)
+                && recorded != caller.0
+            {
+                return Some(Found::Foreign(tx));
+            }
             return Some(match key.mode {
                 Mode::Fenced => Found::Fenced(tx),
                 _ if digest.is_none_or(|digest| digest.short() == key.digest) => Found::Same(tx),

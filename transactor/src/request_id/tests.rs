@@ -11,7 +11,17 @@ use corium_protocol::pb;
 use corium_query::edn::{Edn, read_one};
 use corium_transactor::node::{NodeConfig, TransactorNode};
 
-use super::record::{self, Digest, Found};
+use corium_protocol::authz::Principal;
+
+use super::record::{self, Digest, Found, Owner};
+
+fn alice() -> Owner {
+    Owner::of(&Principal::new("oidc", "alice"))
+}
+
+fn bob() -> Owner {
+    Owner::of(&Principal::new("oidc", "bob"))
+}
 
 const SCHEMA: &str = "[{:db/ident :item/name :db/valueType :db.type/string \
     :db/cardinality :db.cardinality/one :db/unique :db.unique/identity} \
@@ -56,21 +66,34 @@ async fn through_the_record(node: &Arc<TransactorNode>, db: &str, text: &str) ->
     let Edn::Vector(forms) = read_one(text).unwrap() else {
         unreachable!()
     };
-    assert_eq!(record::find(&state.db(), id, Some(&digest)), None);
-    let (augmented, written) = record::augmented(&state.db(), id, &digest, forms).unwrap();
+    assert_eq!(record::find(&state.db(), id, Some(&digest), Some(&alice())), None);
+    let (augmented, written) = record::augmented(&state.db(), id, &digest, Some(alice()), forms).unwrap();
     let committed = node.transact(db, &codec::encode_edn(&augmented)).await.unwrap();
     let first = record::normalise(committed, &written).unwrap();
     let after = state.db();
-    let Some(Found::Same(tx)) = record::find(&after, id, Some(&digest)) else {
+    let Some(Found::Same(tx)) = record::find(&after, id, Some(&digest), Some(&alice())) else {
         panic!("{db}: {text}: not found again");
     };
+    if db == "fleet" {
+        // Format 2 records name their owner: another principal finds only
+        // that the id is not its own; an operator sees the record.
+        assert_eq!(
+            record::find(&after, id, Some(&digest), Some(&bob())),
+            Some(Found::Foreign(tx)),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        record::find(&after, id, Some(&digest), None),
+        Some(Found::Same(tx))
+    );
     assert_eq!(tx.sequence(), first.basis_t, "{text}");
     let other = Digest::of(&pb::TransactRequest {
         tx_data: b"other".to_vec(),
         ..request.clone()
     });
     assert_eq!(
-        record::find(&after, id, Some(&other)),
+        record::find(&after, id, Some(&other), Some(&alice())),
         Some(Found::Other(tx)),
         "{text}"
     );
@@ -149,10 +172,13 @@ async fn every_shape_replays_its_first_answer_and_answers_as_corium_does() {
         let state = node.db_state(db).await.unwrap();
         let id = uuid::Uuid::new_v4();
         let fenced = node
-            .transact(db, &codec::encode_edn(&record::fence_marker(&state.db(), id)))
+            .transact(
+                db,
+                &codec::encode_edn(&record::fence_marker(&state.db(), id, Some(bob()))),
+            )
             .await
             .unwrap();
-        let found = record::find(&state.db(), id, None).unwrap();
+        let found = record::find(&state.db(), id, None, Some(&bob())).unwrap();
         assert_eq!(found, Found::Fenced(found.tx()));
         assert_eq!(found.tx().sequence(), fenced.basis_t);
     }
@@ -162,5 +188,27 @@ async fn every_shape_replays_its_first_answer_and_answers_as_corium_does() {
         unreachable!()
     };
     let request = pb::TransactRequest::default();
-    assert!(record::augmented(&state.db(), uuid::Uuid::new_v4(), &Digest::of(&request), forms).is_err());
+    assert!(
+        record::augmented(
+            &state.db(),
+            uuid::Uuid::new_v4(),
+            &Digest::of(&request),
+            None,
+            forms
+        )
+        .is_err()
+    );
+    // A record written before owners (or while a member could not read
+    // them) is anyone's, as it was.
+    let id = uuid::Uuid::new_v4();
+    let Edn::Vector(forms) = read_one(r#"[{:db/id "x" :item/note "legacy"}]"#).unwrap() else {
+        unreachable!()
+    };
+    let digest = Digest::of(&request);
+    let (legacy, _) = record::augmented(&state.db(), id, &digest, None, forms).unwrap();
+    node.transact("fleet", &codec::encode_edn(&legacy)).await.unwrap();
+    assert!(matches!(
+        record::find(&state.db(), id, Some(&digest), Some(&bob())),
+        Some(Found::Same(_))
+    ));
 }

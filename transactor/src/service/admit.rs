@@ -180,6 +180,17 @@ enum Held {
 }
 
 impl Admitted {
+    /// The caller as the sender of a request id: its owner tag, whether
+    /// records name it yet (every live member reads owners), and whether it
+    /// is an operator (who may ask about anyone's id).
+    pub(crate) fn sender(&self, host: &Host) -> crate::request_id::Sender {
+        crate::request_id::Sender {
+            owner: crate::request_id::record::Owner::of(&self.principal),
+            recorded: host.features.has(corium_fleet_store::registry::OWNED_REQUEST_IDS),
+            operator: host.config.auth.is_operator(&self.principal),
+        }
+    }
+
     /// The caller as one key for per-principal counts.
     pub(crate) fn principal_key(&self) -> String {
         principal_key(&self.principal)
@@ -224,7 +235,11 @@ pub(crate) fn principal_key(principal: &Principal) -> String {
 ///
 /// # Errors
 /// The first [`Refused`] met, in the module's order.
-pub(crate) async fn admit<T>(host: &Host, request: &Request<T>, door: &Door<'_>) -> Result<Admitted, Refused> {
+pub(crate) async fn admit<T>(
+    host: &Host,
+    request: &Request<T>,
+    door: &Door<'_>,
+) -> Result<Admitted, Refused> {
     let principal = authz::principal(request);
     allow(host, &principal, door).await?;
     if !door.db.is_empty() {
@@ -298,7 +313,9 @@ pub(crate) fn time_left(map: &tonic::metadata::MetadataMap) -> Duration {
     map.get("grpc-timeout")
         .and_then(|value| value.to_str().ok())
         .and_then(corium_fleet_wire::metadata::grpc_timeout)
-        .map_or(crate::DEFAULT_DEADLINE, |timeout| timeout.min(crate::DEFAULT_DEADLINE))
+        .map_or(crate::DEFAULT_DEADLINE, |timeout| {
+            timeout.min(crate::DEFAULT_DEADLINE)
+        })
 }
 
 /// Names the lease version that answered, so a caller (and the fault

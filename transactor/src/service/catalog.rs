@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use corium_fleet_common::auth::DATA_ADMIN_ROLE;
 use corium_protocol::authz::{Access, Action, Guard};
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog;
@@ -39,10 +40,6 @@ pub struct FleetCatalog(pub Arc<Host>);
 fn svc(node: Arc<TransactorNode>, guard: &Guard) -> CatalogSvc {
     CatalogSvc(node, guard.clone())
 }
-
-/// Stock Corium's data-administrator role (its own tokens hold it): may read
-/// where the data lives (`GetStorageInfo`), which backups need.
-const DATA_ADMIN_ROLE: &str = "admin";
 
 /// The answer to creating a database that exists (Corium itself answers
 /// `created: false`; the fleet says so as a status, see design note 0005).
@@ -248,9 +245,12 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::RequestIndexResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        forward(&self.0, request, Door::on(Action::ManageIndex, &db), |node, request| async move {
-            svc(node, &guard).request_index(request).await
-        })
+        forward(
+            &self.0,
+            request,
+            Door::on(Action::ManageIndex, &db),
+            |node, request| async move { svc(node, &guard).request_index(request).await },
+        )
         .await
     }
 
@@ -260,9 +260,12 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        forward(&self.0, request, Door::on(Action::ManageIndex, &db), |node, request| async move {
-            svc(node, &guard).set_index_policy(request).await
-        })
+        forward(
+            &self.0,
+            request,
+            Door::on(Action::ManageIndex, &db),
+            |node, request| async move { svc(node, &guard).set_index_policy(request).await },
+        )
         .await
     }
 
@@ -292,25 +295,30 @@ impl Catalog for FleetCatalog {
             corium_transactor::StoreSpec::new(host.config.storage.kind(), host.config.storage.config());
         let data_dir = host.template.data_dir.clone();
         let name = db.clone();
-        forward(&self.0, request, Door::on(Action::Inspect, &db), |node, _request| async move {
-            // The database's basis now, as Corium's `backup_info` reads it
-            // (`sync(0)` answers the basis watch, which a freshly opened
-            // cell has not published yet).
-            let basis_t = node
-                .db_state(&name)
-                .await
-                .map_err(|error| status::node_status(&error))?
-                .db()
-                .basis_t();
-            let storage = spec
-                .connection_info(&data_dir, &corium_transactor::StorageInfoConfig::default())
-                .await
-                .map_err(Status::failed_precondition)?;
-            Ok(Response::new(pb::GetStorageInfoResponse {
-                basis_t,
-                storage: Some(storage),
-            }))
-        })
+        forward(
+            &self.0,
+            request,
+            Door::on(Action::Inspect, &db),
+            |node, _request| async move {
+                // The database's basis now, as Corium's `backup_info` reads it
+                // (`sync(0)` answers the basis watch, which a freshly opened
+                // cell has not published yet).
+                let basis_t = node
+                    .db_state(&name)
+                    .await
+                    .map_err(|error| status::node_status(&error))?
+                    .db()
+                    .basis_t();
+                let storage = spec
+                    .connection_info(&data_dir, &corium_transactor::StorageInfoConfig::default())
+                    .await
+                    .map_err(Status::failed_precondition)?;
+                Ok(Response::new(pb::GetStorageInfoResponse {
+                    basis_t,
+                    storage: Some(storage),
+                }))
+            },
+        )
         .await
     }
 
@@ -320,9 +328,12 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::KeyStatusResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        forward(&self.0, request, Door::on(Action::ManageKeys, &db), |node, request| async move {
-            svc(node, &guard).key_status(request).await
-        })
+        forward(
+            &self.0,
+            request,
+            Door::on(Action::ManageKeys, &db),
+            |node, request| async move { svc(node, &guard).key_status(request).await },
+        )
         .await
     }
 

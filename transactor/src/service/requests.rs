@@ -50,7 +50,8 @@ impl Requests for FleetRequests {
             read_ahead: &cell.read_ahead,
         };
         let commit = |tx_data, basis| cell.commit(permit, &cell.db, tx_data, basis);
-        let answered = cell.ledger.status(on, id, commit).await;
+        let sender = at.call.sender(host);
+        let answered = cell.ledger.status(on, id, sender, commit).await;
         host.reset_if_failed(&cell);
         let response = match answered {
             Ok(request_id::Status::Committed(answer)) => RequestStatusResponse {
@@ -73,12 +74,7 @@ impl Requests for FleetRequests {
                 )));
             }
             Err(error) => {
-                return Err(status::ledger_status(
-                    &db,
-                    &id,
-                    request_id::Origin::Client,
-                    error,
-                ));
+                return Err(status::ledger_status(&db, &id, request_id::Origin::Client, error));
             }
         };
         let mut response = Response::new(response);

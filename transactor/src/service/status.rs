@@ -50,7 +50,6 @@ impl From<Refusal> for Status {
     }
 }
 
-
 /// The status the caller of a `Transact` on `db` gets for `error`: an
 /// `OutcomeUnknown` for a write that may have committed, Corium's own words
 /// for a refusal.
@@ -168,15 +167,14 @@ pub(crate) fn ledger_status(db: &str, id: &uuid::Uuid, origin: Origin, error: Le
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use corium_fleet_wire::outcome;
     use corium_transactor::TransactError;
     use corium_transactor::node::NodeError;
 
-    use super::{commit_status, node_status, write_status};
     use super::{Refusal, Status};
+    use super::{commit_status, node_status, write_status};
     use corium_fleet_wire::kind::ErrorKind;
     use corium_fleet_wire::metadata::MetadataError;
     use corium_fleet_wire::not_owner::{self, NotOwner};

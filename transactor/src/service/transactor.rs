@@ -19,8 +19,8 @@ use super::admit::{Door, Refused, admit_owner, forward, stamp_lease_version, tim
 use super::status;
 use crate::cell::Cell;
 use crate::host::Host;
-use crate::waiters::check_reach;
 use crate::request_id::{Origin, Outcome};
+use crate::waiters::check_reach;
 
 /// Corium's protocol-version rule for requests (its own check is private).
 fn check_version(version: u32) -> Result<(), Status> {
@@ -51,7 +51,11 @@ fn check_version(version: u32) -> Result<(), Status> {
 /// subscribed before the value is read, so a commit after the read wakes
 /// it.
 async fn sync_basis(host: &Host, cell: &Cell, db: &str, t: u64, within: Duration) -> Result<u64, Status> {
-    let state = cell.node.db_state(db).await.map_err(|error| status::node_status(&error))?;
+    let state = cell
+        .node
+        .db_state(db)
+        .await
+        .map_err(|error| status::node_status(&error))?;
     let mut commits = state.basis_watch();
     let mut closed = cell.closed();
     let target = if t == 0 { state.db().basis_t() } else { t };
@@ -115,8 +119,15 @@ impl Transactor for FleetTransactor {
         // answers an unknown outcome (`status::transact_status`).
         // Authorization ran at the door, with the guard Corium's service
         // would use.
+        let sender = at.call.sender(host);
         let answered = cell
-            .transact(permit, request, id.map(|id| (id, origin)), host.base.as_ref())
+            .transact(
+                permit,
+                request,
+                id.map(|id| (id, origin)),
+                sender,
+                host.base.as_ref(),
+            )
             .await;
         host.reset_if_failed(&cell);
         if let Err(crate::cell::TransactError::Ledger {
@@ -205,9 +216,14 @@ impl Transactor for FleetTransactor {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             })?;
         let heartbeat_ms = u64::try_from(at.cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
-        let stream =
-            super::subscribe::stream(&at.cell, &request.db, admission, request.from_basis_t, heartbeat_ms)
-                .await;
+        let stream = super::subscribe::stream(
+            &at.cell,
+            &request.db,
+            admission,
+            request.from_basis_t,
+            heartbeat_ms,
+        )
+        .await;
         drop(at);
         stream.map(Response::new)
     }
@@ -232,9 +248,12 @@ impl Transactor for FleetTransactor {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let db = request.get_ref().db.clone();
         let guard = self.0.guard.clone();
-        forward(&self.0, request, Door::on(Action::Inspect, &db), |node, request| async move {
-            svc(node, &guard).status(request).await
-        })
+        forward(
+            &self.0,
+            request,
+            Door::on(Action::Inspect, &db),
+            |node, request| async move { svc(node, &guard).status(request).await },
+        )
         .await
     }
 }
