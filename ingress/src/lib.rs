@@ -159,12 +159,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let members = placement_members(&config, prefix_read, &stop_rx);
     let map = placement_map(&config, &store, &members, &stop_rx).await?;
-    // The ingress authenticates; the owner authorizes (with the same flags
-    // and its policy), so no authorizer runs here.
-    let guard = config
-        .auth
-        .guard(Arc::new(corium_protocol::authz::AllowAll))
-        .map_err(Error::Auth)?;
+    let (guard, gate) = guards(&config)?;
     // TLS material follows its files (polled, and on SIGHUP).
     let upstream_tls = upstream_tls(config.upstream.as_ref())?;
     let tls = client_tls(tls_listen, config.tls_clients.clone(), listeners.tls)?;
@@ -194,6 +189,7 @@ pub async fn run(
             material,
             status_page,
             proxy.failover_buffer(),
+            gate,
         ),
         stop_rx,
     ));
@@ -229,6 +225,28 @@ pub async fn run(
     let _ = stop_tx.send(true);
     tracing::info!("ingress stopped");
     Ok(())
+}
+
+/// The guard every call is authenticated with, and the admin port's gate,
+/// which lets operators read the status pages by that guard. The ingress
+/// authenticates; the owner authorizes (with the same flags and its
+/// policy), so no authorizer runs here.
+fn guards(
+    config: &Config,
+) -> Result<
+    (
+        corium_protocol::authz::Guard,
+        corium_fleet_common::admin_http::OperatorGate,
+    ),
+    Error,
+> {
+    let guard = config
+        .auth
+        .guard(Arc::new(corium_protocol::authz::AllowAll))
+        .map_err(Error::Auth)?;
+    let gate = corium_fleet_common::admin_http::OperatorGate::new(guard.clone(), config.auth.clone())
+        .trust_loopback(config.admin_trust_loopback);
+    Ok((guard, gate))
 }
 
 /// The placement members: the static `--member` list, or — without one —
@@ -334,24 +352,32 @@ fn storage_health(
 /// The admin HTTP answers: `/metrics`, `/healthz`, `/readyz` (ready once
 /// storage was reached after start: later storage trouble is a metric, not
 /// an outage; see `storage_health.rs`), and the status page (`/status`,
-/// `/status.json`).
+/// `/status.json`), which names every node, its internal endpoint and the
+/// databases it owns: only for loopback or an operator (`gate`; the probes
+/// and the scrape stay open).
 fn admin_handler(
     metrics: &Arc<metrics::Metrics>,
     health: Arc<storage_health::StorageHealth>,
     material: Vec<Arc<dyn Reload>>,
     status_page: Arc<status_page::StatusPage>,
     failover: Arc<failover_buffer::FailoverBuffer>,
+    gate: corium_fleet_common::admin_http::OperatorGate,
 ) -> corium_fleet_common::admin_http::Handler {
     let material = Arc::new(material);
     let metrics = Arc::clone(metrics);
-    Arc::new(move |path: String| {
+    let gate = Arc::new(gate);
+    Arc::new(move |request: corium_fleet_common::admin_http::AdminRequest| {
         let metrics = Arc::clone(&metrics);
         let health = Arc::clone(&health);
         let material = Arc::clone(&material);
         let status_page = Arc::clone(&status_page);
         let failover = Arc::clone(&failover);
+        let refused = gate.check(&request).err();
         Box::pin(async move {
-            match path.as_str() {
+            if let Some(refusal) = refused {
+                return refusal;
+            }
+            match request.path.as_str() {
                 "/metrics" => {
                     let mut text = metrics.render();
                     failover.render(&mut text);

@@ -21,6 +21,10 @@ pub fn is_subscribe(path: &str) -> bool {
     path == SUBSCRIBE || path == PEER_SUBSCRIBE
 }
 
+/// The path of `corium.v1.PeerServer/Query`, whose field 1 is a list of
+/// views (`repeated DbViewSpec dbs = 1`); the other view reads hold one.
+pub const QUERY: &str = "/corium.v1.PeerServer/Query";
+
 /// The path of `corium.v1.Catalog/DeleteDatabase`, whose answer for a
 /// database that does not exist is `deleted: false`, not an error.
 pub const DELETE_DATABASE: &str = "/corium.v1.Catalog/DeleteDatabase";
@@ -136,6 +140,29 @@ pub enum ScanError {
     /// Field 1 is not UTF-8 text.
     #[error("the database name is not UTF-8")]
     NotText,
+    /// A field that holds one database is sent twice with different names
+    /// (protobuf keeps the last, so the node would answer for another
+    /// database than the one the call was routed, authorized and counted
+    /// by here).
+    #[error(
+        "the request names two databases: a field that holds one database is repeated with different values"
+    )]
+    TwoDatabases,
+}
+
+/// A scan that reads a request's database from its first message.
+pub type Scan = fn(&[u8]) -> Result<String, ScanError>;
+
+/// How the database of a call on `path` is read, given where `classify`
+/// said it is named: string field 1, the views of a `Query`, or the one
+/// view of the other `PeerServer` reads.
+#[must_use]
+pub fn scanner(path: &str, field: DbField) -> Scan {
+    match field {
+        DbField::View if path == QUERY => scan_view_db,
+        DbField::View => scan_one_view_db,
+        DbField::First | DbField::None => scan_db,
+    }
 }
 
 /// The first gRPC message of a request body, without its 5-byte prefix.
@@ -165,23 +192,49 @@ fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, ScanError> {
     Err(ScanError::Protobuf)
 }
 
-/// Reads the database name from field 1 of the `DbViewSpec` in field 1 of
-/// a protobuf message (the first view, as Corium's peer server binds the
-/// first database of a query to its replica).
+/// Reads the database a `Query` binds its replica to: field 1 of the first
+/// `DbViewSpec` in the list of field 1 (as Corium's peer server binds the
+/// first database of a query). Each view names one database at most: a
+/// view whose `db` is repeated with different values is refused.
 ///
 /// # Errors
-/// A malformed message, or no non-empty database.
+/// A malformed message, a view naming two databases, or no non-empty
+/// database in the first view.
 pub fn scan_view_db(message: &[u8]) -> Result<String, ScanError> {
-    scan_db(field_one(message, true)?.ok_or(ScanError::NoDatabase)?)
+    let mut first: Option<Option<&[u8]>> = None;
+    each_field_one(message, |view| {
+        let db = one_value(view)?;
+        first.get_or_insert(db);
+        Ok(())
+    })?;
+    text(first.flatten())
 }
 
-/// Reads string field 1 of a protobuf message (the last occurrence wins, as
-/// protobuf merging does).
+/// Reads the database of a `Pull`, `Datoms` or `DbStats`: field 1 of the
+/// one `DbViewSpec` in field 1. Protobuf merges a singular message sent
+/// twice (and keeps the last `db`), so every `db` in every occurrence of
+/// the view must be the same name: the node then answers for the database
+/// the call is routed by.
 ///
 /// # Errors
-/// A malformed message, or no non-empty field 1.
+/// A malformed message, two different databases, or none.
+pub fn scan_one_view_db(message: &[u8]) -> Result<String, ScanError> {
+    let mut found: Option<&[u8]> = None;
+    each_field_one(message, |view| each_field_one(view, |db| same(&mut found, db)))?;
+    text(found)
+}
+
+/// Reads string field 1 of a protobuf message: the value protobuf keeps
+/// (the last occurrence), which every other occurrence must equal.
+///
+/// # Errors
+/// A malformed message, two different values, or no non-empty field 1.
 pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
-    let found = field_one(message, false)?;
+    text(one_value(message)?)
+}
+
+/// Field 1 as a non-empty database name.
+fn text(found: Option<&[u8]>) -> Result<String, ScanError> {
     let db = std::str::from_utf8(found.ok_or(ScanError::NoDatabase)?).map_err(|_| ScanError::NotText)?;
     if db.is_empty() {
         return Err(ScanError::NoDatabase);
@@ -189,11 +242,32 @@ pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
     Ok(db.to_owned())
 }
 
-/// The bytes of length-delimited field 1 of `message`: its first occurrence
-/// with `first`, else its last; the whole message is checked either way.
-fn field_one(message: &[u8], first: bool) -> Result<Option<&[u8]>, ScanError> {
+/// The one value of length-delimited field 1 of `message`, if any: every
+/// occurrence must be the same bytes.
+fn one_value(message: &[u8]) -> Result<Option<&[u8]>, ScanError> {
+    let mut found = None;
+    each_field_one(message, |value| same(&mut found, value))?;
+    Ok(found)
+}
+
+/// Records `value` in `found`, refusing a second, different one.
+fn same<'a>(found: &mut Option<&'a [u8]>, value: &'a [u8]) -> Result<(), ScanError> {
+    match found {
+        Some(seen) if *seen != value => Err(ScanError::TwoDatabases),
+        _ => {
+            *found = Some(value);
+            Ok(())
+        }
+    }
+}
+
+/// Calls `each` with the bytes of every length-delimited field 1 of
+/// `message`, in order; the whole message is checked.
+fn each_field_one<'a>(
+    message: &'a [u8],
+    mut each: impl FnMut(&'a [u8]) -> Result<(), ScanError>,
+) -> Result<(), ScanError> {
     let mut at = 0;
-    let mut found: Option<&[u8]> = None;
     while at < message.len() {
         let key = varint(message, &mut at)?;
         let (field, wire) = (key >> 3, key & 7);
@@ -213,8 +287,8 @@ fn field_one(message: &[u8], first: bool) -> Result<Option<&[u8]>, ScanError> {
                     .checked_add(length)
                     .filter(|end| *end <= message.len())
                     .ok_or(ScanError::Protobuf)?;
-                if field == 1 && !(first && found.is_some()) {
-                    found = Some(&message[at..end]);
+                if field == 1 {
+                    each(&message[at..end])?;
                 }
                 at = end;
             }
@@ -227,7 +301,7 @@ fn field_one(message: &[u8], first: bool) -> Result<Option<&[u8]>, ScanError> {
             _ => return Err(ScanError::Protobuf),
         }
     }
-    Ok(found)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -391,7 +465,202 @@ mod tests {
         assert_eq!(scan_db(&[0x0b]), Err(ScanError::Protobuf));
     }
 
+    /// Length-delimited field 1 holding `value`, as any encoder (or a
+    /// hostile client) may write it, empty values included.
+    fn field_one(value: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![0x0a];
+        let mut length = value.len();
+        while length >= 0x80 {
+            bytes.push(u8::try_from(length & 0x7f).unwrap() | 0x80);
+            length >>= 7;
+        }
+        bytes.push(u8::try_from(length).unwrap());
+        bytes.extend_from_slice(value);
+        bytes
+    }
+
+    /// A `DbViewSpec` naming each of `dbs` in turn (field 1 repeated), with
+    /// a view when `as_of` is given.
+    fn view_spec(dbs: &[&str], as_of: Option<u64>) -> Vec<u8> {
+        use corium_protocol::pb;
+        let mut bytes: Vec<u8> = dbs.iter().flat_map(|db| field_one(db.as_bytes())).collect();
+        if let Some(t) = as_of {
+            bytes.extend(
+                pb::DbViewSpec {
+                    db: String::new(),
+                    view: Some(pb::db_view_spec::View::AsOf(t)),
+                }
+                .encode_to_vec(),
+            );
+        }
+        bytes
+    }
+
+    /// Issue 35: a `Pull` whose view occurs twice (or whose view repeats its
+    /// `db`) was routed by the first database and answered by the node for
+    /// the last, as protobuf merges them. Refused; the same database twice
+    /// (what merging makes harmless) is not.
+    #[test]
+    fn a_view_read_naming_two_databases_is_refused() {
+        use corium_protocol::pb;
+        let pull = [
+            field_one(&view_spec(&["a"], None)),
+            field_one(&view_spec(&["b"], None)),
+        ]
+        .concat();
+        assert_eq!(
+            pb::PullRequest::decode(pull.as_slice()).unwrap().db.unwrap().db,
+            "b",
+            "what the node answers for"
+        );
+        let path = "/corium.v1.PeerServer/Pull";
+        let scan = scanner(path, DbField::View);
+        assert_eq!(scan(&pull), Err(ScanError::TwoDatabases));
+        assert!(
+            ScanError::TwoDatabases
+                .to_string()
+                .contains("names two databases")
+        );
+        let repeated_db = field_one(&view_spec(&["a", "b"], Some(3)));
+        assert_eq!(scan(&repeated_db), Err(ScanError::TwoDatabases));
+        for method in ["Datoms", "DbStats"] {
+            let scan = scanner(&format!("/corium.v1.PeerServer/{method}"), DbField::View);
+            assert_eq!(scan(&pull), Err(ScanError::TwoDatabases), "{method}");
+            assert_eq!(scan(&repeated_db), Err(ScanError::TwoDatabases), "{method}");
+        }
+        // The same name twice, or a second occurrence with only a view:
+        // one database either way.
+        let same = [
+            field_one(&view_spec(&["a"], None)),
+            field_one(&view_spec(&["a"], Some(3))),
+        ]
+        .concat();
+        assert_eq!(scan(&same), Ok("a".to_owned()));
+        let view_only = [
+            field_one(&view_spec(&["a"], None)),
+            field_one(&view_spec(&[], Some(3))),
+        ]
+        .concat();
+        assert_eq!(scan(&view_only), Ok("a".to_owned()));
+        // An empty name after a real one is a second (empty) database.
+        let emptied = [
+            field_one(&view_spec(&["a"], None)),
+            field_one(&view_spec(&[""], None)),
+        ]
+        .concat();
+        assert_eq!(scan(&emptied), Err(ScanError::TwoDatabases));
+    }
+
+    /// A `Query`'s views are a list: each binds its own database, and only
+    /// a view repeating its own `db` with another name is refused.
+    #[test]
+    fn a_query_s_views_each_name_one_database() {
+        let scan = scanner(QUERY, DbField::View);
+        let two_views = [
+            field_one(&view_spec(&["a"], Some(1))),
+            field_one(&view_spec(&["b"], None)),
+        ]
+        .concat();
+        assert_eq!(scan(&two_views), Ok("a".to_owned()));
+        let second_doubled = [
+            field_one(&view_spec(&["a"], None)),
+            field_one(&view_spec(&["b", "c"], None)),
+        ]
+        .concat();
+        assert_eq!(scan(&second_doubled), Err(ScanError::TwoDatabases));
+        let first_doubled = field_one(&view_spec(&["a", "b"], None));
+        assert_eq!(scan(&first_doubled), Err(ScanError::TwoDatabases));
+        assert_eq!(scan_view_db(&first_doubled), Err(ScanError::TwoDatabases));
+    }
+
+    /// A singular `db` string sent twice with different values: protobuf
+    /// keeps the last, so it is refused rather than routed by either.
+    #[test]
+    fn a_repeated_db_field_with_two_names_is_refused() {
+        let transact = Transact {
+            db: "a".into(),
+            protocol_version: 3,
+            ..Transact::default()
+        };
+        let doubled = [transact.encode_to_vec(), field_one(b"b")].concat();
+        assert_eq!(Transact::decode(doubled.as_slice()).unwrap().db, "b");
+        for path in [
+            "/corium.v1.Transactor/Transact",
+            "/corium.v1.Transactor/Sync",
+            "/corium.v1.PeerServer/TxRange",
+            "/corium.fleet.v1.FleetAdmin/Handoff",
+        ] {
+            let (_, field) = classify(path).unwrap();
+            assert_eq!(
+                scanner(path, field)(&doubled),
+                Err(ScanError::TwoDatabases),
+                "{path}"
+            );
+        }
+        let same = [transact.encode_to_vec(), field_one(b"a")].concat();
+        assert_eq!(scan_db(&same), Ok("a".to_owned()));
+    }
+
     proptest! {
+        /// Whatever the occurrences of a `Pull`'s view and of its `db`, the
+        /// scan either refuses or names exactly the database protobuf
+        /// decodes (the one the node answers for); it refuses exactly when
+        /// two different names occur.
+        #[test]
+        fn a_view_scan_agrees_with_protobuf_or_refuses(
+            views in proptest::collection::vec(
+                (
+                    proptest::collection::vec(prop_oneof!["a", "b", Just(String::new())], 0..3),
+                    proptest::option::of(0u64..9),
+                ),
+                1..4,
+            ),
+        ) {
+            use corium_protocol::pb;
+            let body: Vec<u8> = views
+                .iter()
+                .flat_map(|(dbs, as_of)| {
+                    let dbs: Vec<&str> = dbs.iter().map(String::as_str).collect();
+                    field_one(&view_spec(&dbs, *as_of))
+                })
+                .collect();
+            let decoded = pb::PullRequest::decode(body.as_slice()).unwrap().db.unwrap_or_default().db;
+            let names: std::collections::BTreeSet<&String> = views.iter().flat_map(|(dbs, _)| dbs).collect();
+            match scan_one_view_db(&body) {
+                Ok(db) => {
+                    prop_assert_eq!(&db, &decoded);
+                    prop_assert_eq!(names.len(), 1);
+                }
+                Err(ScanError::TwoDatabases) => prop_assert!(names.len() > 1),
+                Err(ScanError::NoDatabase) => prop_assert!(decoded.is_empty() && names.len() <= 1),
+                Err(other) => prop_assert!(false, "{other:?}"),
+            }
+        }
+
+        /// The same for a singular string `db`, repeated.
+        #[test]
+        fn a_db_scan_agrees_with_protobuf_or_refuses(
+            dbs in proptest::collection::vec(prop_oneof!["a", "b", "orders"], 1..4),
+            v in any::<u32>(),
+        ) {
+            let mut body = Transact { protocol_version: v, ..Transact::default() }.encode_to_vec();
+            for db in &dbs {
+                body.extend(field_one(db.as_bytes()));
+            }
+            let decoded = Transact::decode(body.as_slice()).unwrap().db;
+            let names: std::collections::BTreeSet<&String> = dbs.iter().collect();
+            match scan_db(&body) {
+                Ok(db) => {
+                    prop_assert_eq!(&db, &decoded);
+                    prop_assert_eq!(names.len(), 1);
+                }
+                Err(error) => {
+                    prop_assert_eq!(error, ScanError::TwoDatabases);
+                    prop_assert!(names.len() > 1);
+                }
+            }
+        }
+
         #[test]
         fn finds_db_in_any_valid_message(db in "[a-zA-Z0-9_-]{1,128}", tx in proptest::collection::vec(any::<u8>(), 0..512), v in any::<u32>(), basis in proptest::option::of(any::<u64>()), f in any::<u64>()) {
             let message = Transact { db: db.clone(), protocol_version: v, tx_data: tx, expected_basis_t: basis, unknown_fixed: f, unknown_fixed32: 3 };

@@ -1,11 +1,13 @@
 //! The node's admin answers: `/metrics` (Prometheus text), `/healthz` (the
 //! process answers) and `/readyz` (storage answers within the storage
 //! timeout and the node is not shutting down), `/debug/root-ops` (root
-//! operations per database, JSON: invariant 5 made observable).
+//! operations per database, JSON: invariant 5 made observable). Only the
+//! first three are open to anyone; the rest only to loopback or an
+//! operator's token (`OperatorGate`).
 
 use std::sync::Arc;
 
-use corium_fleet_common::admin_http::Handler;
+use corium_fleet_common::admin_http::{AdminRequest, Handler, OperatorGate};
 
 use crate::host::Host;
 
@@ -89,6 +91,8 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
                 host.subscriptions.load(std::sync::atomic::Ordering::Relaxed) as u64,
             );
             host.work.render(&mut text);
+            host.waiters.render(&mut text);
+            render_features(&host, &mut text);
             host.template.read_ahead.counts.render(&mut text);
             let warm = &host.template.read_ahead.warm;
             warm.counts.render(warm, &mut text);
@@ -120,8 +124,34 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
     }
 }
 
-/// The admin handler for `host`.
+/// `corium_fleet_feature_enabled{feature=…}`: 1 for each format this node
+/// writes now, which every live member lists (the version gate).
+fn render_features(host: &Host, out: &mut String) {
+    use std::fmt::Write as _;
+    let name = "corium_fleet_feature_enabled";
+    let _ = writeln!(
+        out,
+        "# HELP {name} 1 when every live member of the fleet reads a format, so this node writes it (a version gate).\n# TYPE {name} gauge"
+    );
+    for feature in crate::FEATURES {
+        let _ = writeln!(
+            out,
+            "{name}{{feature=\"{feature}\"}} {}",
+            u8::from(host.features.has(feature))
+        );
+    }
+}
+
+/// The admin handler for `host`: what is not a probe or the scrape (the
+/// per-database root operations name every database this node touched)
+/// answers only loopback or an operator, by the node's own guard.
 #[must_use]
 pub fn handler(host: Arc<Host>) -> Handler {
-    Arc::new(move |path| Box::pin(answer(Arc::clone(&host), path)))
+    let gate = Arc::new(OperatorGate::new(host.guard.clone(), host.config.auth.clone()));
+    Arc::new(move |request: AdminRequest| {
+        if let Err(refusal) = gate.check(&request) {
+            return Box::pin(std::future::ready(refusal));
+        }
+        Box::pin(answer(Arc::clone(&host), request.path))
+    })
 }

@@ -26,6 +26,13 @@ pub struct Args {
     /// Admin HTTP listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9102].
     #[arg(long)]
     pub admin_listen: Option<SocketAddr>,
+    /// Let a connection from a loopback address read the admin port's
+    /// /status and /status.json without an operator's token (`kubectl
+    /// port-forward` arrives from loopback). Turn off where every connection
+    /// arrives from loopback whoever made it (a service-mesh sidecar)
+    /// [default: true].
+    #[arg(long, value_name = "BOOL")]
+    pub admin_trust_loopback: Option<bool>,
     /// Storage the transactors share, read here to find lease holders:
     /// `filesystem` (under --data-dir), `postgres://…` or `s3://BUCKET[/PREFIX]`.
     #[arg(long, env = "CORIUM_FLEET_STORAGE")]

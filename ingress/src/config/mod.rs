@@ -33,6 +33,7 @@ impl Args {
             config: self.config,
             listen: self.listen.or(file.listen),
             admin_listen: self.admin_listen.or(file.admin_listen),
+            admin_trust_loopback: self.admin_trust_loopback.or(file.admin_trust_loopback),
             storage: self.storage.or(file.storage),
             data_dir: self.data_dir.or(file.data_dir),
             s3_endpoint: self.s3_endpoint.or(file.s3_endpoint),
@@ -153,6 +154,7 @@ impl Args {
             admin_listen: self
                 .admin_listen
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9102))),
+            admin_trust_loopback: self.admin_trust_loopback.unwrap_or(true),
             storage,
             data_dir: self
                 .data_dir

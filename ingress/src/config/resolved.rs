@@ -17,11 +17,15 @@ pub struct Identity {
 
 /// A validated ingress configuration.
 #[derive(Clone, Debug)]
+#[allow(clippy::struct_excessive_bools)] // Independent switches, each its own flag.
 pub struct Config {
     /// Client listener (gRPC over HTTP/2 cleartext).
     pub listen: SocketAddr,
     /// Admin HTTP listener (`/metrics`, `/healthz`, `/readyz`).
     pub admin_listen: SocketAddr,
+    /// Whether a loopback peer reads the admin port's status pages without
+    /// an operator's token.
+    pub admin_trust_loopback: bool,
     /// Parsed at validation, so a bad `--storage` is a usage error.
     pub storage: corium_fleet_store::Storage,
     /// Data directory of a filesystem fleet.

@@ -27,6 +27,10 @@ pub(super) static MIN_BASIS: HeaderName = HeaderName::from_static(metadata::MIN_
 pub(super) static BASIS_T: HeaderName = HeaderName::from_static(metadata::BASIS_T);
 /// `grpc-timeout`.
 pub(super) static GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+/// `grpc-status-details-bin`.
+pub(super) static GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-details-bin");
+/// `grpc-message`.
+pub(super) static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
 
 /// Metadata only the fleet sets; a client sending any of it is refused.
 pub(super) static FLEET_ONLY: [&HeaderName; 4] = [&HOP, &PRINCIPAL, &LEASE_VERSION, &REQUEST_ID_ORIGIN];

@@ -13,7 +13,9 @@
 //!    a read replica (the owner last); [`any`] sends the rest to a candidate
 //!    or any node;
 //! 3. [`hop`] is one attempt: the fleet metadata, the remaining deadline,
-//!    and a classification of how it failed.
+//!    and a classification of how it failed;
+//! 4. [`redact`] strips a node's internal endpoints and zones from a typed
+//!    `NotOwner` passed on to the client.
 //!
 //! Every answer the ingress makes up is one the stock clients read right
 //! (`docs/design/0009-stock-client-statuses.md`).
@@ -23,6 +25,7 @@ mod header_names;
 mod hop;
 mod intake;
 mod owner;
+mod redact;
 mod replica;
 
 use std::sync::Arc;
@@ -239,6 +242,7 @@ impl Proxy {
                 };
                 self.metrics.forward_seconds.observe(started.elapsed());
                 let mut response = response.unwrap_or_else(|status| status_response(&status));
+                redact::not_owner(&mut response);
                 call.stamp(&mut response);
                 if let Some(db) = &call.db
                     && let Some(basis) = response
