@@ -25,7 +25,7 @@ pub struct Client {
     pub(crate) config: Config,
     /// The highest basis committed through this client, per database: every
     /// read waits for it (read-your-writes, `reads.rs`).
-    pub(crate) written: crate::reads::WrittenBases,
+    pub(crate) written: crate::written::WrittenBases,
 }
 
 /// A committed transaction and the request id it was committed under.
@@ -80,7 +80,7 @@ impl Client {
             channel: endpoint.connect_lazy(),
             bearer,
             config,
-            written: crate::reads::WrittenBases::default(),
+            written: crate::written::WrittenBases::default(),
         })
     }
 

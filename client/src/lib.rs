@@ -31,7 +31,9 @@
 //!   "did my request commit?";
 //! - [`reads`] — queries and counts from the fleet's read replicas, at
 //!   least as far as this client's own writes (read-your-writes);
-//! - [`subscription`] — resuming subscriptions.
+//! - [`subscription`] — resuming subscriptions;
+//! - [`written`] — the highest basis this client saw committed, per
+//!   database (what its reads wait for).
 
 pub mod auth;
 pub mod client;
@@ -40,6 +42,7 @@ pub mod error;
 pub mod reads;
 pub mod retry;
 pub mod subscription;
+pub mod written;
 
 pub use client::{Client, Database, RequestStatus, Transacted};
 pub use config::{Config, RetryPolicy, Tls};

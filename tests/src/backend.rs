@@ -9,6 +9,9 @@ use std::process::Command;
 /// (`http://127.0.0.1:PORT`); `make test` sets it from
 /// `scripts/seaweedfs.sh start`.
 pub const S3_ENDPOINT_VAR: &str = "CORIUM_FLEET_TEST_S3_ENDPOINT";
+/// Set to `1` to run the suite without S3, knowingly (each test that would
+/// have used it says so on its standard error).
+pub const SKIP_S3_VAR: &str = "CORIUM_FLEET_TEST_SKIP_S3";
 
 /// The bucket `scripts/seaweedfs.sh` creates; `CORIUM_FLEET_TEST_S3_BUCKET`
 /// names another.
@@ -43,8 +46,10 @@ impl Backend {
     /// is set (`make test` sets it), S3 — in that order.
     ///
     /// # Panics
-    /// When the `PostgreSQL` URL is not set (run the suite through `make test`),
-    /// or a database cannot be created on it.
+    /// When the `PostgreSQL` URL or the S3 endpoint is not set (run the suite
+    /// through `make test`; `CORIUM_FLEET_TEST_SKIP_S3=1` leaves S3 out, with
+    /// a warning on every test that would have used it), or a database
+    /// cannot be created on `PostgreSQL`.
     #[must_use]
     pub fn all() -> Vec<Self> {
         let base = std::env::var("CORIUM_FLEET_TEST_PG_URL").expect(
@@ -53,6 +58,15 @@ impl Backend {
         let mut all = vec![Self::Filesystem, Self::postgres(&base)];
         if let Ok(endpoint) = std::env::var(S3_ENDPOINT_VAR) {
             all.push(Self::s3(&endpoint));
+        } else if std::env::var(SKIP_S3_VAR).is_ok_and(|value| value == "1") {
+            // Leaving S3 out is a choice made out loud, never a default: a
+            // suite that passes without it has not tested it.
+            eprintln!("WARNING: {SKIP_S3_VAR}=1: this test runs WITHOUT S3 (filesystem and PostgreSQL only)");
+        } else {
+            panic!(
+                "{S3_ENDPOINT_VAR} is not set: run the suite with `make test`, which starts SeaweedFS \
+                 (S3); to leave S3 out knowingly, set {SKIP_S3_VAR}=1"
+            );
         }
         all
     }

@@ -24,6 +24,8 @@ pub struct Fleet {
     mtls: bool,
     /// Whether nodes and ingresses get the `--member` list (else: registry).
     static_members: bool,
+    /// Whether processes get `--dev-token-operator`.
+    dev_token_operator: bool,
     /// Per node, the cuttable path to its storage server (`PostgreSQL` and S3
     /// fleets only).
     pub partitions: Vec<Option<Partition>>,
@@ -47,6 +49,7 @@ pub struct FleetBuilder {
     lease_ttl: Duration,
     mtls: bool,
     static_members: bool,
+    dev_token_operator: bool,
     node_flags: Vec<String>,
     env: Vec<(String, String)>,
     /// Node index → a loopback port in front of it that it advertises (a
@@ -82,6 +85,15 @@ impl FleetBuilder {
     #[must_use]
     pub fn registry(mut self) -> Self {
         self.static_members = false;
+        self
+    }
+
+    /// Processes take the development token as the bare binaries do: a
+    /// data admin, not a fleet operator (no `--dev-token-operator`, which
+    /// local development fleets get by default).
+    #[must_use]
+    pub fn bare_auth(mut self) -> Self {
+        self.dev_token_operator = false;
         self
     }
 
@@ -180,6 +192,7 @@ impl Fleet {
             lease_ttl: Duration::from_millis(1500),
             mtls: false,
             static_members: true,
+            dev_token_operator: true,
             node_flags: Vec::new(),
             env: Vec::new(),
             fronts: Vec::new(),
@@ -282,7 +295,7 @@ impl Fleet {
                 members: plan.static_members.then_some(members.as_slice()),
                 replicas: None,
                 certs: launch_certs.as_ref(),
-                dev_token_operator: true,
+                dev_token_operator: plan.dev_token_operator,
             };
             let mut args = launch::node_args(
                 &shared,
@@ -323,6 +336,7 @@ impl Fleet {
             ingresses: Vec::new(),
             mtls: plan.mtls,
             static_members: plan.static_members,
+            dev_token_operator: plan.dev_token_operator,
             partitions,
             members,
             replicas: placement::DEFAULT_REPLICAS,
@@ -397,7 +411,7 @@ impl Fleet {
                 members: self.static_members.then_some(self.members.as_slice()),
                 replicas: None,
                 certs: certs.as_ref(),
-                dev_token_operator: true,
+                dev_token_operator: self.dev_token_operator,
             };
             let mut args = launch::ingress_args(&shared, loopback(grpc), loopback(admin));
             args.extend(

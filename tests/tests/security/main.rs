@@ -10,9 +10,16 @@
 //!   certificates speak for a node;
 //! - `certificates` — rotation under load, dialling a node by its id.
 
+mod admin_port;
 mod authentication;
 mod authorization;
+mod before_activation;
 mod certificates;
+mod holds;
+mod not_owner_disclosure;
+mod request_ids;
+mod roles;
+mod two_databases;
 
 use std::time::Duration;
 

@@ -367,6 +367,7 @@ async fn take_place(host: &Host, principal: &Principal, door: &Door<'_>) -> Resu
                 tracing::debug!(db = door.db, principal = %key, reason = refused.reason.label(), "call shed");
                 Refused::Overloaded(refused)
             })?;
+            tracing::debug!(db = door.db, principal = %key, "call admitted");
             Ok(Held::Work { _permit: permit })
         }
         Place::Wait => {
@@ -376,6 +377,7 @@ async fn take_place(host: &Host, principal: &Principal, door: &Door<'_>) -> Resu
                 tracing::debug!(db = door.db, principal = %key, "wait refused");
                 Refused::Overloaded(refused)
             })?;
+            tracing::debug!(db = door.db, principal = %key, "wait admitted");
             Ok(Held::Wait { _place: place })
         }
     }
