@@ -5,14 +5,14 @@ use http_body_util::combinators::UnsyncBoxBody;
 use hyper::http::Response;
 
 /// The error type of a response body.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The response body: the owner's bytes, streamed (or buffered) through.
-pub type Body = UnsyncBoxBody<Bytes, BoxError>;
+pub(crate) type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 /// A gRPC error as a trailers-only HTTP response.
 #[must_use]
-pub fn status_response(status: &tonic::Status) -> Response<Body> {
+pub(crate) fn status_response(status: &tonic::Status) -> Response<Body> {
     status.clone().into_http::<Body>()
 }
 
@@ -46,7 +46,7 @@ impl<G: Unpin> hyper::body::Body for Holding<G> {
 
 /// `response` with `guard` held by its body until the body is dropped.
 #[must_use]
-pub fn holding<G: Unpin + Send + 'static>(response: Response<Body>, guard: G) -> Response<Body> {
+pub(crate) fn holding<G: Unpin + Send + 'static>(response: Response<Body>, guard: G) -> Response<Body> {
     use http_body_util::BodyExt as _;
     response.map(|inner| Holding { inner, _guard: guard }.boxed_unsync())
 }

@@ -41,7 +41,7 @@ struct Handed {
 /// The executor a client connection gives hyper: calls are queued for the
 /// connection's own task ([`WithCalls`]), never spawned.
 #[derive(Clone, Default)]
-pub struct CallTasks(Arc<Handed>);
+pub(crate) struct CallTasks(Arc<Handed>);
 
 impl<F> hyper::rt::Executor<F> for CallTasks
 where
@@ -58,7 +58,7 @@ where
 
 /// A client connection and its calls, driven together; ready when the
 /// connection has ended and every call with it.
-pub struct WithCalls<C: Future> {
+pub(crate) struct WithCalls<C: Future> {
     /// hyper's connection future.
     connection: Pin<Box<C>>,
     /// Its outcome, once it ended (calls may still be finishing).
@@ -69,7 +69,7 @@ pub struct WithCalls<C: Future> {
 
 impl<C: Future> WithCalls<C> {
     /// `connection`, whose executor is `tasks`.
-    pub fn new(connection: C, tasks: &CallTasks) -> Self {
+    pub(crate) fn new(connection: C, tasks: &CallTasks) -> Self {
         Self {
             connection: Box::pin(connection),
             ended: None,
@@ -79,7 +79,7 @@ impl<C: Future> WithCalls<C> {
     }
 
     /// The connection itself (hyper's graceful shutdown).
-    pub fn connection(&mut self) -> Pin<&mut C> {
+    pub(crate) fn connection(&mut self) -> Pin<&mut C> {
         self.connection.as_mut()
     }
 

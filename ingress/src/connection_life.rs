@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Calls open on one connection, and when the last one ended.
-pub struct Activity {
+pub(crate) struct Activity {
     born: Instant,
     open: AtomicUsize,
     /// Milliseconds after `born` when the last call ended.
@@ -27,7 +27,7 @@ pub struct Activity {
 
 /// One open call; the connection is busy while it lives (with the
 /// response body, so a stream keeps its connection busy).
-pub struct OpenCall(Arc<Activity>);
+pub(crate) struct OpenCall(Arc<Activity>);
 
 impl Drop for OpenCall {
     fn drop(&mut self) {
@@ -41,7 +41,7 @@ impl Drop for OpenCall {
 impl Activity {
     /// A new connection's activity: no call yet.
     #[must_use]
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             born: Instant::now(),
             open: AtomicUsize::new(0),
@@ -51,7 +51,7 @@ impl Activity {
 
     /// Marks a call open until the guard drops.
     #[must_use]
-    pub fn call(self: &Arc<Self>) -> OpenCall {
+    pub(crate) fn call(self: &Arc<Self>) -> OpenCall {
         self.open.fetch_add(1, Ordering::AcqRel);
         OpenCall(Arc::clone(self))
     }
@@ -68,7 +68,7 @@ impl Activity {
 
 /// How long connections live.
 #[derive(Clone, Copy, Debug)]
-pub struct Life {
+pub(crate) struct Life {
     /// Close after this long with no call open.
     pub idle: Option<Duration>,
     /// Close at this age, ±10 %.
@@ -77,7 +77,7 @@ pub struct Life {
 
 /// Why the ingress closed a connection (if it did).
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub enum Closed {
+pub(crate) enum Closed {
     /// The client closed it, or it failed.
     ByClient,
     /// No call open for the idle bound.
@@ -99,7 +99,7 @@ fn jittered(age: Duration) -> Duration {
 /// graceful shutdown) when `life` or `shutdown` says so. `close` is told
 /// why before the connection can send anything of it, so whatever it
 /// counts is counted before the client can see the close.
-pub async fn run<C, E>(
+pub(crate) async fn run<C, E>(
     connection: C,
     close: impl Fn(Pin<&mut C>, Closed),
     activity: &Activity,

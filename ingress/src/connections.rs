@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The open client connections, by address.
-pub struct Connections {
+pub(crate) struct Connections {
     max_total: usize,
     max_per_client: usize,
     /// How long a client may stay silent after connecting (cleartext:
@@ -20,7 +20,7 @@ pub struct Connections {
 }
 
 /// One admitted connection; its place is given back when dropped.
-pub struct Slot {
+pub(crate) struct Slot {
     connections: Arc<Connections>,
     client: Option<IpAddr>,
 }
@@ -29,7 +29,11 @@ impl Connections {
     /// At most `max_total` connections, `max_per_client` from one address;
     /// a cleartext client silent for `preface_timeout` is closed.
     #[must_use]
-    pub fn new(max_total: usize, max_per_client: usize, preface_timeout: std::time::Duration) -> Arc<Self> {
+    pub(crate) fn new(
+        max_total: usize,
+        max_per_client: usize,
+        preface_timeout: std::time::Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             max_total,
             max_per_client,
@@ -41,7 +45,7 @@ impl Connections {
 
     /// A place for a connection from `client`, or `None` over a cap.
     #[must_use]
-    pub fn admit(self: &Arc<Self>, client: Option<IpAddr>) -> Option<Slot> {
+    pub(crate) fn admit(self: &Arc<Self>, client: Option<IpAddr>) -> Option<Slot> {
         if self.total.fetch_add(1, Ordering::AcqRel) >= self.max_total {
             self.total.fetch_sub(1, Ordering::AcqRel);
             return None;
@@ -67,13 +71,14 @@ impl Connections {
 
     /// How long a cleartext client may stay silent after connecting.
     #[must_use]
-    pub fn preface_timeout(&self) -> std::time::Duration {
+    pub(crate) fn preface_timeout(&self) -> std::time::Duration {
         self.preface_timeout
     }
 
     /// Connections open now.
+    #[cfg(test)]
     #[must_use]
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.total.load(Ordering::Acquire)
     }
 }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Places for held calls.
-pub struct FailoverBuffer {
+pub(crate) struct FailoverBuffer {
     per_database: usize,
     total: usize,
     max_bytes: usize,
@@ -40,7 +40,7 @@ struct Occupancy {
 }
 
 /// A held call's place; given back when dropped.
-pub struct Held {
+pub(crate) struct Held {
     buffer: Arc<FailoverBuffer>,
     db: String,
     bytes: usize,
@@ -50,7 +50,7 @@ impl FailoverBuffer {
     /// Places for `per_database` calls of a database, `total` in all, with
     /// bodies of at most `max_bytes` together.
     #[must_use]
-    pub fn new(per_database: usize, total: usize, max_bytes: usize) -> Arc<Self> {
+    pub(crate) fn new(per_database: usize, total: usize, max_bytes: usize) -> Arc<Self> {
         Arc::new(Self {
             per_database,
             total,
@@ -63,7 +63,7 @@ impl FailoverBuffer {
 
     /// A place for a call to `db` whose body is `bytes` long, if one is free.
     #[must_use]
-    pub fn hold(self: &Arc<Self>, db: &str, bytes: usize) -> Option<Held> {
+    pub(crate) fn hold(self: &Arc<Self>, db: &str, bytes: usize) -> Option<Held> {
         if self.per_database == 0 {
             return None;
         }
@@ -91,12 +91,12 @@ impl FailoverBuffer {
 
     /// Calls holding a place now.
     #[must_use]
-    pub fn holding(&self) -> usize {
+    pub(crate) fn holding(&self) -> usize {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).calls
     }
 
     /// Appends the buffer's metrics to a `/metrics` page.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         use corium_fleet_common::prometheus::{counter, gauge};
         gauge(
             out,

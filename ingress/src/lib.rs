@@ -34,27 +34,27 @@
 //! [`run`] starts an ingress on given listeners until a shutdown future
 //! resolves; the binary and the tests start it the same way.
 
-pub mod body;
-pub mod call_tasks;
+mod body;
+mod call_tasks;
 pub mod config;
-pub mod connection_life;
-pub mod connections;
-pub mod failover_buffer;
-pub mod limits;
-pub mod metrics;
-pub mod node_limits;
-pub mod owner_cache;
-pub mod proxy;
-pub mod retry_budget;
-pub mod route;
-pub mod server;
-pub mod session;
-pub mod stall;
-pub mod status_page;
-pub mod storage_health;
-pub mod stream_end;
-pub mod suspects;
-pub mod upstream;
+mod connection_life;
+mod connections;
+mod failover_buffer;
+mod limits;
+mod metrics;
+mod node_limits;
+mod owner_cache;
+mod proxy;
+mod retry_budget;
+mod route;
+mod server;
+mod session;
+mod stall;
+mod status_page;
+mod storage_health;
+mod stream_end;
+mod suspects;
+mod upstream;
 
 use std::future::Future;
 use std::sync::Arc;

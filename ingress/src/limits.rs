@@ -17,7 +17,7 @@ use tonic::Status;
 
 /// A token bucket: `rate` tokens a second, at most `burst` saved.
 #[derive(Debug)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     tokens: f64,
     updated: Instant,
 }
@@ -31,7 +31,7 @@ impl Bucket {
     }
 
     /// Takes one token if there is one.
-    pub fn take(&mut self, rate: f64, burst: f64, now: Instant) -> bool {
+    pub(crate) fn take(&mut self, rate: f64, burst: f64, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
         self.tokens = (self.tokens + elapsed * rate).min(burst);
         self.updated = now;
@@ -47,7 +47,7 @@ impl Bucket {
 /// Whom a rate limit counts against: the principal a caller authenticated
 /// as, or, for anonymous callers, its address.
 #[derive(Clone, Debug, Eq, Hash, PartialEq)]
-pub enum ClientKey {
+pub(crate) enum ClientKey {
     /// An anonymous caller, by address.
     Address(IpAddr),
     /// An authenticated principal (`provider:subject`).
@@ -64,7 +64,7 @@ impl std::fmt::Display for ClientKey {
 }
 
 /// The ingress's admission limits.
-pub struct Limits {
+pub(crate) struct Limits {
     concurrency: Arc<tokio::sync::Semaphore>,
     max_concurrent: usize,
     /// Requests a second per client (0: unlimited).
@@ -77,7 +77,7 @@ pub struct Limits {
 }
 
 /// One admitted request; dropping it frees its concurrency slot.
-pub struct Admission {
+pub(crate) struct Admission {
     _permit: tokio::sync::OwnedSemaphorePermit,
     /// The client's open-call place, to be held by the response body.
     pub stream: Option<StreamSlot>,
@@ -85,7 +85,7 @@ pub struct Admission {
 
 /// A client's place for one open call; given back when dropped (with the
 /// response body, so a stream holds it for its life).
-pub struct StreamSlot {
+pub(crate) struct StreamSlot {
     streams: Arc<Mutex<HashMap<IpAddr, usize>>>,
     client: IpAddr,
 }
@@ -113,7 +113,7 @@ impl Limits {
     /// calls open from one address, and `rate_per_client` requests a second
     /// from one client (0: unlimited; the burst is one second's worth).
     #[must_use]
-    pub fn new(max_concurrent: usize, max_streams_per_client: usize, rate_per_client: u32) -> Self {
+    pub(crate) fn new(max_concurrent: usize, max_streams_per_client: usize, rate_per_client: u32) -> Self {
         Self {
             concurrency: Arc::new(tokio::sync::Semaphore::new(max_concurrent)),
             max_concurrent,
@@ -135,7 +135,7 @@ impl Limits {
     /// # Errors
     /// `RESOURCE_EXHAUSTED` with a retry hint over the ingress's concurrency
     /// limit or the client's open calls.
-    pub fn admit(&self, client: Option<IpAddr>) -> Result<Admission, Status> {
+    pub(crate) fn admit(&self, client: Option<IpAddr>) -> Result<Admission, Status> {
         let stream = match client {
             Some(client) => {
                 let mut streams = self
@@ -179,7 +179,7 @@ impl Limits {
 
     /// Whether a per-client rate is set (`--rate-limit-per-client`).
     #[must_use]
-    pub fn rates(&self) -> bool {
+    pub(crate) fn rates(&self) -> bool {
         self.rate > 0.0
     }
 
@@ -187,7 +187,7 @@ impl Limits {
     ///
     /// # Errors
     /// `RESOURCE_EXHAUSTED` with the time until the next allowed request.
-    pub fn rate(&self, client: &ClientKey) -> Result<(), Status> {
+    pub(crate) fn rate(&self, client: &ClientKey) -> Result<(), Status> {
         if self.rate <= 0.0 {
             return Ok(());
         }

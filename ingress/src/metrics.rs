@@ -6,7 +6,7 @@ use corium_fleet_common::prometheus::{Histogram, counter};
 
 /// Counters and histograms of one ingress.
 #[derive(Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Owner-cache hits.
     pub cache_hits: AtomicU64,
     /// Owner-cache misses (storage reads, coalesced per database).
@@ -97,7 +97,7 @@ pub struct Metrics {
 impl Metrics {
     /// The Prometheus text exposition.
     #[must_use]
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for (name, help, value) in self.counters() {
             counter(&mut out, name, help, value.load(Ordering::Relaxed));

@@ -96,7 +96,7 @@ impl Node {
 }
 
 /// Every node's learned limit.
-pub struct NodeLimits {
+pub(crate) struct NodeLimits {
     /// Off (`--adaptive-node-limit false`): every call goes to its node.
     enabled: bool,
     nodes: Mutex<HashMap<String, Arc<Node>>>,
@@ -104,7 +104,7 @@ pub struct NodeLimits {
 
 /// One call open at a node; [`NodePermit::answered`] or
 /// [`NodePermit::refused`] tells the limit how it went.
-pub struct NodePermit {
+pub(crate) struct NodePermit {
     node: Arc<Node>,
 }
 
@@ -116,7 +116,7 @@ impl Drop for NodePermit {
 
 impl NodePermit {
     /// The node answered (anything but a node-wide refusal).
-    pub fn answered(&self) {
+    pub(crate) fn answered(&self) {
         let mut learned = self.node.learned();
         if learned.limit >= START {
             // The usual case: nothing to learn, no clock to read.
@@ -131,7 +131,7 @@ impl NodePermit {
     }
 
     /// The node refused the call for its own load.
-    pub fn refused(&self) {
+    pub(crate) fn refused(&self) {
         let mut learned = self.node.learned();
         let now = Instant::now();
         learned.limit = (learned.at(now) * DECREASE).max(FLOOR);
@@ -139,7 +139,7 @@ impl NodePermit {
     }
 
     /// Tells the limit how a response with `headers` went.
-    pub fn observe(&self, headers: &hyper::http::HeaderMap) {
+    pub(crate) fn observe(&self, headers: &hyper::http::HeaderMap) {
         let shed_by_node = headers
             .get(overload::SCOPE)
             .and_then(|value| Scope::parse(value.as_bytes()))
@@ -155,7 +155,7 @@ impl NodePermit {
 impl NodeLimits {
     /// Limits that refuse over the learned limit when `enabled`.
     #[must_use]
-    pub fn new(enabled: bool) -> Self {
+    pub(crate) fn new(enabled: bool) -> Self {
         Self {
             enabled,
             nodes: Mutex::default(),
@@ -164,7 +164,7 @@ impl NodeLimits {
 
     /// Calls this ingress has open at `endpoint` now.
     #[must_use]
-    pub fn open(&self, endpoint: &str) -> usize {
+    pub(crate) fn open(&self, endpoint: &str) -> usize {
         self.nodes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -177,7 +177,7 @@ impl NodeLimits {
     /// # Errors
     /// `RESOURCE_EXHAUSTED` with a hint when this ingress already has the
     /// node's learned limit of calls open there.
-    pub fn acquire(&self, endpoint: &str) -> Result<NodePermit, tonic::Status> {
+    pub(crate) fn acquire(&self, endpoint: &str) -> Result<NodePermit, tonic::Status> {
         let node = {
             let mut nodes = self
                 .nodes
@@ -214,9 +214,10 @@ impl NodeLimits {
         Ok(permit)
     }
 
-    /// The learned limit of `endpoint` now (for tests and metrics).
+    /// The learned limit of `endpoint` now.
+    #[cfg(test)]
     #[must_use]
-    pub fn limit(&self, endpoint: &str) -> Option<f64> {
+    pub(crate) fn limit(&self, endpoint: &str) -> Option<f64> {
         let nodes = self
             .nodes
             .lock()

@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 
 /// The lease holder of a database, as last seen.
 #[derive(Clone, Debug, Eq, PartialEq)]
-pub struct Owner {
+pub(crate) struct Owner {
     /// Node id of the holder.
     pub node_id: String,
     /// The lease version it holds, sent on the hop so a node can refuse a
@@ -37,7 +37,7 @@ pub struct Owner {
 
 /// What the ingress knows about one database.
 #[derive(Clone, Debug, Eq, PartialEq)]
-pub enum Resolution {
+pub(crate) enum Resolution {
     /// An unexpired lease.
     Owned(Owner),
     /// Catalogued, but no unexpired lease: a candidate activates it.
@@ -49,7 +49,7 @@ pub enum Resolution {
 /// Why an owner could not be resolved.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("cannot read the lease of {db:?} from storage: {detail}")]
-pub struct ResolveError {
+pub(crate) struct ResolveError {
     /// The database whose lease was being read.
     pub db: String,
     /// What the storage read said (or that it timed out).
@@ -57,10 +57,10 @@ pub struct ResolveError {
 }
 
 /// How long the last owner seen is kept for when storage cannot be read.
-pub const LAST_KNOWN_TTL: Duration = Duration::from_mins(10);
+pub(crate) const LAST_KNOWN_TTL: Duration = Duration::from_mins(10);
 
 /// The owner cache.
-pub struct Cache {
+pub(crate) struct Cache {
     entries: moka::future::Cache<String, Resolution>,
     /// The last owner read from storage or learned, per database, for when
     /// storage cannot be read.
@@ -75,7 +75,7 @@ impl Cache {
     /// `capacity` of them, and one storage read is bounded by
     /// `storage_timeout`.
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn FullStore>,
         ttl: Duration,
         capacity: u64,
@@ -101,7 +101,7 @@ impl Cache {
     ///
     /// # Errors
     /// When storage cannot be read in time (never a guess).
-    pub async fn resolve(&self, db: &str) -> Result<Resolution, ResolveError> {
+    pub(crate) async fn resolve(&self, db: &str) -> Result<Resolution, ResolveError> {
         if let Some(found) = self.entries.get(db).await {
             self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
@@ -149,7 +149,7 @@ impl Cache {
 
     /// Learns from a `NotOwner` hint: the named owner when there is one,
     /// otherwise forget the entry so the next request re-reads storage.
-    pub async fn learn(&self, hint: &NotOwner) {
+    pub(crate) async fn learn(&self, hint: &NotOwner) {
         self.metrics.cache_stale.fetch_add(1, Ordering::Relaxed);
         if hint.owner_id.is_empty() || hint.route_endpoint.is_empty() {
             self.entries.invalidate(&hint.database).await;
@@ -167,7 +167,7 @@ impl Cache {
     }
 
     /// Forgets `db` (its owner could not be reached).
-    pub async fn invalidate(&self, db: &str) {
+    pub(crate) async fn invalidate(&self, db: &str) {
         self.entries.invalidate(db).await;
     }
 }

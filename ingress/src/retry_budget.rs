@@ -17,7 +17,7 @@ const SAVE_SECONDS: f64 = 10.0;
 const ONE: f64 = 1.0 - 1e-9;
 
 /// A shared retry budget.
-pub struct RetryBudget {
+pub(crate) struct RetryBudget {
     /// Budget added per call taken.
     ratio: f64,
     /// Budget added a second, whatever the traffic.
@@ -35,7 +35,7 @@ struct State {
 impl RetryBudget {
     /// `ratio` retries per call taken, plus `floor` a second.
     #[must_use]
-    pub fn new(ratio: f64, floor: u32) -> Self {
+    pub(crate) fn new(ratio: f64, floor: u32) -> Self {
         let floor = f64::from(floor);
         let cap = (floor * SAVE_SECONDS).max(1.0) + ratio * 1000.0;
         Self {
@@ -61,7 +61,7 @@ impl RetryBudget {
     }
 
     /// A call was taken: its share of retries goes into the budget.
-    pub fn deposit(&self) {
+    pub(crate) fn deposit(&self) {
         self.deposit_at(Instant::now());
     }
 
@@ -71,12 +71,12 @@ impl RetryBudget {
     }
 
     /// Whether a retry is in the budget now (without taking it).
-    pub fn available(&self) -> bool {
+    pub(crate) fn available(&self) -> bool {
         self.with(Instant::now(), |balance| *balance >= ONE)
     }
 
     /// Takes one retry from the budget, if there is one.
-    pub fn withdraw(&self) -> bool {
+    pub(crate) fn withdraw(&self) -> bool {
         self.withdraw_at(Instant::now())
     }
 

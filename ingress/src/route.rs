@@ -9,29 +9,29 @@
 
 /// The path of `corium.v1.Transactor/Subscribe`, the one server-streaming
 /// call (its stream is watched for a stalled client, `stall.rs`).
-pub const SUBSCRIBE: &str = "/corium.v1.Transactor/Subscribe";
+pub(crate) const SUBSCRIBE: &str = "/corium.v1.Transactor/Subscribe";
 
 /// The path of `corium.v1.PeerServer/Subscribe`, a thin client's
 /// subscription (served by the owner, like [`SUBSCRIBE`]).
-pub const PEER_SUBSCRIBE: &str = "/corium.v1.PeerServer/Subscribe";
+pub(crate) const PEER_SUBSCRIBE: &str = "/corium.v1.PeerServer/Subscribe";
 
 /// Whether `path` is a subscription (a stream watched for a stalled client).
 #[must_use]
-pub fn is_subscribe(path: &str) -> bool {
+pub(crate) fn is_subscribe(path: &str) -> bool {
     path == SUBSCRIBE || path == PEER_SUBSCRIBE
 }
 
 /// The path of `corium.v1.PeerServer/Query`, whose field 1 is a list of
 /// views (`repeated DbViewSpec dbs = 1`); the other view reads hold one.
-pub const QUERY: &str = "/corium.v1.PeerServer/Query";
+pub(crate) const QUERY: &str = "/corium.v1.PeerServer/Query";
 
 /// The path of `corium.v1.Catalog/DeleteDatabase`, whose answer for a
 /// database that does not exist is `deleted: false`, not an error.
-pub const DELETE_DATABASE: &str = "/corium.v1.Catalog/DeleteDatabase";
+pub(crate) const DELETE_DATABASE: &str = "/corium.v1.Catalog/DeleteDatabase";
 
 /// Where a call goes.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub enum Target {
+pub(crate) enum Target {
     /// The database's lease holder (activating it on a candidate if none).
     Owner,
     /// The database's top reachable candidate (catalog create).
@@ -45,7 +45,7 @@ pub enum Target {
 
 /// Where a request names its database.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub enum DbField {
+pub(crate) enum DbField {
     /// Nowhere (the call is not about one database).
     None,
     /// String field 1.
@@ -58,7 +58,7 @@ pub enum DbField {
 /// The routing class of a gRPC path, or `None` for a method the fleet does
 /// not serve.
 #[must_use]
-pub fn classify(path: &str) -> Option<(Target, DbField)> {
+pub(crate) fn classify(path: &str) -> Option<(Target, DbField)> {
     let (service, method) = path.strip_prefix('/')?.split_once('/')?;
     let (target, names_db) = match service {
         "corium.v1.PeerServer" => {
@@ -105,7 +105,7 @@ pub fn classify(path: &str) -> Option<(Target, DbField)> {
 /// twice changes nothing, so a hop that broke mid-call leaves no outcome to
 /// be unsure of and the ingress sends it again.
 #[must_use]
-pub fn read_only(path: &str) -> bool {
+pub(crate) fn read_only(path: &str) -> bool {
     matches!(
         path,
         "/corium.v1.Transactor/Sync"
@@ -123,7 +123,7 @@ pub fn read_only(path: &str) -> bool {
 
 /// Why a request body could not be routed.
 #[derive(Debug, thiserror::Error, Eq, PartialEq)]
-pub enum ScanError {
+pub(crate) enum ScanError {
     /// The body does not start with a whole length-prefixed gRPC message.
     #[error("the request body is not one complete gRPC message")]
     Framing,
@@ -151,13 +151,13 @@ pub enum ScanError {
 }
 
 /// A scan that reads a request's database from its first message.
-pub type Scan = fn(&[u8]) -> Result<String, ScanError>;
+pub(crate) type Scan = fn(&[u8]) -> Result<String, ScanError>;
 
 /// How the database of a call on `path` is read, given where `classify`
 /// said it is named: string field 1, the views of a `Query`, or the one
 /// view of the other `PeerServer` reads.
 #[must_use]
-pub fn scanner(path: &str, field: DbField) -> Scan {
+pub(crate) fn scanner(path: &str, field: DbField) -> Scan {
     match field {
         DbField::View if path == QUERY => scan_view_db,
         DbField::View => scan_one_view_db,
@@ -170,7 +170,7 @@ pub fn scanner(path: &str, field: DbField) -> Scan {
 /// # Errors
 /// [`ScanError::Framing`] when the body does not start with a whole message,
 /// [`ScanError::Compressed`] when that message is compressed.
-pub fn first_message(body: &[u8]) -> Result<&[u8], ScanError> {
+pub(crate) fn first_message(body: &[u8]) -> Result<&[u8], ScanError> {
     let header = body.get(..5).ok_or(ScanError::Framing)?;
     if header[0] != 0 {
         return Err(ScanError::Compressed);
@@ -200,7 +200,7 @@ fn varint(bytes: &[u8], at: &mut usize) -> Result<u64, ScanError> {
 /// # Errors
 /// A malformed message, a view naming two databases, or no non-empty
 /// database in the first view.
-pub fn scan_view_db(message: &[u8]) -> Result<String, ScanError> {
+pub(crate) fn scan_view_db(message: &[u8]) -> Result<String, ScanError> {
     let mut first: Option<Option<&[u8]>> = None;
     each_field_one(message, |view| {
         let db = one_value(view)?;
@@ -218,7 +218,7 @@ pub fn scan_view_db(message: &[u8]) -> Result<String, ScanError> {
 ///
 /// # Errors
 /// A malformed message, two different databases, or none.
-pub fn scan_one_view_db(message: &[u8]) -> Result<String, ScanError> {
+pub(crate) fn scan_one_view_db(message: &[u8]) -> Result<String, ScanError> {
     let mut found: Option<&[u8]> = None;
     each_field_one(message, |view| each_field_one(view, |db| same(&mut found, db)))?;
     text(found)
@@ -229,7 +229,7 @@ pub fn scan_one_view_db(message: &[u8]) -> Result<String, ScanError> {
 ///
 /// # Errors
 /// A malformed message, two different values, or no non-empty field 1.
-pub fn scan_db(message: &[u8]) -> Result<String, ScanError> {
+pub(crate) fn scan_db(message: &[u8]) -> Result<String, ScanError> {
     text(one_value(message)?)
 }
 

@@ -21,7 +21,7 @@ const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 
 /// How client connections are served.
 #[derive(Clone, Copy, Debug)]
-pub struct ConnectionSettings {
+pub(crate) struct ConnectionSettings {
     /// HTTP/2 streams one connection may have open at once.
     pub max_streams: u32,
     /// When connections are closed (idle, age).
@@ -137,7 +137,7 @@ async fn handshake(
 }
 
 /// Serves clients until `shutdown` turns true, then drains (bounded).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ServerConfig>>>,
     proxy: Arc<Proxy>,

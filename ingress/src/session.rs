@@ -24,13 +24,13 @@ struct Bases {
 
 /// One connection's written bases.
 #[derive(Default)]
-pub struct Written {
+pub(crate) struct Written {
     bases: Mutex<Bases>,
 }
 
 impl Written {
     /// Records a commit of `db` at `basis`.
-    pub fn record(&self, db: &str, basis: u64) {
+    pub(crate) fn record(&self, db: &str, basis: u64) {
         let mut guard = self
             .bases
             .lock()
@@ -53,7 +53,7 @@ impl Written {
 
     /// The highest basis recorded for `db`.
     #[must_use]
-    pub fn get(&self, db: &str) -> Option<u64> {
+    pub(crate) fn get(&self, db: &str) -> Option<u64> {
         self.bases
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

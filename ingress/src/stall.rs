@@ -69,7 +69,7 @@ fn stalled_trailers(timeout: Duration) -> HeaderMap {
 
 /// `inner` (a node's streamed answer), ended if its client takes no frame
 /// for `timeout`.
-pub fn watched(inner: Body, timeout: Duration, metrics: Arc<Metrics>) -> Body {
+pub(crate) fn watched(inner: Body, timeout: Duration, metrics: Arc<Metrics>) -> Body {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let stalled = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stalled);

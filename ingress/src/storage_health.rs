@@ -17,11 +17,11 @@ use corium_store::FullStore;
 use crate::metrics::Metrics;
 
 /// How often storage is probed.
-pub const PROBE_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_secs(2);
 
 /// The ingress's view of its storage.
 #[derive(Default)]
-pub struct StorageHealth {
+pub(crate) struct StorageHealth {
     /// Set by the first probe that answered; never cleared.
     reached: AtomicBool,
 }
@@ -29,13 +29,13 @@ pub struct StorageHealth {
 impl StorageHealth {
     /// Whether the ingress may take traffic: storage was reached once.
     #[must_use]
-    pub fn ready(&self) -> bool {
+    pub(crate) fn ready(&self) -> bool {
         self.reached.load(Ordering::Acquire)
     }
 
     /// Probes `store` every [`PROBE_EVERY`] (each read bounded by
     /// `timeout`) until `stop`, keeping the gauge and logging changes.
-    pub async fn follow(
+    pub(crate) async fn follow(
         self: Arc<Self>,
         store: Arc<dyn FullStore>,
         timeout: Duration,

@@ -22,7 +22,7 @@ use crate::body::BoxError;
 use crate::upstream::ResponseBody;
 
 /// The upstream body, ending in `UNAVAILABLE` trailers if it breaks.
-pub struct StreamEnd {
+pub(crate) struct StreamEnd {
     inner: ResponseBody,
     /// Set once the replacement trailers were sent.
     ended: bool,
@@ -31,13 +31,13 @@ pub struct StreamEnd {
 impl StreamEnd {
     /// Wraps a node's response body.
     #[must_use]
-    pub const fn new(inner: ResponseBody) -> Self {
+    pub(crate) const fn new(inner: ResponseBody) -> Self {
         Self { inner, ended: false }
     }
 
     /// The response body type the proxy returns.
     #[must_use]
-    pub fn boxed(inner: ResponseBody) -> crate::body::Body {
+    pub(crate) fn boxed(inner: ResponseBody) -> crate::body::Body {
         Self::new(inner).boxed_unsync()
     }
 }

@@ -14,15 +14,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a mark lasts without a new failure.
-pub const SUSPECT_FOR: Duration = Duration::from_secs(5);
+pub(crate) const SUSPECT_FOR: Duration = Duration::from_secs(5);
 
 /// Endpoints under suspicion, and until when.
 #[derive(Default)]
-pub struct Suspects(Mutex<HashMap<String, Instant>>);
+pub(crate) struct Suspects(Mutex<HashMap<String, Instant>>);
 
 impl Suspects {
     /// Marks `endpoint` suspect for [`SUSPECT_FOR`].
-    pub fn mark(&self, endpoint: &str) {
+    pub(crate) fn mark(&self, endpoint: &str) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -30,7 +30,7 @@ impl Suspects {
     }
 
     /// Clears `endpoint` (it answered).
-    pub fn clear(&self, endpoint: &str) {
+    pub(crate) fn clear(&self, endpoint: &str) {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if !map.is_empty() {
             map.remove(endpoint);
@@ -39,7 +39,7 @@ impl Suspects {
 
     /// Whether `endpoint` is suspect now.
     #[must_use]
-    pub fn is_suspect(&self, endpoint: &str) -> bool {
+    pub(crate) fn is_suspect(&self, endpoint: &str) -> bool {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -49,7 +49,7 @@ impl Suspects {
 
     /// `endpoints` with the suspect ones moved to the end, order otherwise
     /// kept.
-    pub fn order<T>(&self, items: Vec<T>, endpoint: impl Fn(&T) -> &str) -> Vec<T> {
+    pub(crate) fn order<T>(&self, items: Vec<T>, endpoint: impl Fn(&T) -> &str) -> Vec<T> {
         let (healthy, suspect): (Vec<T>, Vec<T>) = items
             .into_iter()
             .partition(|item| !self.is_suspect(endpoint(item)));

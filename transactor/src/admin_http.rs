@@ -10,6 +10,7 @@ use std::sync::Arc;
 use corium_fleet_common::admin_http::{AdminRequest, Handler, OperatorGate};
 
 use crate::host::Host;
+use crate::service::node::Node;
 
 /// Most databases with series of their own in `/metrics`: the busiest by
 /// transactions (a node owning many more would otherwise grow the
@@ -70,7 +71,8 @@ fn render_corium(out: &mut String, cells: &[Arc<crate::cell::Cell>]) {
     }
 }
 
-async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
+async fn answer(node: Arc<Node>, path: String) -> (u16, String) {
+    let host = &node.host;
     match path.as_str() {
         "/metrics" => {
             let mut by_rank = std::collections::BTreeMap::<String, u64>::new();
@@ -88,17 +90,17 @@ async fn answer(host: Arc<Host>, path: String) -> (u16, String) {
                 &mut text,
                 "corium_fleet_subscriptions",
                 "Subscribe streams open on this node.",
-                host.subscriptions.load(std::sync::atomic::Ordering::Relaxed) as u64,
+                node.subscriptions.open() as u64,
             );
-            host.work.render(&mut text);
-            host.waiters.render(&mut text);
-            render_features(&host, &mut text);
+            node.work.render(&mut text);
+            node.waiters.render(&mut text);
+            render_features(host, &mut text);
             host.template.read_ahead.counts.render(&mut text);
             let warm = &host.template.read_ahead.warm;
             warm.counts.render(warm, &mut text);
-            host.replicas.render(&mut text);
+            node.replicas.render(&mut text);
             render_corium(&mut text, &cells);
-            if let Some(material) = host.tls_material.get() {
+            if let Some(material) = node.tls_material.get() {
                 text.push_str(&corium_fleet_common::cert_reload::render(material));
             }
             (200, text)
@@ -146,12 +148,15 @@ fn render_features(host: &Host, out: &mut String) {
 /// per-database root operations name every database this node touched)
 /// answers only loopback or an operator, by the node's own guard.
 #[must_use]
-pub fn handler(host: Arc<Host>) -> Handler {
-    let gate = Arc::new(OperatorGate::new(host.guard.clone(), host.config.auth.clone()));
+pub(crate) fn handler(node: Arc<Node>) -> Handler {
+    let gate = Arc::new(OperatorGate::new(
+        node.guard.clone(),
+        node.host.config.auth.clone(),
+    ));
     Arc::new(move |request: AdminRequest| {
         if let Err(refusal) = gate.check(&request) {
             return Box::pin(std::future::ready(refusal));
         }
-        Box::pin(answer(Arc::clone(&host), request.path))
+        Box::pin(answer(Arc::clone(&node), request.path))
     })
 }

@@ -80,7 +80,7 @@ impl AuthzFlags {
 
 /// The policy database, followed over a corium-peer connection to the
 /// fleet's members, connected on first use and again after a failure.
-pub struct FleetPolicySource {
+pub(crate) struct FleetPolicySource {
     db: String,
     /// Endpoints are filled in at each attempt from `members`.
     connect: corium_peer::ConnectConfig,
@@ -92,7 +92,11 @@ impl FleetPolicySource {
     /// Follows `db`, presenting `token` and (over mTLS) this node's
     /// certificate.
     #[must_use]
-    pub fn new(db: String, token: Option<String>, tls: Option<tonic::transport::ClientTlsConfig>) -> Self {
+    pub(crate) fn new(
+        db: String,
+        token: Option<String>,
+        tls: Option<tonic::transport::ClientTlsConfig>,
+    ) -> Self {
         let mut connect = corium_peer::ConnectConfig::new("", db.clone());
         connect.token = token;
         connect.tls = tls;
@@ -107,7 +111,7 @@ impl FleetPolicySource {
     }
 
     /// Where to find the policy database's owner: the fleet's members.
-    pub fn follow(&self, members: corium_fleet_store::registry::Members) {
+    pub(crate) fn follow(&self, members: corium_fleet_store::registry::Members) {
         let _ = self.members.set(members);
     }
 
@@ -172,7 +176,7 @@ impl PolicySource for FleetPolicySource {
 /// following any database (a read replica subscribes to the owner and asks
 /// it for its basis by the node's own certificate; the replica then
 /// authorizes each client read with this same guard).
-pub struct PolicyReaders {
+pub(crate) struct PolicyReaders {
     /// The policy.
     inner: Arc<dyn Authorizer>,
     /// The policy database.
@@ -184,7 +188,7 @@ pub struct PolicyReaders {
 impl PolicyReaders {
     /// `inner`, with reads of `db` open to operators and nodes.
     #[must_use]
-    pub fn new(inner: Arc<dyn Authorizer>, db: String, auth: AuthFlags) -> Self {
+    pub(crate) fn new(inner: Arc<dyn Authorizer>, db: String, auth: AuthFlags) -> Self {
         Self { inner, db, auth }
     }
 }
@@ -212,7 +216,7 @@ impl Authorizer for PolicyReaders {
 /// [`PolicyReaders`] on top. The source is returned so the node can point
 /// it at its members once they are known.
 #[must_use]
-pub fn authorizer(
+pub(crate) fn authorizer(
     flags: &AuthzFlags,
     auth: &AuthFlags,
     node_token: Option<String>,

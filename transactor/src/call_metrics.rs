@@ -13,7 +13,7 @@ use tonic::codegen::http;
 
 /// Wraps each service in [`CallMetrics`].
 #[derive(Clone)]
-pub struct CallMetricsLayer(pub Red);
+pub(crate) struct CallMetricsLayer(pub Red);
 
 impl<S> tower_layer::Layer<S> for CallMetricsLayer {
     type Service = CallMetrics<S>;
@@ -28,7 +28,7 @@ impl<S> tower_layer::Layer<S> for CallMetricsLayer {
 
 /// A service whose calls are counted in `red`.
 #[derive(Clone)]
-pub struct CallMetrics<S> {
+pub(crate) struct CallMetrics<S> {
     inner: S,
     red: Red,
 }

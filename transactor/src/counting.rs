@@ -18,11 +18,11 @@ use corium_store::{FullStore, RootStore, StoreError};
 use serde::Serialize;
 
 /// Databases counted one by one; more share [`OTHERS`].
-pub const MAX_TRACKED: usize = 10_000;
+pub(crate) const MAX_TRACKED: usize = 10_000;
 
 /// The entry that counts every database past [`MAX_TRACKED`] (a name no
 /// database can have).
-pub const OTHERS: &str = "(others)";
+pub(crate) const OTHERS: &str = "(others)";
 
 /// Root operations on one database.
 #[derive(Clone, Copy, Debug, Default, Eq, PartialEq, Serialize)]
@@ -42,7 +42,7 @@ pub struct CountingStore {
 /// The database a root name belongs to (saga branches count as their
 /// database), or `None` for fleet-level names.
 #[must_use]
-pub fn database_of(name: &str) -> Option<&str> {
+pub(crate) fn database_of(name: &str) -> Option<&str> {
     let (prefix, rest) = name.split_once(':')?;
     let db = match prefix {
         "meta" | "db" | "keys" | "lease" => rest,

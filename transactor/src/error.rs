@@ -54,7 +54,7 @@ impl Error {
 /// Whether a Corium node error is a failure in storage (or of a commit
 /// whose storage outcome is unknown), as opposed to a refusal of the request.
 #[must_use]
-pub fn is_storage_failure(error: &corium_transactor::node::NodeError) -> bool {
+pub(crate) fn is_storage_failure(error: &corium_transactor::node::NodeError) -> bool {
     use corium_transactor::TransactError;
     use corium_transactor::node::NodeError;
     match error {
@@ -69,7 +69,7 @@ pub fn is_storage_failure(error: &corium_transactor::node::NodeError) -> bool {
 
 /// Whether a Corium node error says this node lost the database's lease.
 #[must_use]
-pub fn is_deposed(error: &corium_transactor::node::NodeError) -> bool {
+pub(crate) fn is_deposed(error: &corium_transactor::node::NodeError) -> bool {
     use corium_transactor::TransactError;
     use corium_transactor::node::NodeError;
     matches!(

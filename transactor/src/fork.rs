@@ -27,7 +27,7 @@ struct Record {
 }
 
 /// A held reservation of a fork target name.
-pub struct Reservation<'a> {
+pub(crate) struct Reservation<'a> {
     host: &'a Host,
     name: String,
     bytes: Vec<u8>,
@@ -39,7 +39,7 @@ impl<'a> Reservation<'a> {
     ///
     /// # Errors
     /// As above.
-    pub async fn take(host: &'a Host, target: &str) -> Result<Self, Status> {
+    pub(crate) async fn take(host: &'a Host, target: &str) -> Result<Self, Status> {
         let name = format!("fleet-fork:{target}");
         let record = Record {
             node_id: host.config.node_id.clone(),
@@ -72,7 +72,7 @@ impl<'a> Reservation<'a> {
     }
 
     /// Gives the name back (only if this reservation still holds it).
-    pub async fn release(self) {
+    pub(crate) async fn release(self) {
         match self.host.base.get_root(&self.name).await {
             Ok(Some(current)) if current == self.bytes => {
                 if let Err(error) = self.host.base.delete_root(&self.name).await {

@@ -28,7 +28,7 @@ fn nodelay(stream: &TcpStream) {
 }
 
 /// Cleartext connections.
-pub fn plain(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<TcpStream>> {
+pub(crate) fn plain(listener: TcpListener) -> impl futures::Stream<Item = std::io::Result<TcpStream>> {
     use futures::StreamExt as _;
     TcpListenerStream::new(listener).map(|accepted| accepted.inspect(nodelay))
 }
@@ -36,7 +36,7 @@ pub fn plain(listener: TcpListener) -> impl futures::Stream<Item = std::io::Resu
 /// mTLS connections, each handshaken with `config` as it is when the
 /// connection arrives. Handshakes run off the accept loop, bounded, so a
 /// slow or silent caller holds up no one; one that fails is dropped.
-pub fn tls(
+pub(crate) fn tls(
     listener: TcpListener,
     config: Arc<Reloading<rustls::ServerConfig>>,
 ) -> impl futures::Stream<Item = std::io::Result<tokio_rustls::server::TlsStream<TcpStream>>> {

@@ -40,29 +40,29 @@
 //! [`run`] starts a node on given listeners until a shutdown future resolves;
 //! the binary and the tests start nodes the same way.
 
-pub mod admin_http;
-pub mod authz;
-pub mod call_metrics;
-pub mod cell;
+mod admin_http;
+mod authz;
+mod call_metrics;
+mod cell;
 pub mod config;
-pub mod counting;
-pub mod error;
-pub mod fork;
-pub mod host;
-pub mod incoming;
-pub mod metrics;
-pub mod peer;
-pub mod principal;
-pub mod read_ahead;
-pub mod replica;
-pub mod request_id;
-pub mod seams;
-pub mod service;
-pub mod standby;
-pub mod view;
-pub mod waiters;
-pub mod warm_standby;
-pub mod work_limits;
+mod counting;
+mod error;
+mod fork;
+mod host;
+mod incoming;
+mod metrics;
+mod peer;
+mod principal;
+mod read_ahead;
+mod replica;
+mod request_id;
+mod seams;
+mod service;
+mod standby;
+mod view;
+mod waiters;
+mod warm_standby;
+mod work_limits;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -78,7 +78,13 @@ use tokio::net::TcpListener;
 
 pub use config::{Args, Config};
 pub use error::Error;
-pub use seams::Seams;
+pub use host::Host;
+pub use seams::{CommitObserver, Seams, StoreWrapper};
+pub use service::admin::FleetAdminSvc;
+pub use service::catalog::FleetCatalog;
+pub use service::node::Node;
+pub use service::transactor::FleetTransactor;
+pub use view::kind_for as view_kind;
 
 /// The two sockets a node serves.
 pub struct Listeners {
@@ -113,10 +119,10 @@ pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_mins(1);
 /// The node's mTLS material, reloaded when its files change (or on SIGHUP)
 /// until `stop`: new connections get the new certificate.
 fn server_tls(
-    host: &host::Host,
+    node: &service::node::Node,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Option<Arc<Reloading<rustls::ServerConfig>>>, Error> {
-    let Some(tls) = &host.config.tls else {
+    let Some(tls) = &node.host.config.tls else {
         return Ok(None);
     };
     let files = vec![tls.cert.clone(), tls.key.clone(), tls.client_ca.clone()];
@@ -125,7 +131,7 @@ fn server_tls(
         corium_fleet_common::tls::server_config(&cert, &key, Some(&ca))
     })?;
     let material: Vec<Arc<dyn Reload>> = vec![Arc::clone(&reloading) as Arc<dyn Reload>];
-    let _ = host.tls_material.set(material.clone());
+    let _ = node.tls_material.set(material.clone());
     tokio::spawn(corium_fleet_common::cert_reload::watch(material, stop));
     Ok(Some(reloading))
 }
@@ -163,8 +169,9 @@ pub(crate) async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
 /// map, admin HTTP), started without its gRPC server: [`run`] serves it, the
 /// simulation tier calls its services in-process.
 pub struct Running {
-    /// The node's host (its cells and the ownership decision).
-    pub host: Arc<host::Host>,
+    /// The node: its host (its cells and the ownership decision) and what
+    /// its services share.
+    pub node: Arc<service::node::Node>,
     stop: tokio::sync::watch::Sender<bool>,
     registration: tokio::task::JoinHandle<()>,
 }
@@ -328,12 +335,12 @@ fn follow_registry(
 /// Applies read-replica evictions (idle, over the cap) every few seconds
 /// until `stop`: moka applies them only on cache operations, and an idle
 /// node performs none.
-async fn sweep_replicas(host: Arc<host::Host>, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn sweep_replicas(node: Arc<service::node::Node>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let period =
-        (host.config.read_replicas.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+        (node.host.config.read_replicas.idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         tokio::select! {
-            () = tokio::time::sleep(period) => host.replicas.sweep().await,
+            () = tokio::time::sleep(period) => node.replicas.sweep().await,
             _ = stop.changed() => return,
         }
     }
@@ -392,15 +399,8 @@ pub async fn start(
         .auth
         .guard(authorizer)
         .map_err(|error| Error::Config(error.to_string()))?;
-    let host = host::Host::new(
-        config,
-        template,
-        root_ops,
-        peers,
-        incarnation,
-        after_commit,
-        guard,
-    );
+    let host = host::Host::new(config, template, root_ops, peers, incarnation, after_commit);
+    let node = service::node::Node::new(Arc::clone(&host), guard);
     if let Some(policy) = policy {
         policy.follow(host.members.clone());
     }
@@ -423,30 +423,30 @@ pub async fn start(
         load_placement_map(&host, path, stop_rx.clone())?;
     }
     let record = register(&host, &describe).await?;
-    let owner_of = Arc::clone(&host);
+    let owner_of = Arc::clone(&node);
     let registration = tokio::spawn(corium_fleet_store::registry::keep(
         Arc::clone(&host.base),
         record,
         host.config.registry_ttl,
         host.config.registry_renew,
         move || {
-            let owned = owner_of.cells().iter().map(|cell| cell.db.clone()).collect();
+            let owned = owner_of.host.cells().iter().map(|cell| cell.db.clone()).collect();
             (owned, Some(owner_of.load()))
         },
         Arc::clone(&host.owned_changed),
         stop_rx.clone(),
     ));
     follow_registry(&host, prefix_read, &stop_rx);
-    tokio::spawn(sweep_replicas(Arc::clone(&host), stop_rx.clone()));
+    tokio::spawn(sweep_replicas(Arc::clone(&node), stop_rx.clone()));
     if let Some(admin) = admin {
         tokio::spawn(corium_fleet_common::admin_http::serve(
             admin,
-            admin_http::handler(Arc::clone(&host)),
+            admin_http::handler(Arc::clone(&node)),
             stop_rx,
         ));
     }
     Ok(Running {
-        host,
+        node,
         stop: stop_tx,
         registration,
     })
@@ -496,10 +496,11 @@ pub async fn run_with(
     };
     let (grpc, started) = refuse_until(grpc, ready).await;
     let Running {
-        host,
+        node,
         stop: stop_tx,
         registration,
     } = started?;
+    let host = Arc::clone(&node.host);
     tracing::info!(grpc = ?grpc.local_addr().ok(), "serving gRPC");
 
     let reload_stop = stop_tx.subscribe();
@@ -510,42 +511,42 @@ pub async fn run_with(
         releasing.release_all().await;
         let _ = stop_tx.send(true);
     };
-    let tls = server_tls(&host, reload_stop)?;
+    let tls = server_tls(&node, reload_stop)?;
     let mut server = tonic::transport::Server::builder()
         .timeout(DEFAULT_DEADLINE)
         .trace_fn(call_span)
         .layer(call_metrics::CallMetricsLayer(host.metrics.calls.clone()));
     let guard = principal::Identify::new(
-        host.guard.clone(),
+        node.guard.clone(),
         host.config.ingress_identities.clone(),
         Arc::clone(&host.metrics),
         host.members.clone(),
     );
     let router = server
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            TransactorServer::new(service::transactor::FleetTransactor(Arc::clone(&host)))
+            TransactorServer::new(service::transactor::FleetTransactor(Arc::clone(&node)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             guard.clone(),
         ))
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            CatalogServer::new(service::catalog::FleetCatalog(Arc::clone(&host)))
+            CatalogServer::new(service::catalog::FleetCatalog(Arc::clone(&node)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             guard.clone(),
         ))
         .add_service(tonic::service::interceptor::InterceptedService::new(
-            PeerServerServer::new(service::peer_server::FleetPeerServer(Arc::clone(&host)))
+            PeerServerServer::new(service::peer_server::FleetPeerServer(Arc::clone(&node)))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             guard.clone(),
         ))
         .add_service(FleetAdminServer::with_interceptor(
-            service::admin::FleetAdminSvc(Arc::clone(&host)),
+            service::admin::FleetAdminSvc(Arc::clone(&node)),
             guard.clone(),
         ))
         .add_service(RequestsServer::with_interceptor(
-            service::requests::FleetRequests(Arc::clone(&host)),
+            service::requests::FleetRequests(Arc::clone(&node)),
             guard,
         ));
     match tls {

@@ -22,7 +22,7 @@ use crate::config::Tls;
 ///
 /// # Errors
 /// The node's certificate cannot be read.
-pub fn node_token(
+pub(crate) fn node_token(
     config: &crate::config::Config,
 ) -> Result<Option<String>, corium_fleet_common::tls::TlsError> {
     let token = config.auth.static_token();

@@ -29,11 +29,11 @@ use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
 /// The provider name of a principal vouched for by a fleet certificate.
-pub const FLEET_MTLS_PROVIDER: &str = "fleet-mtls";
+pub(crate) const FLEET_MTLS_PROVIDER: &str = "fleet-mtls";
 
 /// The interceptor in front of every service of a node.
 #[derive(Clone)]
-pub struct Identify {
+pub(crate) struct Identify {
     /// Authenticates direct callers' bearer tokens.
     guard: Guard,
     /// Certificate names that mark an ingress.
@@ -60,7 +60,7 @@ impl Identify {
     /// Authenticates with `guard`; trusts `corium-principal` only from peers
     /// whose certificate names one of `ingress_identities`.
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         guard: Guard,
         ingress_identities: Vec<String>,
         metrics: Arc<crate::metrics::Metrics>,

@@ -20,7 +20,7 @@ use crate::host::{Host, RootView, node_of, now_unix_ms};
 
 /// A database as this node sees it.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// This node holds the lease.
     Owned,
     /// A candidate here; another live owner holds the lease.
@@ -34,7 +34,7 @@ pub enum Standing {
 impl Standing {
     /// The label used in status output and metrics.
     #[must_use]
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::Owned => "owned",
             Self::Standby => "standby",
@@ -46,7 +46,7 @@ impl Standing {
 
 /// Classifies `db` from its root.
 #[must_use]
-pub fn standing(host: &Host, db: &str, view: &RootView, now_ms: i64) -> Standing {
+pub(crate) fn standing(host: &Host, db: &str, view: &RootView, now_ms: i64) -> Standing {
     if host.cell(db).is_some() {
         return Standing::Owned;
     }
@@ -63,14 +63,14 @@ pub fn standing(host: &Host, db: &str, view: &RootView, now_ms: i64) -> Standing
 /// How long after a lapse a candidate of `rank` waits before taking over:
 /// rank 0 at once, each lower rank a further tenth of the TTL.
 #[must_use]
-pub fn stagger(lease_ttl: Duration, rank: usize) -> Duration {
+pub(crate) fn stagger(lease_ttl: Duration, rank: usize) -> Duration {
     lease_ttl / 10 * u32::try_from(rank).unwrap_or(u32::MAX)
 }
 
 /// Whether a lapsed lease should be taken over now by a candidate of `rank`
 /// (`own` says whether an owner is one of this process's cells).
 #[must_use]
-pub fn takeover_due(
+pub(crate) fn takeover_due(
     root: &DbRoot,
     own: impl Fn(&str) -> bool,
     rank: usize,
@@ -105,7 +105,7 @@ fn watched(host: &Host, records: &[Record]) -> std::collections::BTreeSet<String
 /// registry is no longer followed.
 ///
 /// [`registry::period`]: corium_fleet_store::registry::period
-pub async fn watch(
+pub(crate) async fn watch(
     host: Arc<Host>,
     mut registry: tokio::sync::watch::Receiver<Arc<Vec<Record>>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,

@@ -34,7 +34,7 @@ use corium_store::{
 /// The shared base store, attached to a cell's `StorageConfig` as a
 /// process-local extension (never serialized).
 #[derive(Clone)]
-pub struct BaseStore(pub Arc<dyn FullStore>);
+pub(crate) struct BaseStore(pub Arc<dyn FullStore>);
 
 /// Databases a cell may write besides its own while it forks into them
 /// (fleet fork: the target is reserved fleet-wide first). Shared between the
@@ -82,7 +82,7 @@ impl Drop for ForkAllowance {
 
 /// A view of the base store limited to one database (or to none, for the
 /// node's garbage-collection cell).
-pub struct CellView {
+pub(crate) struct CellView {
     base: Arc<dyn FullStore>,
     /// The one database this view may write; `None` for the GC view, which
     /// writes nothing but blob deletions.
@@ -294,7 +294,7 @@ pub fn kind_for(placement: LogPlacement) -> Result<&'static str, MemoryNotShared
 /// allowed to write `fork_targets` too, reading its log ahead with
 /// `read_ahead` while it opens.
 #[must_use]
-pub fn config(
+pub(crate) fn config(
     base: &Arc<dyn FullStore>,
     db: Option<&str>,
     fork_targets: &ForkTargets,

@@ -26,7 +26,7 @@ use crate::work_limits::{Overloaded, Shed};
 /// deciding whether a basis is in reach: above what one Corium transactor
 /// commits with group commit on fast storage (~6,500 a second, Corium's own
 /// benchmarks), so no basis a database can really reach is refused.
-pub const REACHABLE_PER_SECOND: u64 = 10_000;
+pub(crate) const REACHABLE_PER_SECOND: u64 = 10_000;
 
 /// How many waits the node keeps, in all and per key.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
@@ -51,7 +51,7 @@ impl Default for WaiterLimits {
 }
 
 /// The node's waits.
-pub struct Waiters {
+pub(crate) struct Waiters {
     limits: WaiterLimits,
     node: Counts<()>,
     per_database: Counts<String>,
@@ -63,7 +63,7 @@ pub struct Waiters {
 }
 
 /// One wait's place; dropping it gives the place back.
-pub struct WaitPlace {
+pub(crate) struct WaitPlace {
     _node: Counted<()>,
     _database: Counted<String>,
     _principal: Counted<String>,
@@ -76,7 +76,7 @@ pub struct WaitPlace {
      cannot commit within the {within_ms} ms left of this call (at most {REACHABLE_PER_SECOND} a \
      second); ask for a basis you have seen committed"
 )]
-pub struct OutOfReach {
+pub(crate) struct OutOfReach {
     /// The database.
     pub db: String,
     /// The basis asked for.
@@ -94,7 +94,7 @@ pub struct OutOfReach {
 /// # Errors
 /// [`OutOfReach`] when more transactions would have to commit in the time
 /// left than a database commits.
-pub fn check_reach(db: &str, target: u64, basis: u64, within: Duration) -> Result<(), OutOfReach> {
+pub(crate) fn check_reach(db: &str, target: u64, basis: u64, within: Duration) -> Result<(), OutOfReach> {
     let ahead = target.saturating_sub(basis);
     // Whole seconds rounded up, and at least one: a short deadline still
     // waits for the next few commits.
@@ -115,7 +115,7 @@ pub fn check_reach(db: &str, target: u64, basis: u64, within: Duration) -> Resul
 impl Waiters {
     /// A set bounded by `limits`.
     #[must_use]
-    pub fn new(limits: WaiterLimits) -> Self {
+    pub(crate) fn new(limits: WaiterLimits) -> Self {
         Self {
             limits,
             node: Counts::new(),
@@ -130,7 +130,7 @@ impl Waiters {
     ///
     /// # Errors
     /// [`Overloaded`] naming the limit that refused.
-    pub fn enter(&self, principal: &str, db: &str) -> Result<WaitPlace, Overloaded> {
+    pub(crate) fn enter(&self, principal: &str, db: &str) -> Result<WaitPlace, Overloaded> {
         let refuse = |scope, message: String| {
             self.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Overloaded {
@@ -181,19 +181,19 @@ impl Waiters {
     }
 
     /// Counts a wait refused as out of reach.
-    pub fn count_out_of_reach(&self) {
+    pub(crate) fn count_out_of_reach(&self) {
         self.out_of_reach
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Waits in progress now.
     #[must_use]
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.node.get(&())
     }
 
     /// The set's series in the Prometheus text format.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         use std::sync::atomic::Ordering::Relaxed;
         let gauge = corium_fleet_common::prometheus::gauge;
         let counter = corium_fleet_common::prometheus::counter;

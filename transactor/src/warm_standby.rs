@@ -25,7 +25,7 @@ const REFRESH_DEADLINE: Duration = Duration::from_secs(30);
 /// Refreshes the databases this node is the first standby of, every
 /// `--warm-standby-interval-ms`, until `shutdown`. Returns at once when
 /// warming is off.
-pub async fn run(
+pub(crate) async fn run(
     host: Arc<Host>,
     registry: tokio::sync::watch::Receiver<Arc<Vec<Record>>>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,

@@ -122,7 +122,7 @@ pub struct Overloaded {
 }
 
 /// The node's work limits and their state.
-pub struct WorkLimits {
+pub(crate) struct WorkLimits {
     config: WorkLimitsConfig,
     places: Arc<Semaphore>,
     waiting: AtomicUsize,
@@ -137,7 +137,7 @@ pub struct WorkLimits {
 }
 
 /// A call's place; dropping it frees the place (and the database's count).
-pub struct WorkPermit {
+pub(crate) struct WorkPermit {
     _place: OwnedSemaphorePermit,
     _database: Counted<String>,
 }
@@ -145,7 +145,7 @@ pub struct WorkPermit {
 impl WorkLimits {
     /// Limits as configured.
     #[must_use]
-    pub fn new(config: WorkLimitsConfig) -> Arc<Self> {
+    pub(crate) fn new(config: WorkLimitsConfig) -> Arc<Self> {
         Arc::new(Self {
             places: Arc::new(Semaphore::new(config.max_inflight.max(1))),
             config,
@@ -162,7 +162,7 @@ impl WorkLimits {
 
     /// The limits' series in the Prometheus text format: calls running and
     /// waiting, and refusals by reason.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         use std::fmt::Write as _;
         let gauge = corium_fleet_common::prometheus::gauge;
         gauge(
@@ -192,34 +192,27 @@ impl WorkLimits {
         }
     }
 
-    /// Whether calls count against a per-principal rate
-    /// (`--rate-limit-per-principal`); when not, the principal is not needed.
-    #[must_use]
-    pub const fn rates_principals(&self) -> bool {
-        self.config.rate_per_principal > 0
-    }
-
     /// Calls waiting for a place now.
     #[must_use]
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
     }
 
     /// Calls running now.
     #[must_use]
-    pub fn running(&self) -> usize {
+    pub(crate) fn running(&self) -> usize {
         self.config.max_inflight.max(1) - self.places.available_permits()
     }
 
     /// Calls given a place since start (status views derive a rate).
     #[must_use]
-    pub fn admitted(&self) -> u64 {
+    pub(crate) fn admitted(&self) -> u64 {
         self.admitted.load(Ordering::Relaxed)
     }
 
     /// The limit of calls running at once.
     #[must_use]
-    pub fn max_inflight(&self) -> usize {
+    pub(crate) fn max_inflight(&self) -> usize {
         self.config.max_inflight.max(1)
     }
 
@@ -228,7 +221,7 @@ impl WorkLimits {
     ///
     /// # Errors
     /// Which limit refused the call.
-    pub async fn enter(
+    pub(crate) async fn enter(
         self: &Arc<Self>,
         principal: &str,
         db: &str,
@@ -264,7 +257,7 @@ impl WorkLimits {
     ///
     /// # Errors
     /// The rate refused the call.
-    pub fn charge(&self, principal: &str) -> Result<(), Overloaded> {
+    pub(crate) fn charge(&self, principal: &str) -> Result<(), Overloaded> {
         self.rate(principal).inspect_err(|_| {
             let index = Shed::ALL.iter().position(|shed| *shed == Shed::Rate).unwrap_or(0);
             self.shed[index].fetch_add(1, Ordering::Relaxed);

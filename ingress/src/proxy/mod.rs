@@ -43,7 +43,7 @@ use crate::upstream::{self, Upstream};
 
 /// Who is on the other end of a client connection.
 #[derive(Clone)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The peer's address (open-call caps are per address, and so are rate
     /// limits of anonymous callers).
     pub ip: Option<std::net::IpAddr>,
@@ -58,7 +58,7 @@ pub struct Caller {
 }
 
 /// The ingress's request handler.
-pub struct Proxy {
+pub(crate) struct Proxy {
     config: Config,
     cache: owner_cache::Cache,
     upstream: Upstream,
@@ -96,7 +96,7 @@ impl Proxy {
     ///
     /// # Panics
     /// Never: an encoded principal is base64, a valid header value.
-    pub fn new(
+    pub(crate) fn new(
         config: Config,
         members: corium_fleet_store::registry::Members,
         map: corium_fleet_common::placement_map::Watched,
@@ -168,7 +168,7 @@ impl Proxy {
     /// The places for calls held while their database's ownership moves
     /// (its `/metrics`).
     #[must_use]
-    pub fn failover_buffer(&self) -> Arc<crate::failover_buffer::FailoverBuffer> {
+    pub(crate) fn failover_buffer(&self) -> Arc<crate::failover_buffer::FailoverBuffer> {
         Arc::clone(&self.failover)
     }
 
@@ -177,7 +177,7 @@ impl Proxy {
     /// # Errors
     /// Never: the error type is [`Infallible`](std::convert::Infallible),
     /// as a hyper service needs a `Result`.
-    pub async fn handle(
+    pub(crate) async fn handle(
         self: Arc<Self>,
         client: Caller,
         request: Request<Incoming>,

@@ -67,7 +67,7 @@ const REUSE: Duration = Duration::from_secs(1);
 const MOVES_KEPT: usize = 100;
 
 /// The status page's sources and what it remembers between polls.
-pub struct StatusPage {
+pub(crate) struct StatusPage {
     store: Arc<dyn FullStore>,
     members: Members,
     map: placement_map::Watched,
@@ -182,7 +182,7 @@ impl StatusPage {
     /// A page over `store`, placing as this ingress does (`members`, `map`,
     /// `replicas`), each storage read bounded by `storage_timeout`.
     #[must_use]
-    pub fn new(
+    pub(crate) fn new(
         store: &Arc<dyn FullStore>,
         members: &Members,
         map: &placement_map::Watched,
@@ -201,13 +201,13 @@ impl StatusPage {
 
     /// `GET /status`: the page.
     #[must_use]
-    pub fn page() -> (u16, String) {
+    pub(crate) fn page() -> (u16, String) {
         (200, PAGE.to_owned())
     }
 
     /// `GET /status.json`: the snapshot (one at most a second old), or 503
     /// with `{"error": …}` when the registry cannot be read.
-    pub async fn json(&self) -> (u16, String) {
+    pub(crate) async fn json(&self) -> (u16, String) {
         let mut seen = self.seen.lock().await;
         if let Some((built, json)) = &seen.last
             && built.elapsed() < REUSE

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};
 
 /// The body of a response from a node.
-pub struct ResponseBody {
+pub(crate) struct ResponseBody {
     inner: h2::RecvStream,
     /// Set once DATA ended; trailers come next.
     data_done: bool,

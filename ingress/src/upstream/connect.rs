@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 /// How connections to nodes are made and watched.
-pub struct Settings {
+pub(crate) struct Settings {
     /// Bound on TCP connect + TLS + HTTP/2 handshake.
     pub connect_timeout: Duration,
     /// The fleet CA and this ingress's client identity, for `https://`
@@ -31,7 +31,7 @@ pub struct Settings {
 }
 
 /// The node id of the member at an endpoint, if it is one.
-pub type NodeOf = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+pub(crate) type NodeOf = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// Flow-control window of one stream from a node: the most a stream whose
 /// client does not read can hold here.

@@ -30,12 +30,12 @@ use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared};
 use hyper::http::{Request, Response};
 
-pub use body::ResponseBody;
-pub use connect::{NodeOf, Settings};
+pub(crate) use body::ResponseBody;
+pub(crate) use connect::{NodeOf, Settings};
 
 /// How a hop failed.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The request never reached the node (no connection, a refused
     /// stream): safe to send elsewhere.
     Connect(String),
@@ -66,7 +66,7 @@ enum Slot {
 
 /// Connections to the fleet's nodes, keyed by endpoint (`http://…` for
 /// h2c, `https://…` for mTLS).
-pub struct Upstream {
+pub(crate) struct Upstream {
     settings: Arc<Settings>,
     slots: Arc<Mutex<HashMap<String, Slot>>>,
     next_id: AtomicU64,
@@ -76,7 +76,7 @@ impl Upstream {
     /// A pool with no connections yet: each node's is opened by the first
     /// call to it, under `settings`.
     #[must_use]
-    pub fn new(settings: Settings) -> Self {
+    pub(crate) fn new(settings: Settings) -> Self {
         Self {
             settings: Arc::new(settings),
             slots: Arc::default(),
@@ -95,7 +95,7 @@ impl Upstream {
     ///
     /// # Errors
     /// [`Failure`], classified as above.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         endpoint: &str,
         request: Request<()>,
@@ -257,10 +257,10 @@ fn forget(slots: &Mutex<HashMap<String, Slot>>, endpoint: &str, id: u64) {
 /// The keepalive defaults: a PING every 2 s, a connection whose PING goes
 /// unanswered for 3 s is closed and its calls fail (a frozen node is noticed
 /// in ~5 s instead of each call waiting out its deadline).
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 /// How long a PING may go unanswered before its connection is closed (see
 /// [`KEEPALIVE_INTERVAL`]).
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[cfg(test)]
 mod tests;

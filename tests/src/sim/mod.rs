@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corium_fleet_faults::Rng;
-use corium_fleet_transactor::service::catalog::FleetCatalog;
-use corium_fleet_transactor::service::transactor::FleetTransactor;
+use corium_fleet_transactor::FleetCatalog;
+use corium_fleet_transactor::FleetTransactor;
 use corium_fleet_wire::metadata::REQUEST_ID;
 use corium_fleet_wire::not_owner;
 use corium_protocol::pb;
@@ -286,7 +286,7 @@ async fn subscriber(shared: Arc<Shared>, db: String, seed: u64) {
 /// it succeeds (bounded).
 async fn at_owner<T, F, Fut>(shared: &Shared, mut f: F) -> Result<T, tonic::Status>
 where
-    F: FnMut(Arc<corium_fleet_transactor::host::Host>) -> Fut,
+    F: FnMut(Arc<corium_fleet_transactor::Node>) -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
     let mut rng = Rng::new(7);
@@ -324,7 +324,7 @@ async fn apply(shared: &Shared, event: &Event) -> String {
             // (as a real one does until its server stops), then stops.
             let host = shared.world.read().await.host(*n);
             if let Some(host) = host {
-                host.release_all().await;
+                host.host().release_all().await;
             }
             shared.world.write().await.stopped(*n).await;
             format!("drained node-{n}")
@@ -333,12 +333,13 @@ async fn apply(shared: &Shared, event: &Event) -> String {
             let db = db_name(*d);
             let world = shared.world.read().await;
             let owner =
-                (0..world.len()).find(|n| world.host(*n).is_some_and(|host| host.cell(&db).is_some()));
+                (0..world.len()).find(|n| world.host(*n).is_some_and(|host| host.host().cell(&db).is_some()));
             let Some(owner) = owner else {
                 return format!("handoff of {db} skipped: no owner");
             };
-            let host = world.host(owner).expect("owner is up");
+            let node = world.host(owner).expect("owner is up");
             drop(world);
+            let host = node.host();
             let target = host
                 .candidates(&db)
                 .into_iter()
@@ -368,7 +369,7 @@ async fn apply(shared: &Shared, event: &Event) -> String {
             let world = shared.world.read().await;
             for n in 0..world.len() {
                 if let Some(host) = world.host(n) {
-                    host.map.replace(map.clone());
+                    host.host().map.replace(map.clone());
                 }
             }
             format!("placement map: {}", line.trim())

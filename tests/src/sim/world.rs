@@ -10,10 +10,10 @@ use corium_fleet_common::placement::Member;
 use corium_fleet_faults::{FaultyStore, Schedule};
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
 use corium_fleet_store::Storage;
+use corium_fleet_transactor::FleetAdminSvc;
+use corium_fleet_transactor::Node;
 use corium_fleet_transactor::config::Config;
-use corium_fleet_transactor::host::Host;
-use corium_fleet_transactor::service::admin::FleetAdminSvc;
-use corium_fleet_transactor::{Running, view};
+use corium_fleet_transactor::{Running, view_kind};
 use corium_store::{FullStore, LogPlacement, MemoryStore};
 use tokio::net::TcpListener;
 
@@ -126,22 +126,22 @@ impl World {
             // every cache in place.
             warm_standby_mib: 64,
             warm_standby_interval: Duration::from_millis(300),
-            read_replicas: corium_fleet_transactor::replica::Settings::default(),
+            read_replicas: corium_fleet_transactor::config::ReplicaSettings::default(),
             postgres_quick_ack: true,
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
             gc_min_retention: Duration::from_hours(1),
-            max_subscriptions: corium_fleet_transactor::service::subscribe::Limits {
+            max_subscriptions: corium_fleet_transactor::config::SubscriptionLimits {
                 per_node: 10_000,
                 per_database: 1_000,
                 per_principal: 5_000,
             },
-            work_limits: corium_fleet_transactor::work_limits::WorkLimitsConfig::default(),
-            basis_waits: corium_fleet_transactor::waiters::WaiterLimits::default(),
+            work_limits: corium_fleet_transactor::config::WorkLimitsConfig::default(),
+            basis_waits: corium_fleet_transactor::config::WaiterLimits::default(),
             tls: None,
             ingress_identities: Vec::new(),
             auth: corium_fleet_common::auth::AuthFlags::default(),
-            authz: corium_fleet_transactor::authz::AuthzFlags::default(),
+            authz: corium_fleet_transactor::config::AuthzFlags::default(),
             verify_node_identity: true,
         }
     }
@@ -155,7 +155,7 @@ impl World {
             Arc::clone(&self.shared) as Arc<dyn FullStore>,
             schedule,
         ));
-        let view_kind = view::kind_for(LogPlacement::RootStore).expect("native view");
+        let view_kind = view_kind(LogPlacement::RootStore).expect("native view");
         let config = self.config(n);
         std::fs::create_dir_all(&config.data_dir).expect("data directory");
         let running = corium_fleet_transactor::start(
@@ -169,7 +169,7 @@ impl World {
         .await
         .unwrap_or_else(|error| panic!("node-{n} did not start: {error}"));
         let listener = bind_again(self.slots[n].port).await;
-        let svc = FleetAdminServer::new(FleetAdminSvc(Arc::clone(&running.host)));
+        let svc = FleetAdminServer::new(FleetAdminSvc(Arc::clone(&running.node)));
         let admin = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .timeout(Duration::from_secs(10))
@@ -189,11 +189,11 @@ impl World {
 
     /// The live host of node `n` (`None`: down).
     #[must_use]
-    pub fn host(&self, n: usize) -> Option<Arc<Host>> {
+    pub fn host(&self, n: usize) -> Option<Arc<Node>> {
         self.slots[n]
             .running
             .as_ref()
-            .map(|running| Arc::clone(&running.host))
+            .map(|running| Arc::clone(&running.node))
     }
 
     /// Node `n`'s current store wrapper.

@@ -15,7 +15,7 @@
 
 mod commit;
 mod eviction;
-pub mod template;
+pub(crate) mod template;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -29,14 +29,14 @@ use corium_transactor::node::{NodeError, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tokio::sync::{Semaphore, watch};
 
-pub use commit::{TransactError, Transacted};
-pub use template::Template;
+pub(crate) use commit::TransactError;
+pub(crate) use template::Template;
 
 use crate::read_ahead::ReadAhead;
 use crate::view;
 
 /// One call's admission to a cell (see `Cell::admit`).
-pub type Admission = tokio::sync::OwnedSemaphorePermit;
+pub(crate) type Admission = tokio::sync::OwnedSemaphorePermit;
 
 /// Permits in a cell's admission gate. Drain takes them all.
 const GATE_PERMITS: u32 = 1 << 20;
@@ -110,6 +110,24 @@ pub enum OpenError {
     Node(#[from] NodeError),
 }
 
+/// Why a database could not be created.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CreateError {
+    /// The schema is not an EDN vector of attribute maps.
+    #[error("{0}")]
+    Schema(String),
+    /// Corium could not open a node for it (storage, the lease).
+    #[error(transparent)]
+    Open(NodeError),
+    /// Corium's catalog service refused or failed: its own answer, passed
+    /// on as it is.
+    #[error("{}", .0.message())]
+    Corium(tonic::Status),
+    /// Created, but its cell could not be opened over it.
+    #[error("created, but its cell did not open: {0}")]
+    Created(OpenError),
+}
+
 impl Cell {
     /// Opens the cell for an existing database: acquires its lease and
     /// recovers it.
@@ -154,20 +172,21 @@ impl Cell {
     /// `Ok(None)` when the database already existed.
     ///
     /// # Errors
-    /// Corium's status for an invalid name, schema or key, or storage.
-    pub async fn create(
+    /// [`CreateError`]: a schema that is no EDN vector, Corium's refusal of
+    /// the name, schema or key, or storage.
+    pub(crate) async fn create(
         template: &Template,
         mut request: pb::CreateDatabaseRequest,
-    ) -> Result<Option<Arc<Self>>, tonic::Status> {
+    ) -> Result<Option<Arc<Self>>, CreateError> {
         let db = request.db.clone();
         // Every fleet database can take request ids (`request_id.rs`).
-        request.schema = crate::request_id::record::with_schema(&request.schema)
-            .map_err(tonic::Status::invalid_argument)?;
+        request.schema =
+            crate::request_id::record::with_schema(&request.schema).map_err(CreateError::Schema)?;
         let fork_targets = view::ForkTargets::default();
         let read_ahead = template.read_ahead.idle(&db);
         let node = TransactorNode::open(template.node_config(Some(&db), &fork_targets, Some(&read_ahead)))
             .await
-            .map_err(|error| crate::service::status::node_status(&error))?;
+            .map_err(CreateError::Open)?;
         if !node.list_dbs().is_empty() {
             // The catalog entry already exists and opening just acquired it;
             // give the lease straight back.
@@ -176,7 +195,8 @@ impl Cell {
         }
         let created = CatalogSvc(Arc::clone(&node), Guard::disabled())
             .create_database(tonic::Request::new(request))
-            .await?
+            .await
+            .map_err(CreateError::Corium)?
             .into_inner()
             .created;
         if !created {
@@ -185,7 +205,7 @@ impl Cell {
         Self::wrap(&db, node, fork_targets, read_ahead)
             .await
             .map(Some)
-            .map_err(|error| tonic::Status::internal(error.to_string()))
+            .map_err(CreateError::Created)
     }
 
     async fn wrap(

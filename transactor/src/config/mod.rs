@@ -10,7 +10,12 @@ mod args;
 mod resolved;
 
 pub use args::Args;
-pub use resolved::{Config, Tls};
+pub use resolved::{Config, ReplicaSettings, SubscriptionLimits, Tls};
+
+// The settings of the node's parts, as a `Config` names them.
+pub use crate::authz::AuthzFlags;
+pub use crate::waiters::WaiterLimits;
+pub use crate::work_limits::WorkLimitsConfig;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -272,7 +277,7 @@ impl Args {
                 }
                 ms => Duration::from_millis(ms),
             },
-            read_replicas: crate::replica::Settings {
+            read_replicas: ReplicaSettings {
                 max: self.max_replicas.unwrap_or(64),
                 idle: match self.replica_idle_ms.unwrap_or(300_000) {
                     0 => return Err(ConfigError::from("--replica-idle-ms must be positive")),
@@ -297,7 +302,7 @@ impl Args {
                 ms => Some(Duration::from_millis(ms)),
             },
             gc_min_retention: Duration::from_millis(self.gc_min_retention_ms.unwrap_or(3_600_000)),
-            max_subscriptions: crate::service::subscribe::Limits {
+            max_subscriptions: SubscriptionLimits {
                 per_node: self.max_subscriptions.unwrap_or(10_000),
                 per_database: self.max_subscriptions_per_database.unwrap_or(1_000),
                 per_principal: self.max_subscriptions_per_principal.unwrap_or(5_000),

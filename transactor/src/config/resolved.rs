@@ -6,6 +6,41 @@ use std::time::Duration;
 
 use corium_fleet_common::placement::Member;
 
+/// The node's read-replica settings (`--max-replicas`, `--replica-idle-ms`,
+/// `--replica-follow-interval-ms`).
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct ReplicaSettings {
+    /// Replicas kept at most (0: hosted reads are off on this node).
+    pub max: u64,
+    /// Unused this long, a replica is evicted.
+    pub idle: Duration,
+    /// How often a replica asks its owner how far the database is.
+    pub follow_interval: Duration,
+}
+
+impl Default for ReplicaSettings {
+    fn default() -> Self {
+        Self {
+            max: 64,
+            idle: Duration::from_mins(5),
+            follow_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// How many subscriptions this node serves at once: in all, per database,
+/// per principal.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct SubscriptionLimits {
+    /// On this node.
+    pub per_node: usize,
+    /// For one database.
+    pub per_database: usize,
+    /// For one principal (every anonymous caller is the one anonymous
+    /// principal).
+    pub per_principal: usize,
+}
+
 /// The node's mTLS material.
 #[derive(Clone, Debug)]
 pub struct Tls {
@@ -65,7 +100,7 @@ pub struct Config {
     pub warm_standby_interval: Duration,
     /// Hosted read replicas: how many, how long kept idle, how often each
     /// checks it still follows its owner.
-    pub read_replicas: crate::replica::Settings,
+    pub read_replicas: ReplicaSettings,
     /// Quick ACKs on `PostgreSQL` connections (`store/src/pg_connect.rs`).
     pub postgres_quick_ack: bool,
     /// How long a drain may take before the databases not yet handed over
@@ -79,7 +114,7 @@ pub struct Config {
     /// Most subscriptions served at once by this node, per database and per
     /// principal: each holds a task, a 64-item buffer and keeps its cell
     /// from idle eviction.
-    pub max_subscriptions: crate::service::subscribe::Limits,
+    pub max_subscriptions: SubscriptionLimits,
     /// Overload shedding: calls running and waiting, per database, per
     /// principal.
     pub work_limits: crate::work_limits::WorkLimitsConfig,

@@ -15,7 +15,7 @@ mod lifecycle;
 mod ownership;
 mod refusal;
 
-pub use refusal::Refusal;
+pub(crate) use refusal::Refusal;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -32,9 +32,9 @@ use crate::counting::{CountingStore, RootOps};
 use crate::metrics::Metrics;
 use crate::peer::Peers;
 
-pub use corium_fleet_common::owner::{node_of, now_unix_ms};
+pub(crate) use corium_fleet_common::owner::{node_of, now_unix_ms};
 
-pub use corium_fleet_store::RootView;
+pub(crate) use corium_fleet_store::RootView;
 
 /// All cells of one node.
 pub struct Host {
@@ -78,25 +78,6 @@ pub struct Host {
     /// Told of every commit under a request id (the test seam; `None` in
     /// production).
     pub after_commit: Option<crate::seams::CommitObserver>,
-    /// Authenticates direct callers and authorizes every call: the same
-    /// guard the Corium services in the cells are built with.
-    pub guard: corium_protocol::authz::Guard,
-    /// `Subscribe` streams open on this node (bounded by
-    /// `--max-subscriptions`).
-    pub subscriptions: Arc<std::sync::atomic::AtomicUsize>,
-    /// `Subscribe` streams open per principal (bounded by
-    /// `--max-subscriptions-per-principal`).
-    pub subscriptions_by_principal: crate::service::subscribe::ByPrincipal,
-    /// Overload shedding for client calls (`--max-inflight-calls` and the
-    /// limits beside it).
-    pub work: Arc<crate::work_limits::WorkLimits>,
-    /// Calls waiting for a basis (`--max-basis-waits` and the limits beside
-    /// it): they hold no work place.
-    pub waiters: crate::waiters::Waiters,
-    /// The node's reloadable TLS material, once serving (for `/metrics`).
-    pub tls_material: std::sync::OnceLock<Vec<Arc<dyn corium_fleet_common::cert_reload::Reload>>>,
-    /// Read replicas this node serves `PeerServer` reads from.
-    pub replicas: crate::replica::Replicas,
 }
 
 impl Host {
@@ -109,13 +90,9 @@ impl Host {
         peers: Peers,
         incarnation: String,
         after_commit: Option<crate::seams::CommitObserver>,
-        guard: corium_protocol::authz::Guard,
     ) -> Arc<Self> {
         let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
         Arc::new(Self {
-            work: crate::work_limits::WorkLimits::new(config.work_limits.clone()),
-            waiters: crate::waiters::Waiters::new(config.basis_waits),
-            replicas: crate::replica::Replicas::new(config.read_replicas),
             members: corium_fleet_store::registry::Members::new(config.members.clone()),
             features: corium_fleet_store::registry::Features::default(),
             // Empty until the node loads its `--placement-map`.
@@ -134,10 +111,6 @@ impl Host {
             activating: Mutex::new(HashMap::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             after_commit,
-            guard,
-            tls_material: std::sync::OnceLock::new(),
-            subscriptions: Arc::default(),
-            subscriptions_by_principal: Arc::default(),
         })
     }
 
@@ -272,19 +245,6 @@ impl Host {
     #[must_use]
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
-    }
-
-    /// How busy this node is now: what its registry record carries and
-    /// `NodeStatus` reports.
-    #[must_use]
-    pub fn load(&self) -> corium_fleet_store::registry::Load {
-        let count = |value: usize| u32::try_from(value).unwrap_or(u32::MAX);
-        corium_fleet_store::registry::Load {
-            calls_running: count(self.work.running()),
-            calls_waiting: count(self.work.waiting()),
-            subscriptions: count(self.subscriptions.load(Ordering::Relaxed)),
-            calls_total: self.work.admitted(),
-        }
     }
 }
 

@@ -14,7 +14,6 @@ use futures::TryStreamExt as _;
 
 use super::index::{IN_FLIGHT, IndexRead, read_index};
 use super::log::{ReadAhead, Start};
-pub use super::pool::MAX_PER_ACTIVATION;
 use super::pool::{Counts, Pool, keep, keepable, list_since, log_prefix, read_roots};
 use super::warm::WarmSet;
 
@@ -23,7 +22,7 @@ use super::warm::WarmSet;
 const CATCH_UP_ROUNDS: usize = 3;
 
 /// How long a log read ahead of a handoff waits for its activation.
-pub const PREPARED_FOR: Duration = Duration::from_secs(30);
+pub(crate) const PREPARED_FOR: Duration = Duration::from_secs(30);
 
 /// A log read ahead of an activation that has not started yet.
 struct Prepared {

@@ -611,7 +611,7 @@ impl ReadAhead {
 
 /// How long an open's records are kept for the cell's first whole-log
 /// reads ([`ReadAhead::finish_keeping`]).
-pub const KEPT_AFTER_OPEN: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const KEPT_AFTER_OPEN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Evict for ReadAhead {
     fn evict(&self) {

@@ -90,7 +90,5 @@ mod pool;
 mod tests;
 mod warm;
 
-pub use budget::{Budget, MAX_PER_ACTIVATION, PREPARED_FOR, PreparedLog};
-pub use log::{KEPT_AFTER_OPEN, ReadAhead, WholeLog};
-pub use pool::{Counts, log_prefix};
-pub use warm::{WarmCounts, WarmSet};
+pub(crate) use budget::{Budget, PreparedLog};
+pub(crate) use log::ReadAhead;

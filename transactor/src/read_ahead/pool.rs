@@ -12,7 +12,7 @@ use super::index::IN_FLIGHT;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The most one read-ahead reads.
-pub const MAX_PER_ACTIVATION: usize = 64 << 20;
+pub(crate) const MAX_PER_ACTIVATION: usize = 64 << 20;
 
 /// What the node's read-aheads did (its `/metrics`).
 #[derive(Default)]
@@ -143,7 +143,7 @@ const FORK_VERSION: &str = "00000000000000000000:";
 
 /// The prefix of `db`'s log records (Corium's `NativeRootLogStore::prefix`).
 #[must_use]
-pub fn log_prefix(db: &str) -> String {
+pub(crate) fn log_prefix(db: &str) -> String {
     format!("log:{db}:v")
 }
 

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use corium_fleet_store::prefix_read::{ListThenRead, PrefixRead};
 use corium_store::{BlobId, BlobStore as _, FullStore, RootStore as _};
 
-use super::pool::is_record;
+use super::log::KEPT_AFTER_OPEN;
+use super::pool::{is_record, log_prefix};
 use super::*;
 
 fn record(db: &str, version: u64, t: u64) -> String {

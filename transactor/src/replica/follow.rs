@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use corium_fleet_wire::not_owner;
 use corium_peer::server::{PeerServerConfig, PeerServerSvc};
 use corium_peer::{ConnectConfig, Connection};
+use corium_protocol::authz::Guard;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Status;
@@ -43,7 +44,7 @@ struct Followed {
 }
 
 /// One database's read replica on this node.
-pub struct Replica {
+pub(crate) struct Replica {
     db: String,
     /// The node whose lease this replica follows (over mTLS its certificate
     /// was verified to name it).
@@ -89,6 +90,7 @@ impl Replica {
     /// replica has applied the owner's basis, then starts the follow probe.
     pub(super) async fn connect(
         host: &Arc<Host>,
+        guard: Guard,
         db: &str,
         owner: &str,
         endpoint: &str,
@@ -110,8 +112,8 @@ impl Replica {
         })?;
         let owner_client = TransactorClient::new(host.peers.channel(endpoint, owner).await?);
         let connection = Arc::new(connection);
-        let service = PeerServerSvc::new(Arc::clone(&connection), PeerServerConfig::default())
-            .with_guard(host.guard.clone());
+        let service =
+            PeerServerSvc::new(Arc::clone(&connection), PeerServerConfig::default()).with_guard(guard);
         let basis = connection.basis_t();
         let replica = Arc::new(Self {
             db: db.to_owned(),
@@ -146,26 +148,26 @@ impl Replica {
 
     /// Whether the probe found the owner gone or changed.
     #[must_use]
-    pub fn is_retired(&self) -> bool {
+    pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Relaxed)
     }
 
     /// Transactions this replica was behind its owner at the last probe.
     #[must_use]
-    pub fn lag(&self) -> u64 {
+    pub(crate) fn lag(&self) -> u64 {
         self.lag.load(Ordering::Relaxed)
     }
 
     /// The basis this replica has applied.
     #[must_use]
-    pub fn basis_t(&self) -> u64 {
+    pub(crate) fn basis_t(&self) -> u64 {
         self.connection.basis_t()
     }
 
     /// The furthest basis known of the database: the owner's at the last
     /// probe, or this replica's own if it has applied more since.
     #[must_use]
-    pub fn owner_basis_seen(&self) -> u64 {
+    pub(crate) fn owner_basis_seen(&self) -> u64 {
         let followed = self
             .followed
             .lock()
@@ -178,7 +180,7 @@ impl Replica {
     ///
     /// # Errors
     /// `UNAVAILABLE` with a retry hint.
-    pub fn check_following(&self) -> Result<(), Status> {
+    pub(crate) fn check_following(&self) -> Result<(), Status> {
         if self.is_retired() {
             return Err(not_now(
                 format!(
@@ -225,7 +227,7 @@ impl Replica {
     /// # Errors
     /// `UNAVAILABLE` with a retry hint when the basis is not reached in
     /// time (nothing stale is ever answered).
-    pub async fn reach(
+    pub(crate) async fn reach(
         &self,
         min_basis: Option<u64>,
         view_t: Option<u64>,

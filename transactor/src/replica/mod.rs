@@ -41,9 +41,12 @@ use std::time::Duration;
 
 use corium_fleet_common::names;
 use corium_fleet_common::owner::{node_of, now_unix_ms};
+use corium_protocol::authz::Guard;
 use tonic::Status;
 
-pub use follow::Replica;
+pub(crate) use follow::Replica;
+
+use crate::config::ReplicaSettings as Settings;
 
 use crate::host::{Host, Refusal};
 
@@ -78,38 +81,16 @@ fn read_runtime() -> &'static tokio::runtime::Runtime {
 ///
 /// # Panics
 /// When `work` panics (the panic goes on in the caller).
-pub async fn on_read_threads<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
+pub(crate) async fn on_read_threads<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
     match read_runtime().spawn(work).await {
         Ok(value) => value,
         Err(error) => std::panic::resume_unwind(error.into_panic()),
     }
 }
 
-/// The node's read-replica settings (`--max-replicas`, `--replica-idle-ms`,
-/// `--replica-follow-interval-ms`).
-#[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub struct Settings {
-    /// Replicas kept at most (0: hosted reads are off on this node).
-    pub max: u64,
-    /// Unused this long, a replica is evicted.
-    pub idle: Duration,
-    /// How often a replica asks its owner how far the database is.
-    pub follow_interval: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            max: 64,
-            idle: Duration::from_mins(5),
-            follow_interval: Duration::from_millis(500),
-        }
-    }
-}
-
 /// Reads by what became of them, for `/metrics`.
 #[derive(Default)]
-pub struct ReadCounts {
+pub(crate) struct ReadCounts {
     /// Answered at once.
     pub served: AtomicU64,
     /// Answered after waiting for the replica to reach a basis.
@@ -124,7 +105,7 @@ pub struct ReadCounts {
 }
 
 /// The node's read replicas, by database name.
-pub struct Replicas {
+pub(crate) struct Replicas {
     cache: moka::future::Cache<String, Arc<Replica>>,
     settings: Settings,
     /// Reads and replicas, counted.
@@ -134,7 +115,7 @@ pub struct Replicas {
 impl Replicas {
     /// An empty set under `settings`.
     #[must_use]
-    pub fn new(settings: Settings) -> Self {
+    pub(crate) fn new(settings: Settings) -> Self {
         let counts = Arc::new(ReadCounts::default());
         let evicted = Arc::clone(&counts);
         let cache = moka::future::Cache::builder()
@@ -154,7 +135,7 @@ impl Replicas {
     /// Replicas held now: built less dropped (the cache's own count lags
     /// until its pending work runs).
     #[must_use]
-    pub fn active(&self) -> u64 {
+    pub(crate) fn active(&self) -> u64 {
         let built = self.counts.activations.load(Ordering::Relaxed);
         built.saturating_sub(self.counts.evictions.load(Ordering::Relaxed))
     }
@@ -162,7 +143,7 @@ impl Replicas {
     /// The largest lag of any replica, in transactions behind what its owner
     /// last reported.
     #[must_use]
-    pub fn max_lag(&self) -> u64 {
+    pub(crate) fn max_lag(&self) -> u64 {
         self.cache
             .iter()
             .map(|(_, replica)| replica.lag())
@@ -171,7 +152,7 @@ impl Replicas {
     }
 
     /// Appends the replica series to a `/metrics` exposition.
-    pub fn render(&self, out: &mut String) {
+    pub(crate) fn render(&self, out: &mut String) {
         use corium_fleet_common::prometheus::{counter, gauge};
         use std::fmt::Write as _;
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
@@ -219,7 +200,7 @@ impl Replicas {
 
     /// Applies idle and capacity evictions now (moka applies them lazily,
     /// on cache operations; an idle node performs none).
-    pub async fn sweep(&self) {
+    pub(crate) async fn sweep(&self) {
         self.cache.run_pending_tasks().await;
     }
 
@@ -230,7 +211,13 @@ impl Replicas {
     /// `NOT_FOUND` for an unknown database, `INVALID_ARGUMENT` for a name
     /// that can name none, `UNAVAILABLE` (with a retry hint) when no replica
     /// can follow an owner now or hosted reads are off here.
-    pub async fn get(&self, host: &Arc<Host>, db: &str, within: Duration) -> Result<Arc<Replica>, Status> {
+    pub(crate) async fn get(
+        &self,
+        host: &Arc<Host>,
+        guard: &Guard,
+        db: &str,
+        within: Duration,
+    ) -> Result<Arc<Replica>, Status> {
         if self.settings.max == 0 {
             // Nothing read: another replica can answer.
             return Err(follow::not_now(
@@ -246,7 +233,7 @@ impl Replicas {
         }
         // Boxed: a connection's set-up is a large future.
         let open = Box::pin(async {
-            let replica = self.open(host, db).await?;
+            let replica = self.open(host, guard, db).await?;
             self.counts.activations.fetch_add(1, Ordering::Relaxed);
             Ok::<_, Status>(replica)
         });
@@ -262,7 +249,7 @@ impl Replicas {
 
     /// Builds a replica of `db` following its current owner (activating
     /// the database at its candidates when nobody holds it).
-    async fn open(&self, host: &Arc<Host>, db: &str) -> Result<Arc<Replica>, Status> {
+    async fn open(&self, host: &Arc<Host>, guard: &Guard, db: &str) -> Result<Arc<Replica>, Status> {
         names::check(db).map_err(|error| Status::from(Refusal::from(error)))?;
         let (node, endpoint) = owner(host, names::home(db))
             .await
@@ -285,12 +272,14 @@ impl Replicas {
             let cache = cache.clone();
             tokio::spawn(async move { cache.invalidate(&db).await });
         });
-        let (host, db) = (Arc::clone(host), db.to_owned());
+        let (host, guard, db) = (Arc::clone(host), guard.clone(), db.to_owned());
         let interval = self.settings.follow_interval;
         // Its stream and probe are spawned where it connects: on the read
         // threads.
-        on_read_threads(async move { Replica::connect(&host, &db, &node, &endpoint, interval, retire).await })
-            .await
+        on_read_threads(async move {
+            Replica::connect(&host, guard, &db, &node, &endpoint, interval, retire).await
+        })
+        .await
     }
 }
 

@@ -32,7 +32,8 @@ use corium_core::{EntityId, Value};
 /// The key's magic prefix (format 2 of the request record).
 const MAGIC: &[u8; 3] = b"fr2";
 /// Bytes before the flags: magic, id, digest.
-pub const PREFIX_LEN: usize = 3 + 16 + 8;
+#[cfg(test)]
+pub(crate) const PREFIX_LEN: usize = 3 + 16 + 8;
 /// The longest identity value kept in a key; a longer one is recorded with
 /// a binding entity instead.
 const MAX_IDENTITY_BYTES: usize = 256;
@@ -42,11 +43,11 @@ const MODE_SHIFT: u8 = 1;
 const MODE_MASK: u8 = 0b110;
 const OWNED: u8 = 0b1000;
 /// The bytes of an owner tag.
-pub const OWNER_LEN: usize = 8;
+pub(crate) const OWNER_LEN: usize = 8;
 
 /// How the key binds the caller's tempids.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// The caller named no tempid (or only `"datomic.tx"`).
     None,
     /// One tempid, the only entity the transaction writes about: its
@@ -68,7 +69,7 @@ pub enum Mode {
 
 /// A decoded key.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Key {
+pub(crate) struct Key {
     /// The request id.
     pub id: u128,
     /// The first 8 bytes of the request's SHA-256.
@@ -84,7 +85,7 @@ pub struct Key {
 
 /// The first bytes of every key of `id`: what an index seek looks for.
 #[must_use]
-pub fn id_prefix(id: u128) -> Vec<u8> {
+pub(crate) fn id_prefix(id: u128) -> Vec<u8> {
     let mut prefix = Vec::with_capacity(3 + 16);
     prefix.extend_from_slice(MAGIC);
     prefix.extend_from_slice(&id.to_be_bytes());
@@ -185,7 +186,7 @@ impl Key {
     /// The key's bytes, or `None` when an entity mode's identity value is a
     /// kind or size a key does not carry (record it with bindings instead).
     #[must_use]
-    pub fn encode(&self) -> Option<Vec<u8>> {
+    pub(crate) fn encode(&self) -> Option<Vec<u8>> {
         let mut out = id_prefix(self.id);
         out.extend_from_slice(&self.digest);
         let mode = match self.mode {
@@ -220,7 +221,7 @@ impl Key {
 
     /// Decodes a key, or `None` for bytes that are not one.
     #[must_use]
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         let mut at = 0;
         if take(bytes, &mut at, 3)? != MAGIC {
             return None;

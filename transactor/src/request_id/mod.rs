@@ -16,11 +16,11 @@
 //! - [`ledger`] — one cell's ledger: commit once, replay, and "did it
 //!   commit?" with a fence.
 
-pub mod key;
-pub mod ledger;
-pub mod record;
-pub mod shape;
+pub(crate) mod key;
+pub(crate) mod ledger;
+pub(crate) mod record;
+pub(crate) mod shape;
 #[cfg(test)]
 mod tests;
 
-pub use ledger::{Database, Ledger, LedgerError, Origin, Outcome, Sender, Status, Unsupported};
+pub(crate) use ledger::{Database, Ledger, LedgerError, Origin, Outcome, Sender, Status, Unsupported};

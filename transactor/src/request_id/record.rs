@@ -66,7 +66,7 @@ const SCHEMA: &str = "[{:db/ident :fleet.request/key :db/valueType :db.type/byte
      :db/cardinality :db.cardinality/one}]";
 
 /// The tempid prefix of binding entities (never a caller's tempid).
-pub const BINDING_PREFIX: &str = "fleet.tempid/";
+pub(crate) const BINDING_PREFIX: &str = "fleet.tempid/";
 /// Tempid prefixes the fleet reserves.
 const RESERVED_PREFIXES: [&str; 2] = [BINDING_PREFIX, "fleet.schema/"];
 /// Format 1's digest of a fence marker.
@@ -83,7 +83,7 @@ fn attr(db: &Db, ident: (&str, &str)) -> Option<EntityId> {
 /// Whether `db` can record request ids (every database the fleet creates
 /// can; one created elsewhere may not).
 #[must_use]
-pub fn supported(db: &Db) -> bool {
+pub(crate) fn supported(db: &Db) -> bool {
     attr(db, KEY).is_some() || attr(db, ID).is_some()
 }
 
@@ -112,12 +112,12 @@ impl Owner {
 /// What a request id is bound to: the transaction bytes and the basis
 /// condition, so a retry must repeat exactly the same request.
 #[derive(Clone, Debug, Eq, PartialEq)]
-pub struct Digest([u8; 32]);
+pub(crate) struct Digest([u8; 32]);
 
 impl Digest {
     /// The digest of `request`.
     #[must_use]
-    pub fn of(request: &pb::TransactRequest) -> Self {
+    pub(crate) fn of(request: &pb::TransactRequest) -> Self {
         let mut hasher = Sha256::new();
         hasher.update(request.tx_data.len().to_be_bytes());
         hasher.update(&request.tx_data);
@@ -151,7 +151,7 @@ impl Digest {
 
 /// Whether a tempid is one the fleet reserves for its own record.
 #[must_use]
-pub fn reserved(tempid: &str) -> bool {
+pub(crate) fn reserved(tempid: &str) -> bool {
     RESERVED_PREFIXES.iter().any(|prefix| tempid.starts_with(prefix))
 }
 
@@ -180,7 +180,7 @@ fn bytes_edn(bytes: &[u8]) -> Edn {
 ///
 /// # Errors
 /// A message when `schema` is not an EDN vector.
-pub fn with_schema(schema: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn with_schema(schema: &[u8]) -> Result<Vec<u8>, String> {
     let mut attributes = if schema.is_empty() {
         Vec::new()
     } else {
@@ -217,14 +217,14 @@ pub fn with_schema(schema: &[u8]) -> Result<Vec<u8>, String> {
 
 /// What [`augmented`] wrote about the caller's tempids, for the first answer.
 #[derive(Clone, Debug)]
-pub struct Written {
+pub(crate) struct Written {
     /// The caller's tempids (`None`: unknown before expansion).
     pub tempids: Option<BTreeSet<String>>,
 }
 
 /// A transaction names a tempid the fleet reserves.
 #[derive(Clone, Debug, Eq, PartialEq)]
-pub struct Reserved(pub String);
+pub(crate) struct Reserved(pub String);
 
 /// Binding entities for `tempids`, added to `out`, and the attributes they
 /// put on the transaction entity.
@@ -260,7 +260,7 @@ fn bindings(out: &mut Vec<Edn>, tempids: &BTreeSet<String>) -> Vec<(Edn, Edn)> {
 ///
 /// # Panics
 /// Never: a key without an identity always encodes.
-pub fn augmented(
+pub(crate) fn augmented(
     db: &Db,
     id: uuid::Uuid,
     digest: &Digest,
@@ -329,7 +329,7 @@ pub fn augmented(
 /// # Panics
 /// Never: a fence key always encodes.
 #[must_use]
-pub fn fence_marker(db: &Db, id: uuid::Uuid, owner: Option<Owner>) -> Edn {
+pub(crate) fn fence_marker(db: &Db, id: uuid::Uuid, owner: Option<Owner>) -> Edn {
     let mut tx = vec![(kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned()))];
     if attr(db, KEY).is_some() {
         let key = Key {
@@ -349,7 +349,7 @@ pub fn fence_marker(db: &Db, id: uuid::Uuid, owner: Option<Owner>) -> Edn {
 
 /// A committed record of an id, as found.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub enum Found {
+pub(crate) enum Found {
     /// The same request (same digest): its transaction entity.
     Same(EntityId),
     /// Another request under the same id.
@@ -363,7 +363,7 @@ pub enum Found {
 impl Found {
     /// The transaction entity.
     #[must_use]
-    pub const fn tx(self) -> EntityId {
+    pub(crate) const fn tx(self) -> EntityId {
         match self {
             Self::Same(tx) | Self::Other(tx) | Self::Fenced(tx) | Self::Foreign(tx) => tx,
         }
@@ -376,7 +376,12 @@ impl Found {
 /// whatever it holds; one written before owners were recorded is anyone's.
 /// One index seek (format 2), one lookup (format 1).
 #[must_use]
-pub fn find(db: &Db, id: uuid::Uuid, digest: Option<&Digest>, caller: Option<&Owner>) -> Option<Found> {
+pub(crate) fn find(
+    db: &Db,
+    id: uuid::Uuid,
+    digest: Option<&Digest>,
+    caller: Option<&Owner>,
+) -> Option<Found> {
     if let Some(key_attr) = attr(db, KEY) {
         let prefix = key::id_prefix(id.as_u128());
         let start = Value::Bytes(prefix.clone().into());
@@ -422,7 +427,7 @@ pub fn find(db: &Db, id: uuid::Uuid, digest: Option<&Digest>, caller: Option<&Ow
 
 /// Encodes a tempid map the way Corium answers it.
 #[must_use]
-pub fn encode_tempids(tempids: &BTreeMap<String, i64>) -> Vec<u8> {
+pub(crate) fn encode_tempids(tempids: &BTreeMap<String, i64>) -> Vec<u8> {
     codec::encode_edn(&Edn::Map(
         tempids
             .iter()
@@ -442,7 +447,7 @@ fn raw(entity: EntityId) -> i64 {
 ///
 /// # Errors
 /// Corium's tempid map does not decode.
-pub fn normalise(
+pub(crate) fn normalise(
     mut response: pb::TransactResponse,
     written: &Written,
 ) -> Result<pb::TransactResponse, codec::CodecError> {
@@ -516,7 +521,7 @@ fn entity_of(
 /// The tempid map of the committed transaction `tx` (its log record's
 /// `datoms`), as its first answer gave it.
 #[must_use]
-pub fn answer_tempids(db: &Db, tx: EntityId, datoms: &[Datom]) -> BTreeMap<String, i64> {
+pub(crate) fn answer_tempids(db: &Db, tx: EntityId, datoms: &[Datom]) -> BTreeMap<String, i64> {
     let key = attr(db, KEY)
         .and_then(|key_attr| db.values(tx, key_attr).into_iter().next())
         .and_then(|value| match value {

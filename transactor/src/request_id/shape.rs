@@ -14,14 +14,14 @@ use corium_tx::{EntityRef, TX_TEMPID, TxItem, TxOp};
 /// An identity value a key cannot carry (a keyword, which travels by an
 /// interner; a double; a sealed value).
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub struct Unkeepable;
+pub(crate) struct Unkeepable;
 
 /// A tempid's first identity attribute and value, if it has one.
-pub type Identity = Result<Option<(EntityId, Value)>, Unkeepable>;
+pub(crate) type Identity = Result<Option<(EntityId, Value)>, Unkeepable>;
 
 /// The shape of a caller's transaction.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// Every tempid Corium resolves (`None`: the converter refused the forms
     /// before expansion — a transaction-function call — so they are unknown).
     pub tempids: Option<BTreeSet<String>>,
@@ -37,7 +37,7 @@ impl Shape {
     /// Whether the caller named `"datomic.tx"` (unknown counts as named:
     /// Corium's own answer then keeps it).
     #[must_use]
-    pub fn tx_named(&self) -> bool {
+    pub(crate) fn tx_named(&self) -> bool {
         self.tempids
             .as_ref()
             .is_none_or(|tempids| tempids.contains(TX_TEMPID))
@@ -45,7 +45,7 @@ impl Shape {
 
     /// The caller's tempids besides `"datomic.tx"`.
     #[must_use]
-    pub fn own(&self) -> BTreeSet<String> {
+    pub(crate) fn own(&self) -> BTreeSet<String> {
         self.tempids
             .iter()
             .flatten()
@@ -64,7 +64,7 @@ fn temp(entity: &EntityRef) -> Option<&str> {
 
 /// Reads the shape of `forms` against `db`.
 #[must_use]
-pub fn of(db: &Db, forms: &[Edn]) -> Shape {
+pub(crate) fn of(db: &Db, forms: &[Edn]) -> Shape {
     let mut interner = KeywordInterner::default();
     let Ok(items) = corium_forms::txforms::tx_items_from_edn(db, &mut interner, forms) else {
         return Shape::default();

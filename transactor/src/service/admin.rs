@@ -15,19 +15,20 @@ use corium_fleet_proto::fleet::{
 use tonic::{Request, Response, Status};
 
 use super::admit::{Door, admit};
+use super::node::Node;
 use crate::host::{Host, node_of, now_unix_ms};
 use crate::service::catalog::catalog;
 use crate::standby::{Standing, standing};
 
 /// The fleet admin service.
-pub struct FleetAdminSvc(pub Arc<Host>);
+pub struct FleetAdminSvc(pub Arc<Node>);
 
 /// One database's view from this node, read from storage; a database not in
 /// the catalog is `absent`, with the candidates it would be placed on.
 ///
 /// # Errors
 /// `UNAVAILABLE` when storage cannot be read.
-pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseView), Status> {
+pub(crate) async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseView), Status> {
     corium_fleet_common::names::check(db).map_err(|error| Status::invalid_argument(error.to_string()))?;
     let view = host.read_root(db).await?;
     if !view.exists {
@@ -75,8 +76,9 @@ pub async fn database_view(host: &Host, db: &str) -> Result<(Standing, DatabaseV
 ///
 /// # Errors
 /// `UNAVAILABLE` when storage cannot be read.
-async fn own_status(host: &Host) -> Result<NodeStatusResponse, Status> {
-    let load = host.load();
+async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
+    let host = &node.host;
+    let load = node.load();
     let mut response = NodeStatusResponse {
         node_id: host.config.node_id.clone(),
         zone: host.config.zone.clone(),
@@ -88,11 +90,11 @@ async fn own_status(host: &Host) -> Result<NodeStatusResponse, Status> {
         load: Some(NodeLoad {
             calls_running: load.calls_running,
             calls_waiting: load.calls_waiting,
-            max_inflight: u32::try_from(host.work.max_inflight()).unwrap_or(u32::MAX),
+            max_inflight: u32::try_from(node.work.max_inflight()).unwrap_or(u32::MAX),
             subscriptions: load.subscriptions,
             calls_total: load.calls_total,
-            read_replicas: u32::try_from(host.replicas.active()).unwrap_or(u32::MAX),
-            replica_lag: host.replicas.max_lag(),
+            read_replicas: u32::try_from(node.replicas.active()).unwrap_or(u32::MAX),
+            replica_lag: node.replicas.max_lag(),
         }),
         ..NodeStatusResponse::default()
     };
@@ -126,7 +128,8 @@ async fn own_status(host: &Host) -> Result<NodeStatusResponse, Status> {
 /// # Errors
 /// `UNAVAILABLE` when the registry cannot be read within the storage
 /// timeout.
-async fn fleet_status(host: &Host) -> Result<FleetStatusResponse, Status> {
+async fn fleet_status(node: &Node) -> Result<FleetStatusResponse, Status> {
+    let host = &node.host;
     let now = now_unix_ms();
     let records = tokio::time::timeout(
         host.config.storage_timeout,
@@ -174,7 +177,7 @@ async fn fleet_status(host: &Host) -> Result<FleetStatusResponse, Status> {
         async move {
             let ask = async {
                 if node_id == host.config.node_id {
-                    own_status(host).await
+                    own_status(node).await
                 } else {
                     host.peers.connect(&endpoint, &node_id).await?.node_status().await
                 }
@@ -239,7 +242,7 @@ impl FleetAdmin for FleetAdminSvc {
     ) -> Result<Response<DatabasePlacementResponse>, Status> {
         admit(&self.0, &request, &Door::operator("DatabasePlacement", "")).await?;
         let db = request.into_inner().database;
-        let (_, view) = database_view(&self.0, &db).await?;
+        let (_, view) = database_view(&self.0.host, &db).await?;
         Ok(Response::new(DatabasePlacementResponse { view: Some(view) }))
     }
 
@@ -257,14 +260,15 @@ impl FleetAdmin for FleetAdminSvc {
         corium_fleet_common::names::check(&database)
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
         self.0
+            .host
             .handoff(&database, &target_node_id)
             .await
             .map(Response::new)
     }
 
     async fn prepare(&self, request: Request<PrepareRequest>) -> Result<Response<PrepareResponse>, Status> {
-        let host = &self.0;
-        admit(host, &request, &Door::operator("Prepare", "")).await?;
+        let host = &self.0.host;
+        admit(&self.0, &request, &Door::operator("Prepare", "")).await?;
         let db = request.into_inner().database;
         candidate_here(host, &db)?;
         let started = std::time::Instant::now();
@@ -294,8 +298,8 @@ impl FleetAdmin for FleetAdminSvc {
         &self,
         request: Request<ActivateRequest>,
     ) -> Result<Response<ActivateResponse>, Status> {
-        let host = &self.0;
-        admit(host, &request, &Door::operator("Activate", "")).await?;
+        let host = &self.0.host;
+        admit(&self.0, &request, &Door::operator("Activate", "")).await?;
         let db = request.into_inner().database;
         candidate_here(host, &db)?;
         let started = std::time::Instant::now();

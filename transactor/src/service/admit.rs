@@ -24,44 +24,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use corium_protocol::authz::{self, Access, Action, AuthError, Principal};
+use corium_protocol::authz::{self, Access, Action, Principal};
 use corium_transactor::node::TransactorNode;
 use tonic::{Request, Response, Status};
 
+use super::node::Node;
+pub(crate) use super::refused::Refused;
 use crate::cell::{Admission, Cell};
-use crate::host::{Host, Refusal};
-use crate::waiters::{OutOfReach, WaitPlace};
-use crate::work_limits::{Overloaded, WorkPermit};
-
-/// Why the front door turned a call away.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum Refused {
-    /// The guard denied the access.
-    #[error(transparent)]
-    Denied(AuthError),
-    /// A grant that filters what the caller may see, on a surface that
-    /// cannot apply the filter: refused rather than answered in full.
-    #[error("view filtering is not enforced on this surface yet")]
-    Filtered,
-    /// The operator surface, asked by someone who is not an operator.
-    #[error("{what} needs an operator: a principal with role {role:?}")]
-    NotOperator {
-        /// The call.
-        what: &'static str,
-        /// The role that would have been admitted.
-        role: String,
-    },
-    /// The ownership decision's "no" (bad name or metadata, not the holder,
-    /// an unknown database, ownership that cannot be verified).
-    #[error(transparent)]
-    Ownership(#[from] Refusal),
-    /// The node's limits (work places, waits, a principal's rate).
-    #[error("{}", .0.message)]
-    Overloaded(Overloaded),
-    /// A basis further ahead than the database can reach in time.
-    #[error(transparent)]
-    OutOfReach(#[from] OutOfReach),
-}
+use crate::host::Refusal;
+use crate::waiters::WaitPlace;
+use crate::work_limits::WorkPermit;
 
 /// How a call counts against the node's limits.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
@@ -183,11 +155,14 @@ impl Admitted {
     /// The caller as the sender of a request id: its owner tag, whether
     /// records name it yet (every live member reads owners), and whether it
     /// is an operator (who may ask about anyone's id).
-    pub(crate) fn sender(&self, host: &Host) -> crate::request_id::Sender {
+    pub(crate) fn sender(&self, node: &Node) -> crate::request_id::Sender {
         crate::request_id::Sender {
             owner: crate::request_id::record::Owner::of(&self.principal),
-            recorded: host.features.has(corium_fleet_store::registry::OWNED_REQUEST_IDS),
-            operator: host.config.auth.is_operator(&self.principal),
+            recorded: node
+                .host
+                .features
+                .has(corium_fleet_store::registry::OWNED_REQUEST_IDS),
+            operator: node.host.config.auth.is_operator(&self.principal),
         }
     }
 
@@ -201,9 +176,9 @@ impl Admitted {
     ///
     /// # Errors
     /// [`Refused::Overloaded`] when the node's limits refuse the work.
-    pub(crate) async fn work_after_wait(&mut self, host: &Host, db: &str) -> Result<(), Refused> {
+    pub(crate) async fn work_after_wait(&mut self, node: &Node, db: &str) -> Result<(), Refused> {
         self.place = Held::Nothing;
-        let permit = host
+        let permit = node
             .work
             .enter(&self.principal_key(), db, None)
             .await
@@ -236,17 +211,17 @@ pub(crate) fn principal_key(principal: &Principal) -> String {
 /// # Errors
 /// The first [`Refused`] met, in the module's order.
 pub(crate) async fn admit<T>(
-    host: &Host,
+    node: &Node,
     request: &Request<T>,
     door: &Door<'_>,
 ) -> Result<Admitted, Refused> {
     let principal = authz::principal(request);
-    allow(host, &principal, door).await?;
+    allow(node, &principal, door).await?;
     if !door.db.is_empty() {
         corium_fleet_common::names::check(door.db).map_err(Refusal::from)?;
-        host.check_metadata(request.metadata(), door.db)?;
+        node.host.check_metadata(request.metadata(), door.db)?;
     }
-    let place = take_place(host, &principal, door).await?;
+    let place = take_place(node, &principal, door).await?;
     Ok(Admitted { principal, place })
 }
 
@@ -256,20 +231,20 @@ pub(crate) async fn admit<T>(
 /// # Errors
 /// The first [`Refused`] met, in the module's order.
 pub(crate) async fn admit_owner<T>(
-    host: &Arc<Host>,
+    node: &Node,
     request: &Request<T>,
     door: &Door<'_>,
 ) -> Result<AtOwner, Refused> {
     let principal = authz::principal(request);
-    allow(host, &principal, door).await?;
+    allow(node, &principal, door).await?;
     // The name and metadata are checked by the decision itself.
-    let cell = host.owner(request.metadata(), door.db).await?;
-    let place = take_place(host, &principal, door).await?;
+    let cell = node.host.owner(request.metadata(), door.db).await?;
+    let place = take_place(node, &principal, door).await?;
     let permit = if door.place == Place::Wait {
         None
     } else {
         // Draining or deposed between the decision and admission.
-        Some(cell.admit().ok_or_else(|| host.not_owner(door.db, None))?)
+        Some(cell.admit().ok_or_else(|| node.host.not_owner(door.db, None))?)
     };
     Ok(AtOwner {
         cell,
@@ -285,7 +260,7 @@ pub(crate) async fn admit_owner<T>(
 /// # Errors
 /// The front door's refusal as its status, or the handler's.
 pub(crate) async fn forward<Req, Resp, Fut>(
-    host: &Arc<Host>,
+    node: &Node,
     request: Request<Req>,
     door: Door<'_>,
     handler: impl FnOnce(Arc<TransactorNode>, Request<Req>) -> Fut,
@@ -293,7 +268,7 @@ pub(crate) async fn forward<Req, Resp, Fut>(
 where
     Fut: Future<Output = Result<Response<Resp>, Status>>,
 {
-    let at = admit_owner(host, &request, &door).await?;
+    let at = admit_owner(node, &request, &door).await?;
     let answered = handler(Arc::clone(&at.cell.node), request).await;
     drop(at.permit);
     let mut response = answered.map_err(|status| {
@@ -331,7 +306,8 @@ pub(crate) fn stamp_lease_version<T>(response: &mut Response<T>, lease_version: 
 /// Step 2: the operator rule and the access, with Corium's rule for grants:
 /// an allow, or a grant without a view filter (with one only where the
 /// handler applies it).
-async fn allow(host: &Host, principal: &Principal, door: &Door<'_>) -> Result<(), Refused> {
+async fn allow(node: &Node, principal: &Principal, door: &Door<'_>) -> Result<(), Refused> {
+    let host = &node.host;
     if let Some(what) = door.operator
         && !host.config.auth.is_operator(principal)
     {
@@ -345,7 +321,7 @@ async fn allow(host: &Host, principal: &Principal, door: &Door<'_>) -> Result<()
     let Some(access) = &door.access else {
         return Ok(());
     };
-    match host.guard.authorize(principal, access).await {
+    match node.guard.authorize(principal, access).await {
         Ok(None) => Ok(()),
         Ok(Some(grant)) if grant.view.is_none() || door.views => Ok(()),
         Ok(Some(_)) => Err(Refused::Filtered),
@@ -358,12 +334,12 @@ async fn allow(host: &Host, principal: &Principal, door: &Door<'_>) -> Result<()
 }
 
 /// Step 5: the call's place under the node's limits.
-async fn take_place(host: &Host, principal: &Principal, door: &Door<'_>) -> Result<Held, Refused> {
+async fn take_place(node: &Node, principal: &Principal, door: &Door<'_>) -> Result<Held, Refused> {
     match door.place {
         Place::Exempt => Ok(Held::Nothing),
         Place::Work => {
             let key = principal_key(principal);
-            let permit = host.work.enter(&key, door.db, None).await.map_err(|refused| {
+            let permit = node.work.enter(&key, door.db, None).await.map_err(|refused| {
                 tracing::debug!(db = door.db, principal = %key, reason = refused.reason.label(), "call shed");
                 Refused::Overloaded(refused)
             })?;
@@ -372,8 +348,8 @@ async fn take_place(host: &Host, principal: &Principal, door: &Door<'_>) -> Resu
         }
         Place::Wait => {
             let key = principal_key(principal);
-            host.work.charge(&key).map_err(Refused::Overloaded)?;
-            let place = host.waiters.enter(&key, door.db).map_err(|refused| {
+            node.work.charge(&key).map_err(Refused::Overloaded)?;
+            let place = node.waiters.enter(&key, door.db).map_err(|refused| {
                 tracing::debug!(db = door.db, principal = %key, "wait refused");
                 Refused::Overloaded(refused)
             })?;

@@ -27,13 +27,14 @@ use corium_transactor::server::CatalogSvc;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Door, Refused, admit, admit_owner, forward};
+use super::node::Node;
 use super::status;
 use crate::cell::Cell;
 use crate::host::Host;
 use crate::view;
 
 /// The fleet's `Catalog` service.
-pub struct FleetCatalog(pub Arc<Host>);
+pub struct FleetCatalog(pub Arc<Node>);
 
 /// Corium's service for one cell, authorizing with the node's guard (the
 /// caller's principal is in the request's extensions).
@@ -65,12 +66,13 @@ impl Catalog for FleetCatalog {
         &self,
         request: Request<pb::CreateDatabaseRequest>,
     ) -> Result<Response<pb::CreateDatabaseResponse>, Status> {
-        let host = &self.0;
+        let node = &self.0;
+        let host = &node.host;
         let db = request.get_ref().db.clone();
         check_name(&db)?;
         // The cell's create runs Corium's service with no principal, so the
         // decision is made here, before anything is written.
-        let _admitted = admit(host, &request, &Door::on(Action::CreateDatabase, &db)).await?;
+        let _admitted = admit(node, &request, &Door::on(Action::CreateDatabase, &db)).await?;
         if host.rank(&db).is_none() {
             return Err(host.not_owner(&db, None).into());
         }
@@ -81,7 +83,10 @@ impl Catalog for FleetCatalog {
         if view.exists {
             return Err(already_exists(&db));
         }
-        match Cell::create(&host.template, request.into_inner()).await? {
+        match Cell::create(&host.template, request.into_inner())
+            .await
+            .map_err(status::create_status)?
+        {
             Some(cell) => {
                 tracing::info!(db, lease_version = cell.lease_version, "database created");
                 host.install(cell);
@@ -98,12 +103,13 @@ impl Catalog for FleetCatalog {
         &self,
         request: Request<pb::DeleteDatabaseRequest>,
     ) -> Result<Response<pb::DeleteDatabaseResponse>, Status> {
-        let host = &self.0;
+        let node = &self.0;
+        let host = &node.host;
         let db = request.get_ref().db.clone();
         check_name(&db)?;
         // The catalog entry goes before Corium's service runs (and checks
         // again): decide first.
-        let at = match admit_owner(host, &request, &Door::on(Action::DeleteDatabase, &db)).await {
+        let at = match admit_owner(node, &request, &Door::on(Action::DeleteDatabase, &db)).await {
             Ok(at) => at,
             // Nothing to delete: stock Corium's answer.
             Err(Refused::Ownership(crate::host::Refusal::UnknownDatabase(_))) => {
@@ -120,7 +126,7 @@ impl Catalog for FleetCatalog {
             .await
             .map_err(|_| Status::unavailable(format!("deleting {db:?} timed out; retry")))?
             .map_err(|error| Status::unavailable(format!("cannot delete {db:?}: {error}; retry")))?;
-        let response = svc(Arc::clone(&cell.node), &host.guard)
+        let response = svc(Arc::clone(&cell.node), &node.guard)
             .delete_database(request)
             .await
             .map_err(|answer| status::write_status(&db, answer));
@@ -136,7 +142,8 @@ impl Catalog for FleetCatalog {
         &self,
         request: Request<pb::ForkDatabaseRequest>,
     ) -> Result<Response<pb::ForkDatabaseResponse>, Status> {
-        let host = &self.0;
+        let node = &self.0;
+        let host = &node.host;
         let source = request.get_ref().db.clone();
         let target = request.get_ref().target.clone();
         check_name(&source)?;
@@ -150,7 +157,7 @@ impl Catalog for FleetCatalog {
         // checks the same access): decide first. Source work runs at the
         // source's owner.
         let door = Door::on(Action::ForkDatabase, &source).needing(Access::on(Action::ForkDatabase, &target));
-        let mut at = admit_owner(host, &request, &door).await?;
+        let mut at = admit_owner(node, &request, &door).await?;
         let cell = Arc::clone(&at.cell);
         // Target creation is serialised fleet-wide by a reservation root, so
         // two forks into one name never write its log at the same time.
@@ -161,7 +168,7 @@ impl Catalog for FleetCatalog {
             }
             let permit = at.permit.take().ok_or_else(|| host.not_owner(&source, None))?;
             let allowance = cell.fork_targets.allow(&target);
-            let response = svc(Arc::clone(&cell.node), &host.guard)
+            let response = svc(Arc::clone(&cell.node), &node.guard)
                 .fork_database(request)
                 .await
                 .map_err(|answer| status::write_status(&source, answer));
@@ -196,7 +203,7 @@ impl Catalog for FleetCatalog {
         request: Request<pb::ListDatabasesRequest>,
     ) -> Result<Response<pb::ListDatabasesResponse>, Status> {
         let _admitted = admit(&self.0, &request, &Door::catalog(Action::ListDatabases)).await?;
-        let dbs = catalog(&self.0).await?;
+        let dbs = catalog(&self.0.host).await?;
         Ok(Response::new(pb::ListDatabasesResponse { dbs }))
     }
 
@@ -206,11 +213,12 @@ impl Catalog for FleetCatalog {
     ) -> Result<Response<pb::GcDeletedDatabasesResponse>, Status> {
         // A node over a view that hosts nothing: its GC marks every `db:`
         // root (the listing passes through) and deletes unreachable blobs.
-        let host = &self.0;
+        let node = &self.0;
+        let host = &node.host;
         // It sweeps the whole shared store: operators only (and then
         // Corium's own `GarbageCollect` check), decided before a node opens.
         let door = Door::catalog(Action::GarbageCollect).for_operator("GcDeletedDatabases");
-        let _admitted = admit(host, &request, &door).await?;
+        let _admitted = admit(node, &request, &door).await?;
         // Corium sweeps every unreachable blob older than the retention; a
         // live database's index is written before its root names it, so a
         // short retention could sweep blobs about to become reachable.
@@ -233,10 +241,10 @@ impl Catalog for FleetCatalog {
         config.ha = false;
         config.gc_interval = None;
         config.saga_sweep_interval = None;
-        let node = TransactorNode::open(config)
+        let sweeper = TransactorNode::open(config)
             .await
             .map_err(|error| status::node_status(&error))?;
-        svc(node, &host.guard).gc_deleted_databases(request).await
+        svc(sweeper, &node.guard).gc_deleted_databases(request).await
     }
 
     async fn request_index(
@@ -276,7 +284,7 @@ impl Catalog for FleetCatalog {
         // Through a cell Corium would describe the view, which no other
         // process can open; describe the shared store instead, at a basis
         // fixed by the owner.
-        let host = Arc::clone(&self.0);
+        let host = Arc::clone(&self.0.host);
         let db = request.get_ref().db.clone();
         // Where the data lives (a data directory, a read-only connection
         // string) is for the storage's administrators: a data admin (stock
@@ -381,7 +389,7 @@ impl Catalog for FleetCatalog {
 ///
 /// # Errors
 /// `UNAVAILABLE` when storage cannot be listed.
-pub async fn catalog(host: &Host) -> Result<Vec<String>, Status> {
+pub(crate) async fn catalog(host: &Host) -> Result<Vec<String>, Status> {
     let listing = tokio::time::timeout(host.config.storage_timeout, host.base.list_roots("meta:")).await;
     let names = match listing {
         Ok(Ok(names)) => names,

@@ -3,15 +3,19 @@
 //! `Requests` ("did my request commit?"), Corium's `PeerServer` (reads from
 //! read replicas, [`peer_server`]).
 //!
-//! Every call passes the front door first ([`admit`]: who, may they, the
+//! What the services share is the [`node::Node`]: the host (ownership
+//! state only) and the guard, the limits, the waits, the subscriptions and
+//! the read replicas. Every call passes the front door first ([`admit`]: who, may they, the
 //! name, the owner, a place, the permit, in that order), and every status a
 //! caller sees is made in [`status`].
 
-pub mod admin;
+pub(crate) mod admin;
 pub(crate) mod admit;
-pub mod catalog;
-pub mod peer_server;
-pub mod requests;
+pub(crate) mod catalog;
+pub(crate) mod node;
+pub(crate) mod peer_server;
+pub(crate) mod refused;
+pub(crate) mod requests;
 pub(crate) mod status;
-pub mod subscribe;
-pub mod transactor;
+pub(crate) mod subscribe;
+pub(crate) mod transactor;

@@ -20,8 +20,8 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Admitted, Door, Refused, admit};
+use super::node::Node;
 use super::transactor::FleetTransactor;
-use crate::host::Host;
 use crate::replica::{Replica, on_read_threads};
 use crate::waiters::check_reach;
 
@@ -38,7 +38,7 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
 const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
 /// The fleet's `PeerServer` service.
-pub struct FleetPeerServer(pub Arc<Host>);
+pub(crate) struct FleetPeerServer(pub Arc<Node>);
 
 /// The time left of the call's `grpc-timeout` (less a margin), or
 /// [`DEFAULT_WAIT`].
@@ -79,20 +79,20 @@ impl FleetPeerServer {
         action: Action,
         view_t: Option<u64>,
     ) -> Result<(Arc<Replica>, Admitted), Status> {
-        let host = &self.0;
+        let node = &self.0;
         let min_basis = metadata::min_basis(request.metadata())
             .map_err(|error| Status::invalid_argument(error.to_string()))?;
-        let mut admitted = admit(host, request, &Door::on(action, db).views().waits()).await?;
+        let mut admitted = admit(node, request, &Door::on(action, db).views().waits()).await?;
         let within = time_left(request.metadata());
         let started = std::time::Instant::now();
-        let counts = &host.replicas.counts;
+        let counts = &node.replicas.counts;
         let outcome = async {
-            let replica = host.replicas.get(host, db, within).await?;
+            let replica = node.replicas.get(&node.host, &node.guard, db, within).await?;
             replica.check_following()?;
             if let Some(target) = min_basis
                 && let Err(out_of_reach) = check_reach(db, target, replica.owner_basis_seen(), within)
             {
-                host.waiters.count_out_of_reach();
+                node.waiters.count_out_of_reach();
                 return Err(Refused::from(out_of_reach).into());
             }
             let waited = replica
@@ -105,7 +105,7 @@ impl FleetPeerServer {
             Ok((replica, waited)) => {
                 let counter = if waited { &counts.waited } else { &counts.served };
                 counter.fetch_add(1, Ordering::Relaxed);
-                admitted.work_after_wait(host, db).await?;
+                admitted.work_after_wait(node, db).await?;
                 Ok((replica, admitted))
             }
             Err(status) => {

@@ -10,12 +10,12 @@ use prost::Message as _;
 use tonic::{Request, Response, Status};
 
 use super::admit::{Door, admit_owner, stamp_lease_version};
+use super::node::Node;
 use super::status;
-use crate::host::Host;
 use crate::request_id::{self, Database, LedgerError};
 
 /// The fleet's `Requests` service.
-pub struct FleetRequests(pub Arc<Host>);
+pub(crate) struct FleetRequests(pub Arc<Node>);
 
 #[tonic::async_trait]
 impl Requests for FleetRequests {
@@ -23,7 +23,8 @@ impl Requests for FleetRequests {
         &self,
         request: Request<RequestStatusRequest>,
     ) -> Result<Response<RequestStatusResponse>, Status> {
-        let host = &self.0;
+        let node = &self.0;
+        let host = &node.host;
         let db = request.get_ref().database.clone();
         let id = uuid::Uuid::parse_str(request.get_ref().request_id.trim()).map_err(|_| {
             Status::invalid_argument(format!(
@@ -36,7 +37,7 @@ impl Requests for FleetRequests {
         // query is admitted like the write it may be (a work place, the
         // principal's rate).
         let mut at = admit_owner(
-            host,
+            node,
             &request,
             &Door::on(corium_protocol::authz::Action::Transact, &db),
         )
@@ -50,7 +51,7 @@ impl Requests for FleetRequests {
             read_ahead: &cell.read_ahead,
         };
         let commit = |tx_data, basis| cell.commit(permit, &cell.db, tx_data, basis);
-        let sender = at.call.sender(host);
+        let sender = at.call.sender(node);
         let answered = cell.ledger.status(on, id, sender, commit).await;
         host.reset_if_failed(&cell);
         let response = match answered {

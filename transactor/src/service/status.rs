@@ -12,8 +12,8 @@ use corium_fleet_wire::not_owner;
 use corium_fleet_wire::outcome::{self, Cause};
 use tonic::Status;
 
-use super::admit::Refused;
-use crate::cell::TransactError;
+use super::refused::Refused;
+use crate::cell::{CreateError, TransactError};
 use crate::error::{is_deposed, is_storage_failure};
 use crate::host::Refusal;
 use crate::request_id::{LedgerError, Origin, Unsupported};
@@ -47,6 +47,16 @@ impl From<Refusal> for Status {
             Refusal::UnknownDatabase(_) => Self::not_found(refusal.to_string()),
             Refusal::Unverifiable { .. } => Self::unavailable(refusal.to_string()),
         }
+    }
+}
+
+/// The status of a database that could not be created.
+pub(crate) fn create_status(error: CreateError) -> Status {
+    match error {
+        CreateError::Schema(message) => Status::invalid_argument(message),
+        CreateError::Open(error) => node_status(&error),
+        CreateError::Corium(status) => status,
+        CreateError::Created(error) => Status::internal(error.to_string()),
     }
 }
 

@@ -10,7 +10,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use corium_protocol::{codec, pb};
 use tokio::sync::broadcast::error::RecvError;
@@ -18,10 +17,13 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 
+use corium_fleet_common::counted::{Counted, Counts};
+
 use crate::cell::Cell;
+use crate::config::SubscriptionLimits;
 
 /// The stream a Subscribe call answers with: items until the owner stops serving.
-pub type ItemStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeItem, Status>> + Send>>;
+pub(crate) type ItemStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeItem, Status>> + Send>>;
 
 /// The status a subscriber sees when its owner stops serving: retryable, so
 /// it resubscribes through the fleet address from its last basis.
@@ -31,45 +33,26 @@ fn moved(db: &str) -> Status {
     ))
 }
 
-/// Subscriptions open per principal on this node; an entry lives while it
-/// is above zero.
-pub type ByPrincipal = Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>;
-
-/// How many subscriptions this node serves at once: in all, per database,
-/// per principal.
-#[derive(Clone, Copy, Debug, Eq, PartialEq)]
-pub struct Limits {
-    /// On this node.
-    pub per_node: usize,
-    /// For one database.
-    pub per_database: usize,
-    /// For one principal (every anonymous caller is the one anonymous
-    /// principal).
-    pub per_principal: usize,
-}
-
 /// A place among the node's subscriptions, given back when dropped.
-pub struct Admission {
-    node: Arc<AtomicUsize>,
-    by_principal: ByPrincipal,
-    principal: String,
+pub(crate) struct Admission {
+    _node: Counted<()>,
+    _principal: Counted<String>,
     /// Keeps the cell from idle eviction, and counts it per database.
     _cell: crate::cell::Subscribed,
 }
 
-impl Drop for Admission {
-    fn drop(&mut self) {
-        self.node.fetch_sub(1, Ordering::AcqRel);
-        let mut open = self
-            .by_principal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = open.get_mut(&self.principal) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.principal);
-            }
-        }
+/// The node's subscriptions: in all and per principal (per database is
+/// counted on each cell).
+#[derive(Default)]
+pub(crate) struct Subscriptions {
+    node: Counts<()>,
+    by_principal: Counts<String>,
+}
+
+impl Subscriptions {
+    /// Subscriptions open on the node now.
+    pub(crate) fn open(&self) -> usize {
+        self.node.get(&())
     }
 }
 
@@ -87,11 +70,11 @@ fn full(message: String) -> Status {
 ///
 /// # Errors
 /// `RESOURCE_EXHAUSTED` with a retry hint when a limit is reached.
-pub fn admit(
+pub(crate) fn admit(
     cell: &Arc<Cell>,
-    (node, by_principal): (&Arc<AtomicUsize>, &ByPrincipal),
+    open: &Subscriptions,
     principal: &str,
-    limits: Limits,
+    limits: SubscriptionLimits,
 ) -> Result<Admission, Status> {
     let cell_guard = cell.subscribed();
     if cell.subscribers() > limits.per_database {
@@ -101,39 +84,27 @@ pub fn admit(
             cell.db, limits.per_database
         )));
     }
-    {
-        let mut open = by_principal
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let count = open.entry(principal.to_owned()).or_insert(0);
-        if *count >= limits.per_principal {
-            if *count == 0 {
-                open.remove(principal);
-            }
-            return Err(full(format!(
+    let principal_place = open
+        .by_principal
+        .enter(&principal.to_owned(), limits.per_principal)
+        .ok_or_else(|| {
+            full(format!(
                 "principal {principal} has {} subscriptions on this node, its limit \
                  (--max-subscriptions-per-principal); retry later",
                 limits.per_principal
-            )));
-        }
-        *count += 1;
-    }
-    // From here the admission (and its drop) owns the principal's place.
-    let admission = Admission {
-        node: Arc::clone(node),
-        by_principal: Arc::clone(by_principal),
-        principal: principal.to_owned(),
-        _cell: cell_guard,
-    };
-    if node.fetch_add(1, Ordering::AcqRel) >= limits.per_node {
-        // Dropping the admission gives back both places.
-        drop(admission);
-        return Err(full(format!(
+            ))
+        })?;
+    let node_place = open.node.enter(&(), limits.per_node).ok_or_else(|| {
+        full(format!(
             "this node serves {} subscriptions, its limit (--max-subscriptions); retry later",
             limits.per_node
-        )));
-    }
-    Ok(admission)
+        ))
+    })?;
+    Ok(Admission {
+        _node: node_place,
+        _principal: principal_place,
+        _cell: cell_guard,
+    })
 }
 
 /// Starts a subscription to `db` (the cell's database or a saga branch of
@@ -142,7 +113,7 @@ pub fn admit(
 ///
 /// # Errors
 /// When the cell no longer hosts the database.
-pub async fn stream(
+pub(crate) async fn stream(
     cell: &Arc<Cell>,
     db: &str,
     admission: Admission,

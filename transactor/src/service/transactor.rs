@@ -16,9 +16,9 @@ use tonic::{Request, Response, Status};
 use corium_fleet_wire::metadata;
 
 use super::admit::{Door, Refused, admit_owner, forward, stamp_lease_version, time_left};
+use super::node::Node;
 use super::status;
 use crate::cell::Cell;
-use crate::host::Host;
 use crate::request_id::{Origin, Outcome};
 use crate::waiters::check_reach;
 
@@ -50,7 +50,7 @@ fn check_version(version: u32) -> Result<(), Status> {
 /// database value decides and the watch only wakes the wait; it is
 /// subscribed before the value is read, so a commit after the read wakes
 /// it.
-async fn sync_basis(host: &Host, cell: &Cell, db: &str, t: u64, within: Duration) -> Result<u64, Status> {
+async fn sync_basis(node: &Node, cell: &Cell, db: &str, t: u64, within: Duration) -> Result<u64, Status> {
     let state = cell
         .node
         .db_state(db)
@@ -60,7 +60,7 @@ async fn sync_basis(host: &Host, cell: &Cell, db: &str, t: u64, within: Duration
     let mut closed = cell.closed();
     let target = if t == 0 { state.db().basis_t() } else { t };
     if let Err(out_of_reach) = check_reach(db, target, state.db().basis_t(), within) {
-        host.waiters.count_out_of_reach();
+        node.waiters.count_out_of_reach();
         return Err(Refused::from(out_of_reach).into());
     }
     loop {
@@ -76,14 +76,14 @@ async fn sync_basis(host: &Host, cell: &Cell, db: &str, t: u64, within: Duration
                 }
             }
             () = crate::until_true(&mut closed) => {
-                return Err(host.not_owner(db, None).into());
+                return Err(node.host.not_owner(db, None).into());
             }
         }
     }
 }
 
 /// The fleet's `Transactor` service.
-pub struct FleetTransactor(pub Arc<Host>);
+pub struct FleetTransactor(pub Arc<Node>);
 
 /// Corium's service for one cell, authorizing with the node's guard (the
 /// caller's principal is in the request's extensions).
@@ -106,10 +106,11 @@ impl Transactor for FleetTransactor {
             Origin::Client
         };
         let db = request.get_ref().db.clone();
-        let host = &self.0;
+        let node = &self.0;
+        let host = &node.host;
         // A replay of a committed request id is authorized exactly like the
         // original.
-        let mut at = admit_owner(host, &request, &Door::on(Action::Transact, &db)).await?;
+        let mut at = admit_owner(node, &request, &Door::on(Action::Transact, &db)).await?;
         let permit = at.permit.take().ok_or_else(|| host.not_owner(&db, None))?;
         let cell = Arc::clone(&at.cell);
         let request = request.into_inner();
@@ -119,7 +120,7 @@ impl Transactor for FleetTransactor {
         // answers an unknown outcome (`status::transact_status`).
         // Authorization ran at the door, with the guard Corium's service
         // would use.
-        let sender = at.call.sender(host);
+        let sender = at.call.sender(node);
         let answered = cell
             .transact(
                 permit,
@@ -201,20 +202,25 @@ impl Transactor for FleetTransactor {
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
         let db = request.get_ref().db.clone();
-        let host = &self.0;
+        let node = &self.0;
+        let host = &node.host;
         // The place is held while the stream is set up (its backfill read),
         // not for the stream's life: subscriptions have their own limits.
-        let at = admit_owner(host, &request, &Door::on(Action::Subscribe, &db)).await?;
+        let at = admit_owner(node, &request, &Door::on(Action::Subscribe, &db)).await?;
         let principal = at.call.principal_key();
         let request = request.into_inner();
         check_version(request.protocol_version)?;
-        let places = (&host.subscriptions, &host.subscriptions_by_principal);
-        let admission = super::subscribe::admit(&at.cell, places, &principal, host.config.max_subscriptions)
-            .inspect_err(|_| {
-                host.metrics
-                    .subscriptions_refused
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            })?;
+        let admission = super::subscribe::admit(
+            &at.cell,
+            &node.subscriptions,
+            &principal,
+            host.config.max_subscriptions,
+        )
+        .inspect_err(|_| {
+            host.metrics
+                .subscriptions_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })?;
         let heartbeat_ms = u64::try_from(at.cell.node.config().heartbeat_interval.as_millis()).unwrap_or(0);
         let stream = super::subscribe::stream(
             &at.cell,
@@ -231,12 +237,12 @@ impl Transactor for FleetTransactor {
     async fn sync(&self, request: Request<pb::SyncRequest>) -> Result<Response<pb::SyncResponse>, Status> {
         let db = request.get_ref().db.clone();
         let t = request.get_ref().t;
-        let host = &self.0;
+        let node = &self.0;
         let within = time_left(request.metadata());
         // A wait, not work: no work place and no permit (a drain does not
         // wait for it; the cell's closing ends it).
-        let at = admit_owner(host, &request, &Door::on(Action::Inspect, &db).waits()).await?;
-        let basis_t = sync_basis(host, &at.cell, &db, t, within).await?;
+        let at = admit_owner(node, &request, &Door::on(Action::Inspect, &db).waits()).await?;
+        let basis_t = sync_basis(node, &at.cell, &db, t, within).await?;
         let mut response = Response::new(pb::SyncResponse { basis_t });
         stamp_lease_version(&mut response, at.cell.lease_version);
         Ok(response)
