@@ -21,6 +21,8 @@
 //! - [`placement_map`] — the operator's per-database override, reloaded safely;
 //! - [`process`] — the shared shape of the binaries' `main` and their exit codes;
 //! - [`prometheus`] — counters, gauges, histograms in Prometheus text;
+//! - [`settings`] — the flag groups both binaries share (membership,
+//!   logging, TLS) and the one merge of a `--config` file under the flags;
 //! - [`signal`] — SIGTERM/SIGINT as a future;
 //! - [`tls`] — PEM loading, rustls configs for the fleet's mTLS, peer identity.
 
@@ -41,6 +43,7 @@ pub mod prometheus;
 pub const CORIUM_VERSION: &str = "0.1.90";
 
 pub mod red;
+pub mod settings;
 pub mod signal;
 pub mod telemetry;
 pub mod tls;

@@ -126,14 +126,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
     corium_fleet_common::tls::install_default_provider();
-    let describe = config.storage.describe();
+    let describe = config.storage.backend.describe();
     // The same bounded, retrying open as a node's (fresh stores race to
     // initialise their schema).
     let corium_fleet_store::Opened { store, prefix_read } = corium_fleet_store::open_store(
-        &config.storage,
-        &config.data_dir,
+        &config.storage.backend,
+        &config.storage.data_dir,
         config.storage_timeout * 2,
-        corium_fleet_store::postgres::PoolOptions::sized(config.storage_pool_size),
+        config.storage.pool,
     )
     .await?;
     let metrics = Arc::new(metrics::Metrics::default());
@@ -148,12 +148,12 @@ pub async fn run(
         listen = ?listeners.grpc.local_addr().ok(),
         admin = ?listeners.admin.local_addr().ok(),
         storage = %describe,
-        members = config.members.len(),
+        members = config.membership.members.len(),
         "ingress serving"
     );
-    let storage_timeout = config.storage_timeout;
+    let (storage_timeout, replicas) = (config.storage_timeout, config.membership.replicas);
     let tls_listen = config.tls_listen.clone();
-    let max_connections = config.max_connections;
+    let caps = config.max_connections;
     let preface_timeout = config.preface_timeout;
     let settings = connection_settings(&config);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -162,7 +162,7 @@ pub async fn run(
     let (guard, gate) = guards(&config)?;
     // TLS material follows its files (polled, and on SIGHUP).
     let upstream_tls = upstream_tls(config.upstream.as_ref())?;
-    let tls = client_tls(tls_listen, config.tls_clients.clone(), listeners.tls)?;
+    let tls = client_tls(tls_listen, listeners.tls)?;
     let material = reloadable(
         upstream_tls.as_ref(),
         tls.as_ref().map(|(_, reloading)| reloading),
@@ -171,7 +171,7 @@ pub async fn run(
         material.clone(),
         stop_rx.clone(),
     ));
-    let status_page = status_page::StatusPage::new(&store, &members, &map, config.replicas, storage_timeout);
+    let status_page = status_page::StatusPage::new(&store, &members, &map, replicas, storage_timeout);
     let proxy = Arc::new(proxy::Proxy::new(
         config,
         members,
@@ -195,7 +195,7 @@ pub async fn run(
     ));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
     // One set of caps over both listeners.
-    let connections = connections::Connections::new(max_connections.0, max_connections.1, preface_timeout);
+    let connections = connections::Connections::new(caps.total, caps.per_client, preface_timeout);
     let cleartext = server::serve(
         listeners.grpc,
         None,
@@ -256,8 +256,8 @@ fn placement_members(
     reader: Arc<dyn corium_fleet_store::prefix_read::PrefixRead>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> corium_fleet_store::registry::Members {
-    let members = corium_fleet_store::registry::Members::new(config.members.clone());
-    if config.members.is_empty() {
+    let members = corium_fleet_store::registry::Members::new(config.membership.members.clone());
+    if config.membership.members.is_empty() {
         // No static list: follow the live members in the node registry,
         // every record in one read (one query on PostgreSQL).
         let followed = members.clone();
@@ -281,15 +281,15 @@ async fn placement_map(
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<corium_fleet_common::placement_map::Watched, Error> {
     let map = corium_fleet_common::placement_map::Watched::default();
-    if let Some(path) = config.placement_map.clone() {
-        if config.members.is_empty() {
+    if let Some(path) = config.membership.placement_map.clone() {
+        if config.membership.members.is_empty() {
             corium_fleet_store::registry::refresh(store.as_ref(), members).await;
         }
         let (loaded, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
             &path,
             &members.get(),
-            config.replicas,
-            !config.members.is_empty(),
+            config.membership.replicas,
+            !config.membership.members.is_empty(),
         )?;
         for warning in warnings {
             tracing::warn!(%warning, "placement map names a node that is not live; it is skipped until it joins");
@@ -300,7 +300,7 @@ async fn placement_map(
             path,
             Duration::from_secs(2),
             move || members.get(),
-            config.replicas,
+            config.membership.replicas,
             stop.clone(),
         ));
     }
@@ -409,17 +409,25 @@ fn admin_handler(
 type ServerTls = Arc<Reloading<rustls::ServerConfig>>;
 
 fn client_tls(
-    tls_listen: Option<(std::net::SocketAddr, config::Identity)>,
-    clients: Option<(std::path::PathBuf, bool)>,
+    tls_listen: Option<config::TlsListener>,
     listener: Option<TcpListener>,
 ) -> Result<Option<(TcpListener, ServerTls)>, Error> {
     match (tls_listen, listener) {
-        (Some((_, identity)), Some(listener)) => {
+        (
+            Some(config::TlsListener {
+                identity,
+                client_certificates: clients,
+                ..
+            }),
+            Some(listener),
+        ) => {
             let mut files = vec![identity.cert.clone(), identity.key.clone()];
-            files.extend(clients.iter().map(|(ca, _)| ca.clone()));
+            files.extend(clients.iter().map(|clients| clients.ca.clone()));
             let (cert, key) = (identity.cert.clone(), identity.key);
             let reloading = Reloading::new("client", &identity.cert, files, move || {
-                let clients = clients.as_ref().map(|(ca, required)| (ca.as_path(), *required));
+                let clients = clients
+                    .as_ref()
+                    .map(|clients| (clients.ca.as_path(), clients.required));
                 corium_fleet_common::tls::server_config_for(&cert, &key, clients)
             })
             .map_err(|source| Error::Tls {
@@ -435,9 +443,9 @@ fn client_tls(
 /// The hop's mTLS material (fleet CA, this ingress's client certificate),
 /// reloaded when its files change.
 fn upstream_tls(
-    upstream: Option<&(std::path::PathBuf, config::Identity)>,
+    upstream: Option<&config::FleetTls>,
 ) -> Result<Option<Arc<Reloading<rustls::ClientConfig>>>, Error> {
-    let Some((ca, identity)) = upstream else {
+    let Some(config::FleetTls { identity, ca }) = upstream else {
         return Ok(None);
     };
     let files = vec![ca.clone(), identity.cert.clone(), identity.key.clone()];

@@ -15,18 +15,17 @@ fn main() -> std::process::ExitCode {
     // Flags, environment and the --config file, merged before logging
     // starts, so `log` and `log_format` in the file apply too.
     let merged = Args::parse().merged();
-    let settings = merged.as_ref().ok();
-    let _telemetry = corium_fleet_common::telemetry::init(
-        settings.and_then(|args| args.log.as_deref()),
-        settings.and_then(|args| args.log_format).unwrap_or_default(),
-        "corium-fleet-ingress",
-    );
+    let logging = merged
+        .as_ref()
+        .map(|args| args.logging.clone())
+        .unwrap_or_default();
+    let _telemetry = logging.init("corium-fleet-ingress");
     process::main_with_threads(
         "corium-fleet-ingress",
         merged.and_then(Args::validate),
         |config| config.worker_threads,
         |config| async move {
-            let tls = match config.tls_listen.as_ref().map(|(addr, _)| *addr) {
+            let tls = match config.tls_listen.as_ref().map(|listener| listener.addr) {
                 Some(addr) => Some(process::bind(addr).await?),
                 None => None,
             };

@@ -6,6 +6,8 @@
 //! Layout:
 //! - [`storage`] — `--storage` (`filesystem`, `postgres://…`, `s3://…`) and
 //!   its backend configuration;
+//! - [`flags`] — the storage flags both binaries take (`--storage`,
+//!   `--data-dir`, `--s3-*`, the pool), validated into [`StorageSettings`];
 //! - [`open`](mod@open) — opening it through Corium's backend registry, with
 //!   bounded retries;
 //! - [`prefix_read`] — every root under a prefix with its bytes, in one
@@ -21,6 +23,7 @@
 //! - [`delegate`] — [`delegate_blobs!`], the blob half of every store wrapper.
 
 pub mod delegate;
+pub mod flags;
 pub mod open;
 pub mod pg_connect;
 pub mod postgres;
@@ -30,6 +33,7 @@ pub mod roots;
 pub mod s3;
 pub mod storage;
 
+pub use flags::{StorageFlags, StorageSettings};
 pub use open::{DEFAULT_POOL_SIZE, OpenError, Opened, open, open_store, open_with_pool};
 pub use roots::{ReadError, RootView};
 pub use storage::{Storage, StorageFlagError};

@@ -125,9 +125,17 @@ fn server_tls(
     let Some(tls) = &node.host.config.tls else {
         return Ok(None);
     };
-    let files = vec![tls.cert.clone(), tls.key.clone(), tls.client_ca.clone()];
-    let (cert, key, ca) = (tls.cert.clone(), tls.key.clone(), tls.client_ca.clone());
-    let reloading = Reloading::new("server", &tls.cert, files, move || {
+    let files = vec![
+        tls.identity.cert.clone(),
+        tls.identity.key.clone(),
+        tls.ca.clone(),
+    ];
+    let (cert, key, ca) = (
+        tls.identity.cert.clone(),
+        tls.identity.key.clone(),
+        tls.ca.clone(),
+    );
+    let reloading = Reloading::new("server", &tls.identity.cert, files, move || {
         corium_fleet_common::tls::server_config(&cert, &key, Some(&ca))
     })?;
     let material: Vec<Arc<dyn Reload>> = vec![Arc::clone(&reloading) as Arc<dyn Reload>];
@@ -212,7 +220,7 @@ fn load_placement_map(
     let (map, warnings) = corium_fleet_common::placement_map::Map::load_at_start(
         &path,
         &members,
-        host.config.replicas,
+        host.config.membership.replicas,
         host.config.static_members,
     )?;
     for warning in warnings {
@@ -225,7 +233,7 @@ fn load_placement_map(
         path,
         MAP_RELOAD_PERIOD,
         move || members.get(),
-        host.config.replicas,
+        host.config.membership.replicas,
         stop,
     ));
     Ok(())
@@ -277,15 +285,11 @@ async fn open_storage(
     ),
     Error,
 > {
-    let pool = corium_fleet_store::postgres::PoolOptions {
-        size: config.storage_pool_size,
-        quick_ack: config.postgres_quick_ack,
-    };
     let opened = corium_fleet_store::open_store(
-        &config.storage,
-        &config.data_dir,
+        &config.storage.backend,
+        &config.storage.data_dir,
         config.storage_timeout * 2,
-        pool,
+        config.storage.pool,
     )
     .await
     .map_err(Error::Open)?;
@@ -362,7 +366,7 @@ pub async fn start(
     admin: Option<TcpListener>,
     after_commit: Option<seams::CommitObserver>,
 ) -> Result<Running, Error> {
-    let describe = config.storage.describe();
+    let describe = config.storage.backend.describe();
     let root_ops = Arc::new(counting::CountingStore::new(store));
     let base: Arc<dyn corium_store::FullStore> = Arc::clone(&root_ops) as Arc<dyn corium_store::FullStore>;
     let incarnation = uuid::Uuid::new_v4().simple().to_string();
@@ -373,7 +377,7 @@ pub async fn start(
     let template = cell::Template {
         base: Arc::clone(&base),
         view_kind,
-        data_dir: config.data_dir.clone(),
+        data_dir: config.storage.data_dir.clone(),
         owner_prefix: format!("{}/{}", config.node_id, incarnation),
         generation: std::sync::atomic::AtomicU64::new(1),
         advertise: config.advertise.clone(),
@@ -389,7 +393,7 @@ pub async fn start(
         config.tls.as_ref(),
         config.storage_timeout * 2,
         node_token.clone(),
-        config.verify_node_identity,
+        config.membership.verify_node_identity,
     )?;
     // Authorization is permit-all, as a stock transactor's without a policy
     // database, or follows `--authz-db`; authentication follows the flags.
@@ -410,7 +414,7 @@ pub async fn start(
         incarnation = %host.incarnation,
         storage = %describe,
         admin = ?admin.as_ref().and_then(|listener| listener.local_addr().ok()),
-        members = host.config.members.len(),
+        members = host.config.membership.members.len(),
         "node serving"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -419,7 +423,7 @@ pub async fn start(
     if !host.config.static_members {
         corium_fleet_store::registry::refresh(host.base.as_ref(), &host.members).await;
     }
-    if let Some(path) = host.config.placement_map.clone() {
+    if let Some(path) = host.config.membership.placement_map.clone() {
         load_placement_map(&host, path, stop_rx.clone())?;
     }
     let record = register(&host, &describe).await?;
@@ -480,14 +484,14 @@ pub async fn run_with(
         wrap_store,
         after_commit,
     } = seams;
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::Storage {
-        storage: format!("data directory {}", config.data_dir.display()),
+    std::fs::create_dir_all(&config.storage.data_dir).map_err(|source| Error::Storage {
+        storage: format!("data directory {}", config.storage.data_dir.display()),
         source: source.into(),
     })?;
     let Listeners { grpc, admin } = listeners;
     let ready = async {
         let (store, prefix_read) = open_storage(&config, wrap_store).await?;
-        let kind = config.storage.kind();
+        let kind = config.storage.backend.kind();
         let placement = corium_store::storage_backend(kind)
             .map(|backend| backend.capabilities().log_placement)
             .ok_or_else(|| Error::Config(format!("storage backend {kind:?} is not compiled in")))?;

@@ -26,12 +26,11 @@ fn main() -> std::process::ExitCode {
     // Flags, environment and the --config file, merged before logging
     // starts, so `log` and `log_format` in the file apply too.
     let merged = Args::parse().merged();
-    let settings = merged.as_ref().ok();
-    let _telemetry = corium_fleet_common::telemetry::init(
-        settings.and_then(|args| args.log.as_deref()),
-        settings.and_then(|args| args.log_format).unwrap_or_default(),
-        "corium-fleet-transactor",
-    );
+    let logging = merged
+        .as_ref()
+        .map(|args| args.logging.clone())
+        .unwrap_or_default();
+    let _telemetry = logging.init("corium-fleet-transactor");
     process::main(
         "corium-fleet-transactor",
         merged.and_then(Args::validate),

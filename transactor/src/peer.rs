@@ -12,7 +12,7 @@ use corium_fleet_proto::fleet::{
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
-use crate::config::Tls;
+use crate::config::FleetTls;
 
 /// The credential this node presents to the other nodes: none over mTLS
 /// when its own certificate names its node id (the peer then knows it as
@@ -29,7 +29,7 @@ pub(crate) fn node_token(
     let Some(tls) = &config.tls else {
         return Ok(token);
     };
-    let certificates = corium_fleet_common::tls::certificates(&tls.cert)?;
+    let certificates = corium_fleet_common::tls::certificates(&tls.identity.cert)?;
     let names = certificates
         .first()
         .map(|leaf| corium_fleet_common::tls::names(leaf.as_ref()))
@@ -40,7 +40,7 @@ pub(crate) fn node_token(
     if token.is_some() {
         tracing::warn!(
             node = %config.node_id,
-            certificate = %tls.cert.display(),
+            certificate = %tls.identity.cert.display(),
             "this node's certificate does not name its node id; it presents the static token to the other nodes instead"
         );
     }
@@ -53,7 +53,7 @@ pub struct Peers {
     /// `None`: peers speak h2c (`http://` endpoints). The files are read
     /// at each call (calls are rare: handoff and drain), so a rotated
     /// certificate is used at once.
-    tls: Option<Tls>,
+    tls: Option<FleetTls>,
     /// Bound on connecting and on each call.
     timeout: Duration,
     /// The static token this node presents to its peers ([`node_token`]):
@@ -74,7 +74,7 @@ impl Peers {
     /// # Errors
     /// Unreadable TLS material.
     pub fn new(
-        tls: Option<&Tls>,
+        tls: Option<&FleetTls>,
         timeout: Duration,
         token: Option<String>,
         verify_node_identity: bool,
@@ -99,11 +99,14 @@ impl Peers {
     ///
     /// # Errors
     /// Unreadable material.
-    pub fn client_tls(tls: &Tls) -> Result<ClientTlsConfig, corium_fleet_common::tls::TlsError> {
+    pub fn client_tls(tls: &FleetTls) -> Result<ClientTlsConfig, corium_fleet_common::tls::TlsError> {
         let read = corium_fleet_common::tls::read;
         Ok(ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(read(&tls.client_ca)?))
-            .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?)))
+            .ca_certificate(Certificate::from_pem(read(&tls.ca)?))
+            .identity(Identity::from_pem(
+                read(&tls.identity.cert)?,
+                read(&tls.identity.key)?,
+            )))
     }
 
     /// This node's client TLS for reaching node `node_id` (`None`: h2c),

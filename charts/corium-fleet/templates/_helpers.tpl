@@ -814,9 +814,8 @@ Args: (list $ctx "transactor"|"ingress").
 
 {{/*
 Logging of one pool: the filter (`log`) and the line format (logFormat, the same on both pools),
-as CORIUM_FLEET_LOG and CORIUM_FLEET_LOG_FORMAT (the flags' environment variables). Not in
-node.toml: the binaries set up logging from their flags and environment before they read the
---config file, so `log` and `log_format` there have no effect.
+as CORIUM_FLEET_LOG and CORIUM_FLEET_LOG_FORMAT (the flags' environment variables), which win over
+the --config file the binaries merge before they set logging up.
 Args: (list $ctx $filter).
 */}}
 {{- define "corium-fleet.log.env" -}}

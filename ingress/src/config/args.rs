@@ -4,17 +4,19 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use corium_fleet_common::settings::{LogFlags, MembershipFlags, ServerTlsFlags};
+use serde::{Deserialize, Serialize};
 
 /// `corium-fleet-ingress` flags. Every flag can also be set in the file given
 /// to `--config` (same names, `snake_case`); a flag on the command line wins.
-#[derive(Debug, Default, clap::Parser, Deserialize)]
+/// The flag groups come last: each heads the flags after it in `--help`.
+#[derive(Debug, Default, clap::Parser, Serialize, Deserialize)]
 #[command(
     name = "corium-fleet-ingress",
     version,
     about = "The Corium Fleet ingress: one client address"
 )]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Args {
     /// TOML file with any of the settings below.
     #[arg(long, env = "CORIUM_FLEET_CONFIG")]
@@ -33,31 +35,6 @@ pub struct Args {
     /// [default: true].
     #[arg(long, value_name = "BOOL")]
     pub admin_trust_loopback: Option<bool>,
-    /// Storage the transactors share, read here to find lease holders:
-    /// `filesystem` (under --data-dir), `postgres://…` or `s3://BUCKET[/PREFIX]`.
-    #[arg(long, env = "CORIUM_FLEET_STORAGE")]
-    pub storage: Option<String>,
-    /// Data directory of a filesystem fleet [default: ./.corium-fleet/data].
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// S3 endpoint URL (S3-compatible servers).
-    #[arg(long, env = "CORIUM_FLEET_S3_ENDPOINT")]
-    pub s3_endpoint: Option<String>,
-    /// S3 region [default: us-east-1].
-    #[arg(long, env = "AWS_REGION")]
-    pub s3_region: Option<String>,
-    /// Transactor member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`
-    /// (the same list the transactors get). Without any, the live members
-    /// are read from the node registry in storage.
-    #[arg(long = "member")]
-    pub members: Option<Vec<String>>,
-    /// Candidates per database (as configured on the transactors) [default: 2].
-    #[arg(long)]
-    pub replicas: Option<usize>,
-    /// The transactors' placement map file (same file, same checks), so cold
-    /// databases are routed straight to their mapped candidates.
-    #[arg(long)]
-    pub placement_map: Option<PathBuf>,
     /// How long an owner-cache entry is trusted, in milliseconds [default: 2000].
     #[arg(long)]
     pub owner_cache_ttl_ms: Option<u64>,
@@ -154,24 +131,65 @@ pub struct Args {
     /// preface) within this many milliseconds [default: 10000].
     #[arg(long)]
     pub preface_timeout_ms: Option<u64>,
+    /// Threads that serve calls. 0: one per CPU this process may use (its
+    /// CPU affinity and cgroup quota, so a pod limited to one CPU gets one).
+    /// With one, the process runs a single-threaded runtime: no hand-offs
+    /// between threads on a call's path, the cheapest per call (design note
+    /// 0018); scale such ingresses out, one per CPU [default: 0].
+    #[arg(long)]
+    pub worker_threads: Option<usize>,
+    /// Client authentication: stock Corium's flags (flags and environment
+    /// only; secrets stay out of the configuration file).
+    #[command(flatten)]
+    #[serde(skip)]
+    pub auth: corium_fleet_common::auth::AuthFlags,
+    /// The shared store, read here to find lease holders.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub storage: corium_fleet_store::StorageFlags,
+    /// The transactors' members, candidates and placement map (the same as
+    /// theirs), so cold databases are routed straight to their candidates.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub membership: MembershipFlags,
+    /// The client TLS listener.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub client_tls: ClientTlsFlags,
+    /// The mTLS hop to the nodes.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub upstream: UpstreamFlags,
+    /// `--log`, `--log-format`.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub logging: LogFlags,
+}
+
+/// The client-facing TLS listener: its address, the certificate it serves
+/// and the client certificates it verifies.
+#[derive(clap::Args, Clone, Debug, Default, Serialize, Deserialize)]
+#[command(next_help_heading = "TLS")]
+#[serde(default)]
+pub struct ClientTlsFlags {
     /// Client listen address for gRPC over TLS (ALPN h2); needs --tls-cert and --tls-key.
     #[arg(long)]
     pub tls_listen: Option<SocketAddr>,
-    /// PEM certificate served to clients on --tls-listen.
-    #[arg(long)]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
-    #[arg(long)]
-    pub tls_key: Option<PathBuf>,
-    /// PEM CA whose client certificates --tls-listen accepts. A client that
-    /// presents one (verified) and no bearer token is the principal
-    /// `client-cert/<certificate name>`.
-    #[arg(long)]
-    pub tls_client_ca: Option<PathBuf>,
+    /// Its certificate and client CA.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub server: ServerTlsFlags,
     /// With --tls-client-ca: refuse TLS clients without a certificate at the
     /// handshake [default: false, a certificate is optional].
     #[arg(long, value_name = "BOOL")]
     pub tls_require_client_cert: Option<bool>,
+}
+
+/// The mTLS hop to the nodes, all three or none (then the hop is h2c).
+#[derive(clap::Args, Clone, Debug, Default, Serialize, Deserialize)]
+#[command(next_help_heading = "TLS")]
+#[serde(default)]
+pub struct UpstreamFlags {
     /// PEM fleet CA that transactor certificates must chain to (mTLS hop).
     #[arg(long)]
     pub upstream_ca: Option<PathBuf>,
@@ -182,33 +200,4 @@ pub struct Args {
     /// PEM private key of --upstream-cert.
     #[arg(long)]
     pub upstream_key: Option<PathBuf>,
-    /// Connections in this process's `PostgreSQL` pool, shared by every
-    /// database it serves [default: 16].
-    #[arg(long)]
-    pub storage_pool_size: Option<usize>,
-    /// Threads that serve calls. 0: one per CPU this process may use (its
-    /// CPU affinity and cgroup quota, so a pod limited to one CPU gets one).
-    /// With one, the process runs a single-threaded runtime: no hand-offs
-    /// between threads on a call's path, the cheapest per call (design note
-    /// 0018); scale such ingresses out, one per CPU [default: 0].
-    #[arg(long)]
-    pub worker_threads: Option<usize>,
-    /// Log filter (tracing `EnvFilter` syntax) [default: info].
-    #[arg(long, env = "CORIUM_FLEET_LOG")]
-    pub log: Option<String>,
-    /// Log line format: `text`, or `json` (one object a line, with the
-    /// current span's fields: the correlation id of a call) [default: text].
-    #[arg(long, value_enum, env = "CORIUM_FLEET_LOG_FORMAT")]
-    pub log_format: Option<corium_fleet_common::telemetry::LogFormat>,
-    /// With the mTLS hop: a node's certificate must name its node id (as a
-    /// DNS name), so a registry record pointing one node's id at another
-    /// endpoint is refused. Turn off only for certificates shared by all
-    /// nodes (the chart's shared-certificate modes) [default: true].
-    #[arg(long, value_name = "BOOL")]
-    pub verify_node_identity: Option<bool>,
-    /// Client authentication: stock Corium's flags (flags and environment
-    /// only; secrets stay out of the configuration file).
-    #[command(flatten)]
-    #[serde(skip)]
-    pub auth: corium_fleet_common::auth::AuthFlags,
 }

@@ -4,20 +4,64 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use corium_fleet_common::placement::Member;
+use corium_fleet_common::settings::{FleetTls, Identity, Membership};
+use corium_fleet_store::StorageSettings;
 
-/// Files of one TLS identity.
-#[derive(Clone, Debug)]
-pub struct Identity {
-    /// PEM certificate (chain).
-    pub cert: PathBuf,
-    /// PEM private key of `cert`.
-    pub key: PathBuf,
+/// The failover buffer's bounds (`--failover-buffer-*`): calls held while
+/// their database's ownership moves.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct FailoverBufferLimits {
+    /// Calls held for one database (0: holding is off).
+    pub per_database: usize,
+    /// Calls held in all.
+    pub calls: usize,
+    /// Request bytes held in all.
+    pub bytes: usize,
+}
+
+/// The retry budget (`--retry-budget-*`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryBudgetSettings {
+    /// Retries per call taken (0 to 10).
+    pub ratio: f64,
+    /// Retries a second always allowed, whatever the ratio.
+    pub min_per_second: u32,
+}
+
+/// Client connections open at once (`--max-connections*`), both at least 1.
+#[derive(Clone, Copy, Debug, Eq, PartialEq)]
+pub struct ConnectionCaps {
+    /// In all.
+    pub total: usize,
+    /// From one client address.
+    pub per_client: usize,
+}
+
+/// The client-facing TLS listener (`--tls-listen`, `--tls-cert`,
+/// `--tls-key`).
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub struct TlsListener {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The certificate it serves.
+    pub identity: Identity,
+    /// Client certificates it verifies (`--tls-client-ca`), if any.
+    pub client_certificates: Option<ClientCertificates>,
+}
+
+/// Client certificates on the TLS listener (`--tls-client-ca`,
+/// `--tls-require-client-cert`).
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub struct ClientCertificates {
+    /// The CA they must chain to.
+    pub ca: PathBuf,
+    /// Whether a client without one is refused at the handshake (else a
+    /// certificate is optional).
+    pub required: bool,
 }
 
 /// A validated ingress configuration.
 #[derive(Clone, Debug)]
-#[allow(clippy::struct_excessive_bools)] // Independent switches, each its own flag.
 pub struct Config {
     /// Client listener (gRPC over HTTP/2 cleartext).
     pub listen: SocketAddr,
@@ -26,17 +70,14 @@ pub struct Config {
     /// Whether a loopback peer reads the admin port's status pages without
     /// an operator's token.
     pub admin_trust_loopback: bool,
-    /// Parsed at validation, so a bad `--storage` is a usage error.
-    pub storage: corium_fleet_store::Storage,
-    /// Data directory of a filesystem fleet.
-    pub data_dir: PathBuf,
-    /// The static member list, checked unique; empty: follow the node
-    /// registry in storage instead.
-    pub members: Vec<Member>,
-    /// Candidates per database (at least 1; must match the transactors').
-    pub replicas: usize,
-    /// The transactors' placement map file, if any.
-    pub placement_map: Option<PathBuf>,
+    /// The shared store, the data directory of a filesystem fleet, the
+    /// `PostgreSQL` pool.
+    pub storage: StorageSettings,
+    /// The static member list (empty: follow the node registry in storage
+    /// instead), candidates per database (must match the transactors'),
+    /// the transactors' placement map file, whether a node's certificate
+    /// must name its node id (mTLS hop).
+    pub membership: Membership,
     /// How long an owner-cache entry is trusted (1 ms to 10 min).
     pub owner_cache_ttl: Duration,
     /// Owner-cache capacity in databases.
@@ -51,8 +92,6 @@ pub struct Config {
     pub assign_request_ids: bool,
     /// Bound on one storage read made to resolve an owner.
     pub storage_timeout: Duration,
-    /// Connections in the `PostgreSQL` pool (at least 1).
-    pub storage_pool_size: usize,
     /// Threads serving calls; 0: one per CPU the process may use (see
     /// `corium_fleet_common::process::runtime`).
     pub worker_threads: usize,
@@ -77,27 +116,21 @@ pub struct Config {
     pub max_connection_age: Option<Duration>,
     /// Whether calls over a node's learned limit are refused here.
     pub adaptive_node_limit: bool,
-    /// The failover buffer: calls per database, calls in all, bytes in all.
-    pub failover_buffer: (usize, usize, usize),
+    /// The failover buffer's bounds.
+    pub failover_buffer: FailoverBufferLimits,
     /// How long shutdown waits for calls in flight.
     pub drain_timeout: Duration,
-    /// The retry budget: retries per call taken, and retries a second
-    /// always allowed.
-    pub retry_budget: (f64, u32),
-    /// Client connections open at once: in total, and from one address
-    /// (both at least 1).
-    pub max_connections: (usize, usize),
+    /// The retry budget.
+    pub retry_budget: RetryBudgetSettings,
+    /// Client connections open at once.
+    pub max_connections: ConnectionCaps,
     /// How long a cleartext client may stay silent after connecting.
     pub preface_timeout: Duration,
-    /// Client-facing TLS listener and its identity.
-    pub tls_listen: Option<(SocketAddr, Identity)>,
-    /// The CA of client certificates on the TLS listener, and whether one
-    /// is required.
-    pub tls_clients: Option<(PathBuf, bool)>,
-    /// The mTLS hop: fleet CA and this ingress's client identity.
-    pub upstream: Option<(PathBuf, Identity)>,
+    /// The client-facing TLS listener, its identity and client
+    /// certificates.
+    pub tls_listen: Option<TlsListener>,
+    /// The mTLS hop: this ingress's client identity and the fleet CA.
+    pub upstream: Option<FleetTls>,
     /// How clients authenticate (stock Corium's flags, validated).
     pub auth: corium_fleet_common::auth::AuthFlags,
-    /// Whether a node's certificate must name its node id (mTLS hop).
-    pub verify_node_identity: bool,
 }

@@ -24,7 +24,7 @@ impl Proxy {
         let hops: Vec<Hop> = corium_fleet_common::placement_map::candidates(
             db,
             &self.members.get(),
-            self.config.replicas,
+            self.config.membership.replicas,
             &self.map.get(),
         )
         .into_iter()

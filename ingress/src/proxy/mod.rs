@@ -106,9 +106,9 @@ impl Proxy {
         tls: Option<Arc<corium_fleet_common::cert_reload::Reloading<rustls::ClientConfig>>>,
     ) -> Self {
         let failover = crate::failover_buffer::FailoverBuffer::new(
-            config.failover_buffer.0,
-            config.failover_buffer.1,
-            config.failover_buffer.2,
+            config.failover_buffer.per_database,
+            config.failover_buffer.calls,
+            config.failover_buffer.bytes,
         );
         // The hop speaks mTLS to `https://` members (fleet CA, this
         // ingress's client certificate, `tls`) and h2c to `http://` ones.
@@ -121,7 +121,7 @@ impl Proxy {
             // every call wait out its deadline.
             keepalive_interval: upstream::KEEPALIVE_INTERVAL,
             keepalive_timeout: upstream::KEEPALIVE_TIMEOUT,
-            node_identity: config.verify_node_identity.then(|| {
+            node_identity: config.membership.verify_node_identity.then(|| {
                 let members = members.clone();
                 let node_of: upstream::NodeOf = Arc::new(move |endpoint: &str| {
                     members
@@ -138,8 +138,10 @@ impl Proxy {
             config.max_streams_per_client,
             config.rate_limit_per_client,
         );
-        let retry_budget =
-            crate::retry_budget::RetryBudget::new(config.retry_budget.0, config.retry_budget.1);
+        let retry_budget = crate::retry_budget::RetryBudget::new(
+            config.retry_budget.ratio,
+            config.retry_budget.min_per_second,
+        );
         let node_limits = crate::node_limits::NodeLimits::new(config.adaptive_node_limit);
         let envelope = config.upstream.is_some();
         let anonymous = hyper::http::HeaderValue::from_str(&corium_fleet_common::auth::encode(

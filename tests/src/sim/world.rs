@@ -9,10 +9,11 @@ use std::time::Duration;
 use corium_fleet_common::placement::Member;
 use corium_fleet_faults::{FaultyStore, Schedule};
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
-use corium_fleet_store::Storage;
+use corium_fleet_store::postgres::PoolOptions;
+use corium_fleet_store::{Storage, StorageSettings};
 use corium_fleet_transactor::FleetAdminSvc;
 use corium_fleet_transactor::Node;
-use corium_fleet_transactor::config::Config;
+use corium_fleet_transactor::config::{Config, Membership};
 use corium_fleet_transactor::{Running, view_kind};
 use corium_store::{FullStore, LogPlacement, MemoryStore};
 use tokio::net::TcpListener;
@@ -109,25 +110,29 @@ impl World {
             listen: ([127, 0, 0, 1], slot.port).into(),
             admin_listen: ([127, 0, 0, 1], 0).into(),
             advertise: self.members[n].endpoint.clone(),
-            storage: Storage::Filesystem,
-            data_dir,
+            storage: StorageSettings {
+                backend: Storage::Filesystem,
+                data_dir,
+                pool: PoolOptions::sized(16),
+            },
             lease_ttl: self.lease_ttl,
-            members: self.members.clone(),
+            membership: Membership {
+                members: self.members.clone(),
+                replicas: 2,
+                placement_map: None,
+                verify_node_identity: true,
+            },
             static_members: true,
             registry_ttl: self.lease_ttl * 2,
             registry_renew: self.lease_ttl / 2,
-            replicas: 2,
-            placement_map: None,
             drain_timeout: Duration::from_secs(2),
             drain_deadline: Duration::from_secs(50),
-            storage_pool_size: 16,
             activation_read_ahead_mib: 256,
             // Warm standbys on, refreshed often: the fault suite runs with
             // every cache in place.
             warm_standby_mib: 64,
             warm_standby_interval: Duration::from_millis(300),
             read_replicas: corium_fleet_transactor::config::ReplicaSettings::default(),
-            postgres_quick_ack: true,
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
             gc_min_retention: Duration::from_hours(1),
@@ -142,7 +147,6 @@ impl World {
             ingress_identities: Vec::new(),
             auth: corium_fleet_common::auth::AuthFlags::default(),
             authz: corium_fleet_transactor::config::AuthzFlags::default(),
-            verify_node_identity: true,
         }
     }
 
@@ -157,7 +161,7 @@ impl World {
         ));
         let view_kind = view_kind(LogPlacement::RootStore).expect("native view");
         let config = self.config(n);
-        std::fs::create_dir_all(&config.data_dir).expect("data directory");
+        std::fs::create_dir_all(&config.storage.data_dir).expect("data directory");
         let running = corium_fleet_transactor::start(
             config,
             Arc::clone(&store) as Arc<dyn FullStore>,

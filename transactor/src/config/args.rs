@@ -4,18 +4,20 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use corium_fleet_common::settings::{LogFlags, MembershipFlags, ServerTlsFlags};
+use serde::{Deserialize, Serialize};
 
 /// `corium-fleet-transactor` flags. Every flag can also be set in the file
 /// given to `--config` (same names, `snake_case`); a flag given on the command
-/// line wins over the file.
-#[derive(Debug, Default, clap::Parser, Deserialize)]
+/// line wins over the file. The flag groups come last: each heads the flags
+/// after it in `--help`.
+#[derive(Debug, Default, clap::Parser, Serialize, Deserialize)]
 #[command(
     name = "corium-fleet-transactor",
     version,
     about = "A Corium Fleet transactor node"
 )]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct Args {
     /// TOML file with any of the settings below.
     #[arg(long, env = "CORIUM_FLEET_CONFIG")]
@@ -46,21 +48,6 @@ pub struct Args {
     /// node; written into the lease record [default: `http://LISTEN`].
     #[arg(long)]
     pub advertise: Option<String>,
-    /// Storage: `filesystem` (under --data-dir), `postgres://…`, or
-    /// `s3://BUCKET[/PREFIX]` (with --s3-endpoint / AWS_* credentials)
-    /// [default: filesystem].
-    #[arg(long, env = "CORIUM_FLEET_STORAGE")]
-    pub storage: Option<String>,
-    /// Data directory: the filesystem store and logs, shared by every node of
-    /// a filesystem fleet [default: ./.corium-fleet/data].
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    /// S3 endpoint URL (for S3-compatible servers).
-    #[arg(long, env = "CORIUM_FLEET_S3_ENDPOINT")]
-    pub s3_endpoint: Option<String>,
-    /// S3 region [default: us-east-1].
-    #[arg(long, env = "AWS_REGION")]
-    pub s3_region: Option<String>,
     /// Write-lease time to live in milliseconds; renewals run every third of
     /// it, and it bounds failover time after a crash [default: 5000].
     #[arg(long)]
@@ -128,10 +115,6 @@ pub struct Args {
     /// caller is the one anonymous principal) [default: 256].
     #[arg(long)]
     pub max_basis_waits_per_principal: Option<usize>,
-    /// Fleet member, repeatable: `NODE_ID=ENDPOINT[,zone=Z][,weight=N]`.
-    /// This node is added from its own flags when not listed.
-    #[arg(long = "member")]
-    pub members: Option<Vec<String>>,
     /// Node-registry record time to live in milliseconds [default: 10000].
     #[arg(long)]
     pub registry_ttl_ms: Option<u64>,
@@ -139,39 +122,10 @@ pub struct Args {
     /// in milliseconds [default: 3000].
     #[arg(long)]
     pub registry_renew_ms: Option<u64>,
-    /// Candidates per database [default: 2].
-    #[arg(long)]
-    pub replicas: Option<usize>,
-    /// Operator placement map: lines `database = node, node` (best first)
-    /// that override rendezvous placement. Checked at start (exit 2 with the
-    /// line at fault) and re-read every few seconds; a bad edit is refused
-    /// and the previous map stays in force.
-    #[arg(long)]
-    pub placement_map: Option<PathBuf>,
-    /// PEM certificate this node serves with. With --tls-key and
-    /// --tls-client-ca the gRPC port speaks mTLS only.
-    #[arg(long)]
-    pub tls_cert: Option<PathBuf>,
-    /// PEM private key of --tls-cert.
-    #[arg(long)]
-    pub tls_key: Option<PathBuf>,
-    /// PEM fleet CA: every client must present a certificate it signed.
-    #[arg(long)]
-    pub tls_client_ca: Option<PathBuf>,
     /// Certificate name (CN or DNS name) that marks an ingress peer, whose
     /// `corium-principal` is trusted; repeatable [default: corium-fleet-ingress].
-    #[arg(long = "ingress-identity")]
+    #[arg(long = "ingress-identity", help_heading = "TLS")]
     pub ingress_identities: Option<Vec<String>>,
-    /// Connections in this process's `PostgreSQL` pool, shared by every
-    /// database it serves [default: 16].
-    #[arg(long)]
-    pub storage_pool_size: Option<usize>,
-    /// `PostgreSQL` connections acknowledge every read at once, so a large
-    /// row is not held up by delayed ACKs (40 ms each where the path's MSS
-    /// is larger than the server's 8 KB writes: loopback, jumbo frames);
-    /// `false` only to measure the difference [default: true].
-    #[arg(long)]
-    pub postgres_quick_ack: Option<bool>,
     /// Memory for reading a database's log in one go while it activates
     /// (one query on `PostgreSQL`), shared by concurrent activations, at most
     /// 64 MiB each; 0 turns read-ahead off [default: 256].
@@ -203,19 +157,6 @@ pub struct Args {
     /// [default: 500].
     #[arg(long)]
     pub replica_follow_interval_ms: Option<u64>,
-    /// Log filter (tracing `EnvFilter` syntax) [default: info].
-    #[arg(long, env = "CORIUM_FLEET_LOG")]
-    pub log: Option<String>,
-    /// Log line format: `text`, or `json` (one object a line, with the
-    /// current span's fields: the correlation id of a call) [default: text].
-    #[arg(long, value_enum, env = "CORIUM_FLEET_LOG_FORMAT")]
-    pub log_format: Option<corium_fleet_common::telemetry::LogFormat>,
-    /// With mTLS: a peer node's certificate must name its node id (as a DNS
-    /// name) when this node dials it (handoff, drain). Turn off only for
-    /// certificates shared by all nodes (the chart's shared-certificate
-    /// modes) [default: true].
-    #[arg(long, value_name = "BOOL")]
-    pub verify_node_identity: Option<bool>,
     /// Client authentication: stock Corium's flags, the same as the
     /// ingress's (flags and environment only; secrets stay out of the
     /// configuration file).
@@ -226,4 +167,20 @@ pub struct Args {
     #[command(flatten)]
     #[serde(skip)]
     pub authz: crate::authz::AuthzFlags,
+    /// The shared store.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub storage: corium_fleet_store::StorageFlags,
+    /// The fleet's members, candidates and placement map.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub membership: MembershipFlags,
+    /// The node's mTLS: its certificate and the fleet CA.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub tls: ServerTlsFlags,
+    /// `--log`, `--log-format`.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub logging: LogFlags,
 }

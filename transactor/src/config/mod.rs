@@ -3,25 +3,30 @@
 //!
 //! Layout:
 //! - [`args`] — the flags ([`Args`]), also the `--config` file's keys;
-//! - [`resolved`] — the validated [`Config`] (and its [`Tls`]);
-//! - this file — merging the file under the flags, and the checks.
+//! - [`resolved`] — the validated [`Config`], whose storage, membership and
+//!   TLS are the shared groups' ([`StorageSettings`], [`Membership`],
+//!   [`FleetTls`], validated by their own groups);
+//! - this file — merging the file under the flags, and the node's checks.
 
 mod args;
 mod resolved;
 
 pub use args::Args;
-pub use resolved::{Config, ReplicaSettings, SubscriptionLimits, Tls};
+pub use resolved::{Config, ReplicaSettings, SubscriptionLimits};
 
-// The settings of the node's parts, as a `Config` names them.
+// The settings of the shared flag groups and of the node's parts, as a
+// `Config` names them.
 pub use crate::authz::AuthzFlags;
 pub use crate::waiters::WaiterLimits;
 pub use crate::work_limits::WorkLimitsConfig;
+pub use corium_fleet_common::settings::{FleetTls, Membership};
+pub use corium_fleet_store::StorageSettings;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use corium_fleet_common::placement::{self, Member};
+use corium_fleet_common::placement::Member;
 use corium_fleet_common::process::ConfigError;
+use corium_fleet_common::settings;
 
 fn valid_node_id(id: &str) -> bool {
     !id.is_empty()
@@ -32,7 +37,8 @@ fn valid_node_id(id: &str) -> bool {
 }
 
 impl Args {
-    /// Merges the `--config` file under the flags.
+    /// Merges the `--config` file under the flags (and the environment):
+    /// [`settings::merge`]. Authentication is never read from the file.
     ///
     /// # Errors
     /// The file cannot be read or has unknown or mistyped settings.
@@ -40,70 +46,12 @@ impl Args {
         let Some(path) = &self.config else {
             return Ok(self);
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| format!("cannot read config file {}: {error}", path.display()))?;
-        let file: Args =
-            toml::from_str(&text).map_err(|error| format!("config file {}: {error}", path.display()))?;
+        let file = settings::merge(&self, path)?;
         Ok(Self {
             config: self.config,
-            node_id: self.node_id.or(file.node_id),
-            zone: self.zone.or(file.zone),
-            zone_file: self.zone_file.or(file.zone_file),
-            tls_cert: self.tls_cert.or(file.tls_cert),
-            tls_key: self.tls_key.or(file.tls_key),
-            tls_client_ca: self.tls_client_ca.or(file.tls_client_ca),
-            ingress_identities: self.ingress_identities.or(file.ingress_identities),
-            verify_node_identity: self.verify_node_identity.or(file.verify_node_identity),
             auth: self.auth,
             authz: self.authz,
-            weight: self.weight.or(file.weight),
-            listen: self.listen.or(file.listen),
-            admin_listen: self.admin_listen.or(file.admin_listen),
-            advertise: self.advertise.or(file.advertise),
-            storage: self.storage.or(file.storage),
-            data_dir: self.data_dir.or(file.data_dir),
-            s3_endpoint: self.s3_endpoint.or(file.s3_endpoint),
-            s3_region: self.s3_region.or(file.s3_region),
-            lease_ttl_ms: self.lease_ttl_ms.or(file.lease_ttl_ms),
-            members: self.members.or(file.members),
-            replicas: self.replicas.or(file.replicas),
-            placement_map: self.placement_map.or(file.placement_map),
-            idle_evict_after_ms: self.idle_evict_after_ms.or(file.idle_evict_after_ms),
-            gc_min_retention_ms: self.gc_min_retention_ms.or(file.gc_min_retention_ms),
-            drain_deadline_ms: self.drain_deadline_ms.or(file.drain_deadline_ms),
-            max_subscriptions: self.max_subscriptions.or(file.max_subscriptions),
-            max_subscriptions_per_database: self
-                .max_subscriptions_per_database
-                .or(file.max_subscriptions_per_database),
-            max_subscriptions_per_principal: self
-                .max_subscriptions_per_principal
-                .or(file.max_subscriptions_per_principal),
-            max_inflight_calls: self.max_inflight_calls.or(file.max_inflight_calls),
-            max_queued_calls: self.max_queued_calls.or(file.max_queued_calls),
-            max_queue_wait_ms: self.max_queue_wait_ms.or(file.max_queue_wait_ms),
-            max_inflight_per_database: self.max_inflight_per_database.or(file.max_inflight_per_database),
-            rate_limit_per_principal: self.rate_limit_per_principal.or(file.rate_limit_per_principal),
-            max_basis_waits: self.max_basis_waits.or(file.max_basis_waits),
-            max_basis_waits_per_database: self
-                .max_basis_waits_per_database
-                .or(file.max_basis_waits_per_database),
-            max_basis_waits_per_principal: self
-                .max_basis_waits_per_principal
-                .or(file.max_basis_waits_per_principal),
-            registry_ttl_ms: self.registry_ttl_ms.or(file.registry_ttl_ms),
-            registry_renew_ms: self.registry_renew_ms.or(file.registry_renew_ms),
-            storage_pool_size: self.storage_pool_size.or(file.storage_pool_size),
-            activation_read_ahead_mib: self.activation_read_ahead_mib.or(file.activation_read_ahead_mib),
-            warm_standby_mib: self.warm_standby_mib.or(file.warm_standby_mib),
-            warm_standby_interval_ms: self.warm_standby_interval_ms.or(file.warm_standby_interval_ms),
-            max_replicas: self.max_replicas.or(file.max_replicas),
-            replica_idle_ms: self.replica_idle_ms.or(file.replica_idle_ms),
-            replica_follow_interval_ms: self
-                .replica_follow_interval_ms
-                .or(file.replica_follow_interval_ms),
-            postgres_quick_ack: self.postgres_quick_ack.or(file.postgres_quick_ack),
-            log: self.log.or(file.log),
-            log_format: self.log_format.or(file.log_format),
+            ..file
         })
     }
 
@@ -135,7 +83,8 @@ impl Args {
         let admin_listen = self
             .admin_listen
             .unwrap_or_else(|| "127.0.0.1:9101".parse().unwrap_or_else(|_| unreachable!()));
-        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+        let tls = self.tls.mutual()?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let advertise = self.advertise.unwrap_or_else(|| format!("{scheme}://{listen}"));
         if !(advertise.starts_with("http://") || advertise.starts_with("https://")) {
             return Err(ConfigError::from(format!(
@@ -147,10 +96,6 @@ impl Args {
             return Err(ConfigError::from(format!(
                 "--lease-ttl-ms {lease_ttl_ms}: must be between 300 and 600000"
             )));
-        }
-        let replicas = self.replicas.unwrap_or(placement::DEFAULT_REPLICAS);
-        if replicas == 0 {
-            return Err(ConfigError::from("--replicas must be at least 1"));
         }
         for (flag, value) in [
             ("--max-inflight-calls", self.max_inflight_calls),
@@ -177,34 +122,12 @@ impl Args {
                 .to_owned(),
             (None, None) => String::new(),
         };
-        let tls = match (self.tls_cert, self.tls_key, self.tls_client_ca) {
-            (None, None, None) => None,
-            (Some(cert), Some(key), Some(client_ca)) => Some(Tls { cert, key, client_ca }),
-            _ => {
-                return Err(ConfigError::from(
-                    "--tls-cert, --tls-key and --tls-client-ca go together: internal routes are mutual TLS"
-                        .to_owned(),
-                ));
-            }
-        };
-        if tls.is_some()
-            && let Some(member) = self
-                .members
-                .iter()
-                .flatten()
-                .find(|member| member.contains("=http://"))
-        {
-            return Err(ConfigError::from(format!(
-                "--member {member}: this node's internal routes are mutual TLS; a cleartext member is refused"
-            )));
-        }
         if tls.is_some() && !advertise.starts_with("https://") {
             return Err(ConfigError::from(format!(
                 "--advertise {advertise:?}: a node serving mTLS must advertise an https:// endpoint"
             )));
         }
         let weight = self.weight.unwrap_or(1);
-        let static_members = self.members.as_ref().is_some_and(|members| !members.is_empty());
         let registry_ttl = Duration::from_millis(self.registry_ttl_ms.unwrap_or(10_000));
         let registry_renew = Duration::from_millis(self.registry_renew_ms.unwrap_or(3_000));
         if registry_renew.is_zero() || registry_renew >= registry_ttl {
@@ -212,17 +135,11 @@ impl Args {
                 "--registry-renew-ms must be positive and below --registry-ttl-ms",
             ));
         }
-        let mut members = self
-            .members
-            .unwrap_or_default()
-            .iter()
-            .map(|text| {
-                text.parse::<Member>()
-                    .map_err(|error| format!("--member: {error}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        placement::check_unique(&members).map_err(|error| format!("--member: {error}"))?;
-        match members.iter().find(|member| member.node_id == node_id) {
+        let mut membership = self
+            .membership
+            .validate(tls.is_some(), "--tls-cert, --tls-key and --tls-client-ca")?;
+        let static_members = !membership.members.is_empty();
+        match membership.members.iter().find(|member| member.node_id == node_id) {
             Some(me) if me.endpoint != advertise => {
                 return Err(ConfigError::from(format!(
                     "--member {node_id}={} disagrees with this node's --advertise {advertise}",
@@ -230,19 +147,14 @@ impl Args {
                 )));
             }
             Some(_) => {}
-            None => members.push(Member {
+            None => membership.members.push(Member {
                 node_id: node_id.clone(),
                 zone: zone.clone(),
                 weight,
                 endpoint: advertise.clone(),
             }),
         }
-        let storage = corium_fleet_store::Storage::parse(
-            self.storage.as_deref().unwrap_or("filesystem"),
-            self.s3_endpoint,
-            self.s3_region,
-        )
-        .map_err(|error| format!("--storage: {error}"))?;
+        let storage = self.storage.validate()?;
         Ok(Config {
             node_id,
             zone,
@@ -251,22 +163,10 @@ impl Args {
             admin_listen,
             advertise,
             storage,
-            data_dir: self
-                .data_dir
-                .unwrap_or_else(|| PathBuf::from(".corium-fleet/data")),
             lease_ttl: Duration::from_millis(lease_ttl_ms.unsigned_abs()),
-            members,
-            replicas,
-            placement_map: self.placement_map,
+            membership,
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
-            storage_pool_size: match self
-                .storage_pool_size
-                .unwrap_or(corium_fleet_store::DEFAULT_POOL_SIZE)
-            {
-                0 => return Err(ConfigError::from("--storage-pool-size must be at least 1")),
-                n => n,
-            },
             activation_read_ahead_mib: self.activation_read_ahead_mib.unwrap_or(256),
             warm_standby_mib: self.warm_standby_mib.unwrap_or(64),
             warm_standby_interval: match self.warm_standby_interval_ms.unwrap_or(5_000) {
@@ -288,7 +188,6 @@ impl Args {
                     ms => Duration::from_millis(ms),
                 },
             },
-            postgres_quick_ack: self.postgres_quick_ack.unwrap_or(true),
             drain_deadline: match self.drain_deadline_ms.unwrap_or(50_000) {
                 0 => return Err(ConfigError::from("--drain-deadline-ms must be positive")),
                 ms => Duration::from_millis(ms),
@@ -332,7 +231,6 @@ impl Args {
             ingress_identities: self
                 .ingress_identities
                 .unwrap_or_else(|| vec!["corium-fleet-ingress".to_owned()]),
-            verify_node_identity: self.verify_node_identity.unwrap_or(true),
             auth: self.auth,
             authz: self.authz,
         })
@@ -360,8 +258,11 @@ mod tests {
         let config = parse(&["--node-id", "n1"]).unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:7001");
         assert_eq!(config.advertise, "http://127.0.0.1:7001");
-        assert!(matches!(config.storage, corium_fleet_store::Storage::Filesystem));
-        assert_eq!(config.members.len(), 1);
+        assert!(matches!(
+            config.storage.backend,
+            corium_fleet_store::Storage::Filesystem
+        ));
+        assert_eq!(config.membership.members.len(), 1);
     }
 
     #[test]
@@ -431,7 +332,7 @@ mod tests {
         assert_eq!(config.zone, "flag");
         assert_eq!(config.lease_ttl, Duration::from_secs(2));
         assert!(matches!(
-            config.storage,
+            config.storage.backend,
             corium_fleet_store::Storage::Postgres { .. }
         ));
         std::fs::write(&file, "nodeid = 1\n").unwrap();
@@ -440,5 +341,141 @@ mod tests {
                 .unwrap_err()
                 .contains("config file")
         );
+    }
+
+    /// Every key `charts/corium-fleet/templates/transactor-configmap.yaml`
+    /// renders into a node's `node.toml` (`transactor.limits` through
+    /// `corium-fleet.transactor.limitKeys`; `members` or the registry's
+    /// two), and the flags its `StatefulSet` passes, parse and land where
+    /// they should.
+    #[test]
+    fn the_charts_node_toml_and_flags_parse() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, zone) = (dir.path().join("node.toml"), dir.path().join("zone"));
+        std::fs::write(&zone, "eu-west-1a\n").unwrap();
+        let endpoint =
+            |n: u8| format!("https://fleet-transactor-{n}.fleet-transactor-headless.default.svc:7001");
+        let sample = format!(
+            r#"
+listen = "0.0.0.0:7001"
+admin_listen = "0.0.0.0:9101"
+data_dir = "/var/lib/corium-fleet"
+weight = 2
+lease_ttl_ms = 5000
+replicas = 2
+drain_deadline_ms = 20000
+storage_pool_size = 8
+max_inflight_calls = 256
+max_inflight_per_database = 128
+max_queue_wait_ms = 500
+max_queued_calls = 1024
+max_subscriptions = 10000
+max_subscriptions_per_database = 1000
+rate_limit_per_principal = 0
+members = [
+  "fleet-transactor-0={}",
+  "fleet-transactor-1={}",
+]
+placement_map = "/etc/corium-fleet/placement/placement.map"
+"#,
+            endpoint(0),
+            endpoint(1)
+        );
+        std::fs::write(&file, sample).unwrap();
+        let advertise = endpoint(1);
+        let args = [
+            "--config",
+            file.to_str().unwrap(),
+            "--node-id",
+            "fleet-transactor-1",
+            "--advertise",
+            &advertise,
+            "--zone-file",
+            zone.to_str().unwrap(),
+            "--tls-cert",
+            "/etc/corium-fleet/tls/tls.crt",
+            "--tls-key",
+            "/etc/corium-fleet/tls/tls.key",
+            "--tls-client-ca",
+            "/etc/corium-fleet/tls/ca.crt",
+            "--verify-node-identity",
+            "false",
+            "--ingress-identity",
+            "fleet-ingress",
+            "--require-auth",
+            "--operator-role",
+            "ops",
+        ];
+        let config = parse(&args).unwrap();
+        assert_eq!(config.zone, "eu-west-1a");
+        assert_eq!(config.weight, 2);
+        assert_eq!(
+            config.storage.data_dir,
+            std::path::PathBuf::from("/var/lib/corium-fleet")
+        );
+        assert_eq!(config.storage.pool.size, 8);
+        assert_eq!(config.drain_deadline, Duration::from_secs(20));
+        assert_eq!(config.membership.members.len(), 2);
+        assert!(config.static_members);
+        assert!(!config.membership.verify_node_identity);
+        assert!(config.membership.placement_map.is_some());
+        assert_eq!(
+            config.tls.unwrap().ca,
+            std::path::PathBuf::from("/etc/corium-fleet/tls/ca.crt")
+        );
+        assert_eq!(config.ingress_identities, ["fleet-ingress"]);
+        assert_eq!(config.work_limits.max_inflight, 256);
+        // Without members: the registry's settings instead.
+        std::fs::write(
+            &file,
+            "listen = \"0.0.0.0:7001\"\nzone = \"z2\"\nregistry_ttl_ms = 12000\nregistry_renew_ms = 4000\n",
+        )
+        .unwrap();
+        let config = parse(&["--config", file.to_str().unwrap(), "--node-id", "n1"]).unwrap();
+        assert!(!config.static_members);
+        assert_eq!(config.zone, "z2");
+        assert_eq!(config.registry_ttl, Duration::from_secs(12));
+        assert_eq!(config.registry_renew, Duration::from_secs(4));
+    }
+
+    #[test]
+    fn the_shared_groups_check_members_against_the_nodes_tls() {
+        let tls = [
+            "--node-id",
+            "n1",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-client-ca",
+            "ca.pem",
+        ];
+        let mut cleartext = tls.to_vec();
+        cleartext.extend(["--member", "n2=http://n2:7001"]);
+        let error = parse(&cleartext).unwrap_err();
+        assert!(
+            error.contains("--member n2=http://n2:7001") && error.contains("cleartext"),
+            "{error}"
+        );
+        let error = parse(&["--node-id", "n1", "--member", "n2=https://n2:7001"]).unwrap_err();
+        assert!(
+            error.contains("--member n2=https://n2:7001") && error.contains("--tls-cert"),
+            "{error}"
+        );
+        let error = parse(&["--node-id", "n1", "--tls-cert", "c.pem"]).unwrap_err();
+        assert!(
+            error.contains("--tls-cert, --tls-key and --tls-client-ca"),
+            "{error}"
+        );
+        let config = parse(&tls).unwrap();
+        assert_eq!(config.advertise, "https://127.0.0.1:7001");
+        assert_eq!(
+            config.tls.unwrap().identity.cert,
+            std::path::PathBuf::from("c.pem")
+        );
+        let file = std::env::temp_dir().join(format!("cfg-typo-{}.toml", std::process::id()));
+        std::fs::write(&file, "lease_ttl_ms = \"5s\"\n").unwrap();
+        let error = parse(&["--config", file.to_str().unwrap(), "--node-id", "n1"]).unwrap_err();
+        assert!(error.contains("`lease_ttl_ms`"), "{error}");
     }
 }

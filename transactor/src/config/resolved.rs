@@ -1,10 +1,7 @@
 //! The validated node configuration the rest of the node reads.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
-
-use corium_fleet_common::placement::Member;
 
 /// The node's read-replica settings (`--max-replicas`, `--replica-idle-ms`,
 /// `--replica-follow-interval-ms`).
@@ -41,17 +38,6 @@ pub struct SubscriptionLimits {
     pub per_principal: usize,
 }
 
-/// The node's mTLS material.
-#[derive(Clone, Debug)]
-pub struct Tls {
-    /// PEM certificate this node serves (`--tls-cert`).
-    pub cert: PathBuf,
-    /// PEM private key of `cert` (`--tls-key`).
-    pub key: PathBuf,
-    /// PEM CA that client certificates must chain to (`--tls-client-ca`).
-    pub client_ca: PathBuf,
-}
-
 /// A validated node configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -67,31 +53,26 @@ pub struct Config {
     pub admin_listen: SocketAddr,
     /// The internal endpoint other fleet members and ingresses reach it at.
     pub advertise: String,
-    /// The shared store.
-    pub storage: corium_fleet_store::Storage,
-    /// Local data directory.
-    pub data_dir: PathBuf,
+    /// The shared store, the data directory, the `PostgreSQL` pool.
+    pub storage: corium_fleet_store::StorageSettings,
     /// Lease TTL of every database this node owns.
     pub lease_ttl: Duration,
     /// Every member, this node included (only this node when the members
-    /// come from the registry).
-    pub members: Vec<Member>,
-    /// Whether `members` is a static `--member` list (else: the registry).
+    /// come from the registry); candidates per database; the placement map
+    /// (checked against the members once they are known); whether a peer's
+    /// certificate must name its node id.
+    pub membership: corium_fleet_common::settings::Membership,
+    /// Whether `membership.members` is a static `--member` list (else: the
+    /// registry).
     pub static_members: bool,
     /// How long a registry record lives without renewal.
     pub registry_ttl: Duration,
     /// How often this node renews its registry record.
     pub registry_renew: Duration,
-    /// Candidates per database.
-    pub replicas: usize,
-    /// `--placement-map`, checked against the members once they are known.
-    pub placement_map: Option<PathBuf>,
     /// How long graceful shutdown waits for in-flight calls per database.
     pub drain_timeout: Duration,
     /// Bound on one storage call made to decide ownership.
     pub storage_timeout: Duration,
-    /// Connections in the `PostgreSQL` pool (at least 1).
-    pub storage_pool_size: usize,
     /// The node's activation read-ahead budget in MiB (0: off).
     pub activation_read_ahead_mib: usize,
     /// The node's warm-standby budget in MiB (0: off).
@@ -101,8 +82,6 @@ pub struct Config {
     /// Hosted read replicas: how many, how long kept idle, how often each
     /// checks it still follows its owner.
     pub read_replicas: ReplicaSettings,
-    /// Quick ACKs on `PostgreSQL` connections (`store/src/pg_connect.rs`).
-    pub postgres_quick_ack: bool,
     /// How long a drain may take before the databases not yet handed over
     /// are only released.
     pub drain_deadline: Duration,
@@ -121,8 +100,10 @@ pub struct Config {
     /// Calls waiting for a basis: on the node, per database, per principal
     /// (they hold no work place; `waiters.rs`).
     pub basis_waits: crate::waiters::WaiterLimits,
-    /// mTLS on the gRPC port (plaintext when `None`).
-    pub tls: Option<Tls>,
+    /// mTLS on the gRPC port and to peers (plaintext when `None`): this
+    /// node's certificate, the fleet CA its callers' and peers'
+    /// certificates chain to.
+    pub tls: Option<corium_fleet_common::settings::FleetTls>,
     /// Certificate names that mark an ingress peer.
     pub ingress_identities: Vec<String>,
     /// How direct callers authenticate and who is an operator (stock
@@ -130,6 +111,4 @@ pub struct Config {
     pub auth: corium_fleet_common::auth::AuthFlags,
     /// The policy database, if authorization follows one.
     pub authz: crate::authz::AuthzFlags,
-    /// Whether a peer's certificate must name its node id (mTLS).
-    pub verify_node_identity: bool,
 }

@@ -93,7 +93,7 @@ impl Host {
     ) -> Arc<Self> {
         let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
         Arc::new(Self {
-            members: corium_fleet_store::registry::Members::new(config.members.clone()),
+            members: corium_fleet_store::registry::Members::new(config.membership.members.clone()),
             features: corium_fleet_store::registry::Features::default(),
             // Empty until the node loads its `--placement-map`.
             map: placement_map::Watched::new(placement_map::Map::default()),
@@ -139,10 +139,15 @@ impl Host {
     /// first, else rendezvous).
     #[must_use]
     pub fn candidates(&self, db: &str) -> Vec<Member> {
-        placement_map::candidates(db, &self.members.get(), self.config.replicas, &self.map.get())
-            .into_iter()
-            .cloned()
-            .collect()
+        placement_map::candidates(
+            db,
+            &self.members.get(),
+            self.config.membership.replicas,
+            &self.map.get(),
+        )
+        .into_iter()
+        .cloned()
+        .collect()
     }
 
     /// The candidates `db` will have once this node has left: where a drain
@@ -156,7 +161,7 @@ impl Host {
             .filter(|member| member.node_id != self.config.node_id)
             .cloned()
             .collect();
-        placement_map::candidates(db, &others, self.config.replicas, &self.map.get())
+        placement_map::candidates(db, &others, self.config.membership.replicas, &self.map.get())
             .into_iter()
             .cloned()
             .collect()

@@ -85,7 +85,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
         weight: host.config.weight,
         incarnation: host.incarnation.clone(),
         internal_endpoint: host.config.advertise.clone(),
-        storage: host.config.storage.describe(),
+        storage: host.config.storage.backend.describe(),
         lease_ttl_ms: i64::try_from(host.config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
         load: Some(NodeLoad {
             calls_running: load.calls_running,

@@ -299,8 +299,10 @@ impl Catalog for FleetCatalog {
                 host.config.auth.operator_role()
             )));
         }
-        let spec =
-            corium_transactor::StoreSpec::new(host.config.storage.kind(), host.config.storage.config());
+        let spec = corium_transactor::StoreSpec::new(
+            host.config.storage.backend.kind(),
+            host.config.storage.backend.config(),
+        );
         let data_dir = host.template.data_dir.clone();
         let name = db.clone();
         forward(
