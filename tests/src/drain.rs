@@ -2,7 +2,7 @@
 //! databases (each written once) is sent SIGTERM with a drain deadline; how
 //! long the node took to exit, how many databases it handed over and how
 //! many it released, and how soon every one was writable again. Used by
-//! `tests/tests/drain.rs` and the `drain` benchmark.
+//! `tests/tests/process/drain.rs` and the `drain` benchmark.
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@ use corium_fleet_tests::corium::{self};
 use corium_fleet_tests::{Backend, Fleet, eventually};
 use tonic::Code;
 
-use crate::{SERVER_EXPIRY, TTL, UPSTREAM_EXPIRY, sample};
+use super::{SERVER_EXPIRY, TTL, UPSTREAM_EXPIRY, sample};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_under_load_with_no_failed_call() {

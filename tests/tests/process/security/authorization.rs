@@ -17,7 +17,7 @@ use corium_protocol::pb::transactor_client::TransactorClient;
 use prost::Message as _;
 use tonic::Code;
 
-use crate::{TTL, clients};
+use super::{TTL, clients};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario per hop kind: each step starts from the state the previous one left.

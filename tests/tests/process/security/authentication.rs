@@ -14,7 +14,7 @@ use corium_protocol::pb::catalog_client::CatalogClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
 
-use crate::{Bearer, Clients, TOKEN, TTL, clients, code};
+use super::{Bearer, Clients, TOKEN, TTL, clients, code};
 
 /// A thin client's read of `db` (`PeerServer/DbStats`, served by a read
 /// replica).

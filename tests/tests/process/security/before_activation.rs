@@ -16,7 +16,7 @@ use corium_protocol::pb::catalog_client::CatalogClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
 
-use crate::TTL;
+use super::TTL;
 
 /// Activations every node made since it started.
 async fn activations(fleet: &Fleet) -> f64 {

@@ -11,7 +11,7 @@ use corium_protocol::auth::DEFAULT_DEV_TOKEN;
 use corium_protocol::pb;
 use tonic::Code;
 
-use crate::{TOKEN, TTL, clients};
+use super::{TOKEN, TTL, clients};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_development_token_is_a_data_admin_but_no_operator_outside_a_development_fleet() {

@@ -17,7 +17,7 @@ use corium_protocol::pb::peer_server_client::PeerServerClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
 
-use crate::TTL;
+use super::TTL;
 
 /// Waits each attack starts on each of its two databases.
 const WAITS_PER_DATABASE: usize = 130;

@@ -18,7 +18,7 @@ use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
 
-use crate::{TTL, clients, code};
+use super::{TTL, clients, code};
 
 /// Waits until every node writes owned request records (each node lists
 /// the feature; the gate turns on at the next registry read).

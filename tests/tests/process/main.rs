@@ -1,0 +1,36 @@
+//! The multi-process tier: real fleet binaries (nodes, ingresses,
+//! `corium-fleet dev`), real storage (the filesystem, PostgreSQL, S3), the real stock Corium
+//! clients and CLI, in one test binary (one link for the whole tier; the
+//! simulation, the fault suite's process tier and the differential runs are
+//! binaries of their own, for `make soak` and `make differential`).
+//!
+//! One module per concern, as the files were before they shared a binary:
+//! ownership and fencing (`foundation`, `placement`, `rebalance`, `drain`,
+//! `fast_moves`), the ingress (`ingress`, `failover_buffer`, `readiness`),
+//! exactly-once (`exactly_once`, `stock_exactly_once`, `stock_statuses`),
+//! reads (`reads`, `sdk`), operating it (`dev_fleet`, `fleet_status`,
+//! `status_page`, `observability`, `stock_cli`, `storage_setup`,
+//! `docker_context`), and the hostile clients (`bounds`, `security`).
+
+mod bounds;
+mod dev_fleet;
+mod docker_context;
+mod drain;
+mod exactly_once;
+mod failover_buffer;
+mod fast_moves;
+mod fleet_status;
+mod foundation;
+mod ingress;
+mod observability;
+mod placement;
+mod readiness;
+mod reads;
+mod rebalance;
+mod sdk;
+mod security;
+mod status_page;
+mod stock_cli;
+mod stock_exactly_once;
+mod stock_statuses;
+mod storage_setup;
