@@ -1,5 +1,5 @@
 //! The multi-process tier: real fleet binaries (nodes, ingresses,
-//! `corium-fleet dev`), real storage (the filesystem, PostgreSQL, S3), the real stock Corium
+//! `corium-fleet dev`), real storage (the filesystem, Postgres, S3), the real stock Corium
 //! clients and CLI, in one test binary (one link for the whole tier; the
 //! simulation, the fault suite's process tier and the differential runs are
 //! binaries of their own, for `make soak` and `make differential`).
