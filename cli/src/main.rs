@@ -13,6 +13,8 @@
 //! call (`--token` / `CORIUM_TOKEN`, resolved as stock `corium` resolves it;
 //! see `auth.rs`).
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 mod auth;
 mod certs;
 mod dev;

@@ -35,6 +35,8 @@
 //! - [`written`] — the highest basis this client saw committed, per
 //!   database (what its reads wait for).
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod auth;
 pub mod client;
 pub mod config;

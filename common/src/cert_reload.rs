@@ -13,7 +13,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
 use crate::tls::TlsError;
@@ -83,13 +83,11 @@ impl<T: Send + Sync + 'static> Reloading<T> {
         }))
     }
 
-    /// The configuration new connections use.
-    ///
-    /// # Panics
-    /// Never: the lock is only held to swap an `Arc`.
+    /// The configuration new connections use. The lock is only held to
+    /// swap an `Arc`, so a poisoned one still holds a whole configuration.
     #[must_use]
     pub fn current(&self) -> Arc<T> {
-        Arc::clone(&self.current.read().expect("never poisoned"))
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
@@ -105,13 +103,13 @@ pub trait Reload: Send + Sync {
 impl<T: Send + Sync + 'static> Reload for Reloading<T> {
     fn check(&self, force: bool) -> bool {
         let now: Vec<_> = self.files.iter().map(|file| stamp(file)).collect();
-        let mut stamps = self.stamps.lock().expect("never poisoned");
+        let mut stamps = self.stamps.lock().unwrap_or_else(PoisonError::into_inner);
         if !force && *stamps == now {
             return false;
         }
         match (self.build)() {
             Ok(built) => {
-                *self.current.write().expect("never poisoned") = Arc::new(built);
+                *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(built);
                 *stamps = now;
                 let expiry = not_after(&self.cert).unwrap_or(0);
                 self.expiry.store(expiry, Ordering::Relaxed);

@@ -26,6 +26,8 @@
 //! - [`signal`] — SIGTERM/SIGINT as a future;
 //! - [`tls`] — PEM loading, rustls configs for the fleet's mTLS, peer identity.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod admin_http;
 pub mod auth;
 pub mod cert_reload;

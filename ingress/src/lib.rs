@@ -34,6 +34,8 @@
 //! [`run`] starts an ingress on given listeners until a shutdown future
 //! resolves; the binary and the tests start it the same way.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 mod body;
 mod call_tasks;
 pub mod config;

@@ -1,5 +1,7 @@
 //! `corium-fleet-ingress`: parse flags, bind, run until SIGTERM/SIGINT.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 use clap::Parser;
 use corium_fleet_common::process::{self, Failure};
 use corium_fleet_ingress::{Args, Listeners};

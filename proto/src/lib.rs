@@ -16,6 +16,8 @@
 //! `tonic-prost-build`, not by us, and its field docs come from the
 //! `.proto` comments.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 /// `corium.fleet.v1`: generated messages, client and server.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 pub mod fleet {

@@ -22,6 +22,8 @@
 //!   the databases each node owns;
 //! - [`delegate`] — [`delegate_blobs!`], the blob half of every store wrapper.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod delegate;
 pub mod flags;
 pub mod open;

@@ -40,6 +40,8 @@
 //! [`run`] starts a node on given listeners until a shutdown future resolves;
 //! the binary and the tests start nodes the same way.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 mod admin_http;
 mod authz;
 mod call_metrics;

@@ -10,6 +10,8 @@
 //! - [`overload`] — `RESOURCE_EXHAUSTED` with the standard retry hint;
 //! - [`kind`] — the coarse error kind that tells a caller what to do.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+
 pub mod detail;
 pub mod kind;
 pub mod metadata;

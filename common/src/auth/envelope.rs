@@ -59,6 +59,10 @@ pub fn encode(principal: &Principal) -> String {
         r: principal.roles.clone(),
         c: principal.claims.clone(),
     };
+    #[allow(
+        clippy::expect_used,
+        reason = "a struct of strings, sets and string-keyed maps always serializes to JSON"
+    )]
     let json = serde_json::to_vec(&wire).expect("strings and maps always serialize");
     URL_SAFE_NO_PAD.encode(json)
 }

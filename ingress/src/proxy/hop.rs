@@ -165,8 +165,16 @@ fn grpc_timeout(remaining: Duration) -> HeaderValue {
     let millis = remaining.as_millis().clamp(1, 99_999_999);
     let mut text = [0u8; 9];
     let mut rest = &mut text[..];
+    #[allow(
+        clippy::expect_used,
+        reason = "millis is clamped to eight digits: with the unit they fit the nine bytes"
+    )]
     write!(rest, "{millis}m").expect("nine bytes hold eight digits and a unit");
     let written = 9 - rest.len();
+    #[allow(
+        clippy::expect_used,
+        reason = "ascii digits and `m` are always a valid header value"
+    )]
     let mut value = HeaderValue::from_bytes(&text[..written]).expect("ascii digits");
     value.set_sensitive(true);
     value

@@ -126,6 +126,10 @@ fn assigned_request_id() -> String {
 /// tables.
 fn correlation_id() -> HeaderValue {
     let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
+    #[allow(
+        clippy::expect_used,
+        reason = "lowercase hex digits are always a valid header value"
+    )]
     let mut value = HeaderValue::from_str(unique_id().simple().encode_lower(&mut hex)).expect("hex digits");
     value.set_sensitive(true);
     value
@@ -315,6 +319,10 @@ impl Proxy {
         };
         if self.envelope {
             headers.remove(hyper::http::header::AUTHORIZATION);
+            #[allow(
+                clippy::expect_used,
+                reason = "the envelope is URL-safe base64, always a valid header value"
+            )]
             let value = if principal.is_anonymous() {
                 self.anonymous.clone()
             } else {

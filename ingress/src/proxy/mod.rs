@@ -144,6 +144,10 @@ impl Proxy {
         );
         let node_limits = crate::node_limits::NodeLimits::new(config.adaptive_node_limit);
         let envelope = config.upstream.is_some();
+        #[allow(
+            clippy::expect_used,
+            reason = "the envelope is URL-safe base64, always a valid header value"
+        )]
         let anonymous = hyper::http::HeaderValue::from_str(&corium_fleet_common::auth::encode(
             &corium_protocol::authz::Principal::anonymous(),
         ))

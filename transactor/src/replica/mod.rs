@@ -57,23 +57,29 @@ const READ_NICE: i32 = 10;
 
 /// The process's read runtime, started on the first read: as many threads
 /// as cores, each at [`READ_NICE`]. One per process (every host in it shares
-/// it), never dropped.
-fn read_runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
-            .thread_name("corium-reads")
-            .on_thread_start(|| {
-                // On Linux a nice value is per thread: this one only.
-                if let Err(error) = rustix::process::setpriority_process(None, READ_NICE) {
-                    tracing::warn!(%error, "read thread keeps the default priority");
-                }
-            })
-            .enable_all()
-            .build()
-            .expect("the read runtime starts (threads and a timer)")
-    })
+/// it), never dropped. `None` when it could not start (no threads to be
+/// had): reads then run on the node's own threads, at its priority.
+fn read_runtime() -> Option<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Option<tokio::runtime::Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
+                .thread_name("corium-reads")
+                .on_thread_start(|| {
+                    // On Linux a nice value is per thread: this one only.
+                    if let Err(error) = rustix::process::setpriority_process(None, READ_NICE) {
+                        tracing::warn!(%error, "read thread keeps the default priority");
+                    }
+                })
+                .enable_all()
+                .build()
+                .inspect_err(|error| {
+                    tracing::error!(%error, "read threads did not start; reads run on the node's own threads");
+                })
+                .ok()
+        })
+        .as_ref()
 }
 
 /// Runs `work` on the read threads and waits for it. Whatever `work`
@@ -82,7 +88,10 @@ fn read_runtime() -> &'static tokio::runtime::Runtime {
 /// # Panics
 /// When `work` panics (the panic goes on in the caller).
 pub(crate) async fn on_read_threads<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) -> T {
-    match read_runtime().spawn(work).await {
+    let Some(runtime) = read_runtime() else {
+        return work.await;
+    };
+    match runtime.spawn(work).await {
         Ok(value) => value,
         Err(error) => std::panic::resume_unwind(error.into_panic()),
     }

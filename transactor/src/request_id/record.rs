@@ -299,6 +299,10 @@ pub(crate) fn augmented(
             } else {
                 Mode::Bindings
             };
+            #[allow(
+                clippy::expect_used,
+                reason = "`Key::encode` fails only on an entity mode's identity, and this mode has none"
+            )]
             let bytes = key(mode)
                 .encode()
                 .expect("modes without an identity always encode");
@@ -339,7 +343,12 @@ pub(crate) fn fence_marker(db: &Db, id: uuid::Uuid, owner: Option<Owner>) -> Edn
             mode: Mode::Fenced,
             owner: owner.map(|owner| owner.0),
         };
-        tx.push((kw(KEY), bytes_edn(&key.encode().expect("a fence encodes"))));
+        #[allow(
+            clippy::expect_used,
+            reason = "`Key::encode` fails only on an entity mode's identity, and a fence has none"
+        )]
+        let bytes = key.encode().expect("a fence encodes");
+        tx.push((kw(KEY), bytes_edn(&bytes)));
     } else {
         tx.push((kw(ID), Edn::Str(id.hyphenated().to_string())));
         tx.push((kw(DIGEST), Edn::Str(FENCED_V1.to_owned())));

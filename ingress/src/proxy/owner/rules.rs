@@ -155,6 +155,15 @@ impl Retries {
         }
     }
 
+    /// The unknown outcome recorded for this call: the first reason, or
+    /// this one if none was recorded.
+    fn ambiguous_status(&self, cause: Cause, reason: &str) -> Status {
+        self.unknown.clone().unwrap_or_else(|| {
+            let id = self.id.as_ref().map(|id| id.text.as_str());
+            outcome::to_status(&self.db, id, cause, reason)
+        })
+    }
+
     /// The rule for an attempt whose hop broke after the request was sent.
     fn broke(&mut self, error: &str) -> Next {
         if self.read_only {
@@ -171,7 +180,7 @@ impl Retries {
         if self.idempotent() && self.budget_left {
             return Next::reread(self.pause());
         }
-        Next::Return(Err(self.unknown_status().expect("just set")))
+        Next::Return(Err(self.ambiguous_status(Cause::HopBroke, error)))
     }
 
     /// The rule for `attempt` (see the module docs).
