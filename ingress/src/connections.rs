@@ -3,10 +3,11 @@
 //! descriptors for everyone. A connection over a cap is closed as soon as it
 //! is accepted, before any TLS or HTTP/2 work, and counted.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+
+use corium_fleet_common::counted::{Counted, Counts};
 
 /// The open client connections, by address.
 pub(crate) struct Connections {
@@ -16,13 +17,17 @@ pub(crate) struct Connections {
     /// before the HTTP/2 preface; TLS: the handshake's own bound applies).
     preface_timeout: std::time::Duration,
     total: AtomicUsize,
-    per_client: Mutex<HashMap<IpAddr, usize>>,
+    /// Connections open per address: an address with nothing open is
+    /// forgotten, so the map is bounded by the connections, not by every
+    /// address ever seen.
+    per_client: Counts<IpAddr>,
 }
 
 /// One admitted connection; its place is given back when dropped.
 pub(crate) struct Slot {
     connections: Arc<Connections>,
-    client: Option<IpAddr>,
+    /// The client address's place (none for a connection without one).
+    place: Option<Counted<IpAddr>>,
 }
 
 impl Connections {
@@ -39,7 +44,7 @@ impl Connections {
             max_per_client,
             preface_timeout,
             total: AtomicUsize::new(0),
-            per_client: Mutex::new(HashMap::new()),
+            per_client: Counts::new(),
         })
     }
 
@@ -50,22 +55,19 @@ impl Connections {
             self.total.fetch_sub(1, Ordering::AcqRel);
             return None;
         }
-        if let Some(ip) = client {
-            let mut per_client = self
-                .per_client
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let open = per_client.entry(ip).or_default();
-            if *open >= self.max_per_client {
-                drop(per_client);
-                self.total.fetch_sub(1, Ordering::AcqRel);
-                return None;
+        let place = match client {
+            Some(ip) => {
+                let Some(place) = self.per_client.enter(&ip, self.max_per_client) else {
+                    self.total.fetch_sub(1, Ordering::AcqRel);
+                    return None;
+                };
+                Some(place)
             }
-            *open += 1;
-        }
+            None => None,
+        };
         Some(Slot {
             connections: Arc::clone(self),
-            client,
+            place,
         })
     }
 
@@ -85,21 +87,9 @@ impl Connections {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(ip) = self.client {
-            let mut per_client = self
-                .connections
-                .per_client
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(open) = per_client.get_mut(&ip) {
-                *open -= 1;
-                if *open == 0 {
-                    // Forget addresses with nothing open: the map is bounded
-                    // by the connections, not by every address ever seen.
-                    per_client.remove(&ip);
-                }
-            }
-        }
+        // The address's place first, then the total: the order they were
+        // taken in, reversed.
+        drop(self.place.take());
         self.connections.total.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -134,7 +124,7 @@ mod tests {
         for i in 0..50u8 {
             drop(connections.admit(Some([10, 0, 1, i].into())));
         }
-        assert!(connections.per_client.lock().unwrap().is_empty());
+        assert_eq!(connections.per_client.keys(), 0);
         assert_eq!(connections.open(), 0);
     }
 }

@@ -16,9 +16,10 @@
 //! holding `max_bytes` of request bodies in all. A call that finds no place
 //! ends as before, with the answer it got; `per_database` 0 turns holding off.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+use corium_fleet_common::counted::{Counted, Counts};
 
 /// Places for held calls.
 pub(crate) struct FailoverBuffer {
@@ -26,6 +27,9 @@ pub(crate) struct FailoverBuffer {
     total: usize,
     max_bytes: usize,
     state: Mutex<Occupancy>,
+    /// Calls holding a place, per database; taken and given back under
+    /// `state`'s lock, so the three bounds are decided together.
+    by_database: Counts<String>,
     /// Calls that took a place.
     pub held: AtomicU64,
     /// Calls that found none (the database's or the ingress's places full).
@@ -34,7 +38,6 @@ pub(crate) struct FailoverBuffer {
 
 #[derive(Default)]
 struct Occupancy {
-    by_database: HashMap<String, usize>,
     calls: usize,
     bytes: usize,
 }
@@ -42,7 +45,8 @@ struct Occupancy {
 /// A held call's place; given back when dropped.
 pub(crate) struct Held {
     buffer: Arc<FailoverBuffer>,
-    db: String,
+    /// The place among its database's calls.
+    place: Option<Counted<String>>,
     bytes: usize,
 }
 
@@ -56,6 +60,7 @@ impl FailoverBuffer {
             total,
             max_bytes,
             state: Mutex::default(),
+            by_database: Counts::new(),
             held: AtomicU64::new(0),
             overflowed: AtomicU64::new(0),
         })
@@ -68,23 +73,23 @@ impl FailoverBuffer {
             return None;
         }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let of_database = state.by_database.get(db).copied().unwrap_or(0);
-        if of_database >= self.per_database
-            || state.calls >= self.total
-            || state.bytes.saturating_add(bytes) > self.max_bytes
-        {
+        let place = if state.calls >= self.total || state.bytes.saturating_add(bytes) > self.max_bytes {
+            None
+        } else {
+            self.by_database.enter(&db.to_owned(), self.per_database)
+        };
+        let Some(place) = place else {
             drop(state);
             self.overflowed.fetch_add(1, Ordering::Relaxed);
             return None;
-        }
-        *state.by_database.entry(db.to_owned()).or_default() += 1;
+        };
         state.calls += 1;
         state.bytes += bytes;
         drop(state);
         self.held.fetch_add(1, Ordering::Relaxed);
         Some(Held {
             buffer: Arc::clone(self),
-            db: db.to_owned(),
+            place: Some(place),
             bytes,
         })
     }
@@ -122,14 +127,11 @@ impl FailoverBuffer {
 impl Drop for Held {
     fn drop(&mut self) {
         let mut state = self.buffer.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.calls -= 1;
-        state.bytes -= self.bytes;
-        if let Some(count) = state.by_database.get_mut(&self.db) {
-            *count -= 1;
-            if *count == 0 {
-                state.by_database.remove(&self.db);
-            }
-        }
+        state.calls = state.calls.saturating_sub(1);
+        state.bytes = state.bytes.saturating_sub(self.bytes);
+        // Given back under the lock, as it was taken.
+        drop(self.place.take());
+        drop(state);
     }
 }
 
@@ -151,7 +153,7 @@ mod tests {
         let c1 = buffer.hold("c", 80).expect("room again");
         drop((a2, b1, c1));
         assert_eq!(buffer.holding(), 0);
-        assert!(buffer.state.lock().unwrap().by_database.is_empty());
+        assert_eq!(buffer.by_database.keys(), 0);
         assert_eq!(buffer.held.load(Ordering::Relaxed), 4);
         assert_eq!(buffer.overflowed.load(Ordering::Relaxed), 3);
     }

@@ -7,11 +7,11 @@
 //! one). Body size and deadline caps are applied in the proxy, where the
 //! body and `grpc-timeout` are read.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use corium_fleet_common::counted::{Counted, Counts};
 use corium_fleet_wire::overload;
 use tonic::Status;
 
@@ -70,9 +70,8 @@ pub(crate) struct Limits {
     /// Requests a second per client (0: unlimited).
     rate: f64,
     buckets: moka::sync::Cache<ClientKey, Arc<Mutex<Bucket>>>,
-    /// Calls open per client address, streams until they end; an entry
-    /// lives while it is above zero.
-    streams: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// Calls open per client address, streams until they end.
+    streams: Counts<IpAddr>,
     max_streams_per_client: usize,
 }
 
@@ -85,25 +84,7 @@ pub(crate) struct Admission {
 
 /// A client's place for one open call; given back when dropped (with the
 /// response body, so a stream holds it for its life).
-pub(crate) struct StreamSlot {
-    streams: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    client: IpAddr,
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        let mut streams = self
-            .streams
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(open) = streams.get_mut(&self.client) {
-            *open -= 1;
-            if *open == 0 {
-                streams.remove(&self.client);
-            }
-        }
-    }
-}
+pub(crate) type StreamSlot = Counted<IpAddr>;
 
 /// How soon a caller refused for concurrency may try again.
 const BUSY_HINT: Duration = Duration::from_millis(100);
@@ -124,7 +105,7 @@ impl Limits {
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_mins(1))
                 .build(),
-            streams: Arc::default(),
+            streams: Counts::new(),
             max_streams_per_client,
         }
     }
@@ -138,12 +119,7 @@ impl Limits {
     pub(crate) fn admit(&self, client: Option<IpAddr>) -> Result<Admission, Status> {
         let stream = match client {
             Some(client) => {
-                let mut streams = self
-                    .streams
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let open = streams.entry(client).or_insert(0);
-                if *open >= self.max_streams_per_client {
+                let Some(place) = self.streams.enter(&client, self.max_streams_per_client) else {
                     return Err(overload::refused_for(
                         overload::Scope::Caller,
                         format!(
@@ -152,12 +128,8 @@ impl Limits {
                         ),
                         BUSY_HINT,
                     ));
-                }
-                *open += 1;
-                Some(StreamSlot {
-                    streams: Arc::clone(&self.streams),
-                    client,
-                })
+                };
+                Some(place)
             }
             None => None,
         };
@@ -272,9 +244,6 @@ mod tests {
         drop(one);
         let third = limits.admit(Some(a)).unwrap();
         drop((two, third));
-        assert!(
-            limits.streams.lock().unwrap().is_empty(),
-            "finished clients are forgotten"
-        );
+        assert_eq!(limits.streams.keys(), 0, "finished clients are forgotten");
     }
 }
