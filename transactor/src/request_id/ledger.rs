@@ -51,7 +51,7 @@ pub enum Outcome {
 
 /// Whether an id committed, as [`Ledger::status`] found it.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Status {
+pub enum RequestStatus {
     /// Committed; the answer it had.
     Committed(pb::TransactResponse),
     /// Never committed and now never will.
@@ -239,7 +239,7 @@ impl Ledger {
         id: uuid::Uuid,
         sender: Sender,
         commit: C,
-    ) -> Result<Status, LedgerError>
+    ) -> Result<RequestStatus, LedgerError>
     where
         C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
         Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
@@ -341,7 +341,7 @@ async fn status_locked<C, Fut, Held>(
     id: uuid::Uuid,
     sender: Sender,
     commit: C,
-) -> Result<Status, LedgerError>
+) -> Result<RequestStatus, LedgerError>
 where
     C: FnOnce(Vec<u8>, Option<u64>) -> Fut,
     Fut: Future<Output = (Result<pb::TransactResponse, NodeError>, Held)>,
@@ -358,7 +358,7 @@ where
     let fence_marker = record::fence_marker(&db, id, sender.written());
     let (committed, _held) = commit(codec::encode_edn(&fence_marker), None).await;
     match committed {
-        Ok(response) => Ok(Status::NotCommitted {
+        Ok(response) => Ok(RequestStatus::NotCommitted {
             fenced_at: response.basis_t,
         }),
         Err(error) => {
@@ -374,16 +374,20 @@ where
 }
 
 /// The status of an id found recorded as `found`.
-async fn answer(on: Database<'_>, state: &DbState, found: record::Found) -> Result<Status, LedgerError> {
+async fn answer(
+    on: Database<'_>,
+    state: &DbState,
+    found: record::Found,
+) -> Result<RequestStatus, LedgerError> {
     match found {
         record::Found::Fenced(tx) => {
             fence(on, state).await?;
-            Ok(Status::NotCommitted {
+            Ok(RequestStatus::NotCommitted {
                 fenced_at: tx.sequence(),
             })
         }
         record::Found::Same(tx) | record::Found::Other(tx) => {
-            replay(on, state, tx).await.map(Status::Committed)
+            replay(on, state, tx).await.map(RequestStatus::Committed)
         }
         // Not this sender's: its own request under the id never committed
         // and never will (a transaction of its under the id is refused).
@@ -391,7 +395,7 @@ async fn answer(on: Database<'_>, state: &DbState, found: record::Found) -> Resu
         // fresh fence's would, fenced by this cell's lease like every answer.
         record::Found::Foreign(_) => {
             fence(on, state).await?;
-            Ok(Status::NotCommitted {
+            Ok(RequestStatus::NotCommitted {
                 fenced_at: state.db().basis_t(),
             })
         }

@@ -23,4 +23,4 @@ pub(crate) mod shape;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use ledger::{Database, Ledger, LedgerError, Origin, Outcome, Sender, Status, Unsupported};
+pub(crate) use ledger::{Database, Ledger, LedgerError, Origin, Outcome, RequestStatus, Sender, Unsupported};

@@ -55,12 +55,12 @@ impl Requests for FleetRequests {
         let answered = cell.ledger.status(on, id, sender, commit).await;
         host.reset_if_failed(&cell);
         let response = match answered {
-            Ok(request_id::Status::Committed(answer)) => RequestStatusResponse {
+            Ok(request_id::RequestStatus::Committed(answer)) => RequestStatusResponse {
                 state: State::Committed.into(),
                 basis_t: answer.basis_t,
                 transact_response: answer.encode_to_vec(),
             },
-            Ok(request_id::Status::NotCommitted { fenced_at }) => {
+            Ok(request_id::RequestStatus::NotCommitted { fenced_at }) => {
                 tracing::info!(db, request_id = %id, fenced_at, "request id fenced by a status query");
                 RequestStatusResponse {
                     state: State::NotCommitted.into(),
