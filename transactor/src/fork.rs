@@ -12,7 +12,6 @@ use std::time::Duration;
 use corium_fleet_common::owner::now_unix_ms;
 use corium_store::StoreError;
 use serde::{Deserialize, Serialize};
-use tonic::Status;
 
 use crate::host::Host;
 
@@ -26,6 +25,34 @@ struct Record {
     expires_unix_ms: i64,
 }
 
+/// Why a fork target could not be reserved; the service edge makes its
+/// status (`service/status.rs`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReserveError {
+    /// Storage failed: `UNAVAILABLE`.
+    #[error("cannot reserve fork target {target:?}: {source}")]
+    Storage {
+        /// The fork target.
+        target: String,
+        /// The store's error.
+        source: StoreError,
+    },
+    /// Another fork into the name is running: `ABORTED`.
+    #[error("a fork into {target:?} is already running on {node}; retry when it finishes")]
+    Running {
+        /// The fork target.
+        target: String,
+        /// The node running it.
+        node: String,
+    },
+    /// Another fork into the name took it meanwhile: `ABORTED`.
+    #[error("a fork into {target:?} started concurrently; retry when it finishes")]
+    Concurrent {
+        /// The fork target.
+        target: String,
+    },
+}
+
 /// A held reservation of a fork target name.
 pub(crate) struct Reservation<'a> {
     host: &'a Host,
@@ -34,12 +61,13 @@ pub(crate) struct Reservation<'a> {
 }
 
 impl<'a> Reservation<'a> {
-    /// Reserves `target` or refuses: `ABORTED` while another fork into it
-    /// runs, `UNAVAILABLE` when storage fails.
+    /// Reserves `target` or refuses.
     ///
     /// # Errors
-    /// As above.
-    pub(crate) async fn take(host: &'a Host, target: &str) -> Result<Self, Status> {
+    /// [`ReserveError::Running`] or [`ReserveError::Concurrent`] while
+    /// another fork into it runs, [`ReserveError::Storage`] when storage
+    /// fails.
+    pub(crate) async fn take(host: &'a Host, target: &str) -> Result<Self, ReserveError> {
         let name = format!("fleet-fork:{target}");
         let record = Record {
             node_id: host.config.node_id.clone(),
@@ -48,8 +76,9 @@ impl<'a> Reservation<'a> {
                 .saturating_add(i64::try_from(HOLD.as_millis()).unwrap_or(i64::MAX)),
         };
         let bytes = serde_json::to_vec(&record).unwrap_or_default();
-        let unavailable = |error: StoreError| {
-            Status::unavailable(format!("cannot reserve fork target {target:?}: {error}"))
+        let unavailable = |source: StoreError| ReserveError::Storage {
+            target: target.to_owned(),
+            source,
         };
         let current = host.base.get_root(&name).await.map_err(unavailable)?;
         if let Some(existing) = current
@@ -57,16 +86,16 @@ impl<'a> Reservation<'a> {
             .and_then(|bytes| serde_json::from_slice::<Record>(bytes).ok())
             && existing.expires_unix_ms > now_unix_ms()
         {
-            return Err(Status::aborted(format!(
-                "a fork into {target:?} is already running on {}; retry when it finishes",
-                existing.node_id
-            )));
+            return Err(ReserveError::Running {
+                target: target.to_owned(),
+                node: existing.node_id,
+            });
         }
         match host.base.cas_root(&name, current.as_deref(), &bytes).await {
             Ok(()) => Ok(Self { host, name, bytes }),
-            Err(StoreError::CasFailed { .. }) => Err(Status::aborted(format!(
-                "a fork into {target:?} started concurrently; retry when it finishes"
-            ))),
+            Err(StoreError::CasFailed { .. }) => Err(ReserveError::Concurrent {
+                target: target.to_owned(),
+            }),
             Err(error) => Err(unavailable(error)),
         }
     }

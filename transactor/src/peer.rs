@@ -14,6 +14,41 @@ use tonic::{Request, Status};
 
 use crate::config::FleetTls;
 
+/// Why a call to a peer node did not get an answer, or the error it got;
+/// the service edge makes its status (`service/status.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// This node's TLS material cannot be read now: `UNAVAILABLE`.
+    #[error("peer TLS material: {0}")]
+    Material(#[source] corium_fleet_common::tls::TlsError),
+    /// The registry's endpoint for the peer is not a URI: `INVALID_ARGUMENT`.
+    #[error("bad peer endpoint {endpoint:?}: {source}")]
+    Endpoint {
+        /// The endpoint.
+        endpoint: String,
+        /// Why it does not parse.
+        source: tonic::transport::Error,
+    },
+    /// A cleartext endpoint for a node whose internal routes are mutual
+    /// TLS (it never downgrades): `FAILED_PRECONDITION`.
+    #[error("peer endpoint {0} is not https:// but this node's internal routes are mutual TLS")]
+    Cleartext(String),
+    /// The TLS configuration was refused: `INTERNAL`.
+    #[error("peer TLS: {0}")]
+    Tls(#[source] tonic::transport::Error),
+    /// The peer could not be reached: `UNAVAILABLE`.
+    #[error("cannot reach peer {endpoint}: {source}")]
+    Unreachable {
+        /// The endpoint.
+        endpoint: String,
+        /// The connection's error.
+        source: tonic::transport::Error,
+    },
+    /// The peer answered with an error: its status, as it came.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Answered(Status),
+}
+
 /// The credential this node presents to the other nodes: none over mTLS
 /// when its own certificate names its node id (the peer then knows it as
 /// `fleet-mtls/<node-id>`, a fleet node with budgets of its own); else the
@@ -115,13 +150,12 @@ impl Peers {
     /// gave for it.
     ///
     /// # Errors
-    /// `UNAVAILABLE` for unreadable material.
-    pub fn tls_for(&self, node_id: &str) -> Result<Option<ClientTlsConfig>, Status> {
+    /// [`PeerError::Material`] for unreadable material.
+    pub fn tls_for(&self, node_id: &str) -> Result<Option<ClientTlsConfig>, PeerError> {
         let Some(tls) = &self.tls else {
             return Ok(None);
         };
-        let config = Self::client_tls(tls)
-            .map_err(|error| Status::unavailable(format!("peer TLS material: {error}")))?;
+        let config = Self::client_tls(tls).map_err(PeerError::Material)?;
         Ok(Some(if self.verify_node_identity {
             config.domain_name(node_id)
         } else {
@@ -139,37 +173,40 @@ impl Peers {
     /// A channel to node `node_id` at `endpoint`, connected now.
     ///
     /// # Errors
-    /// `UNAVAILABLE` (or `FAILED_PRECONDITION` for a cleartext endpoint on
-    /// an mTLS node) when the node cannot be reached as `node_id`.
-    pub async fn channel(&self, endpoint: &str, node_id: &str) -> Result<tonic::transport::Channel, Status> {
+    /// [`PeerError`] (a cleartext endpoint on an mTLS node among them) when
+    /// the node cannot be reached as `node_id`.
+    pub async fn channel(
+        &self,
+        endpoint: &str,
+        node_id: &str,
+    ) -> Result<tonic::transport::Channel, PeerError> {
         let mut target = Endpoint::from_shared(endpoint.to_owned())
-            .map_err(|error| Status::invalid_argument(format!("bad peer endpoint {endpoint:?}: {error}")))?
+            .map_err(|source| PeerError::Endpoint {
+                endpoint: endpoint.to_owned(),
+                source,
+            })?
             .connect_timeout(self.timeout)
             .timeout(self.timeout);
         // Never downgrade: a node that speaks mTLS does not dial a member in
         // cleartext (it would send requests unauthenticated and unencrypted,
         // to whoever answers).
         if self.tls.is_some() && !endpoint.starts_with("https://") {
-            return Err(Status::failed_precondition(format!(
-                "peer endpoint {endpoint} is not https:// but this node's internal routes are mutual TLS"
-            )));
+            return Err(PeerError::Cleartext(endpoint.to_owned()));
         }
         if let Some(config) = self.tls_for(node_id)? {
-            target = target
-                .tls_config(config)
-                .map_err(|error| Status::internal(format!("peer TLS: {error}")))?;
+            target = target.tls_config(config).map_err(PeerError::Tls)?;
         }
-        target
-            .connect()
-            .await
-            .map_err(|error| Status::unavailable(format!("cannot reach peer {endpoint}: {error}")))
+        target.connect().await.map_err(|source| PeerError::Unreachable {
+            endpoint: endpoint.to_owned(),
+            source,
+        })
     }
 
     async fn admin(
         &self,
         endpoint: &str,
         node_id: &str,
-    ) -> Result<FleetAdminClient<tonic::transport::Channel>, Status> {
+    ) -> Result<FleetAdminClient<tonic::transport::Channel>, PeerError> {
         Ok(FleetAdminClient::new(self.channel(endpoint, node_id).await?))
     }
 
@@ -178,9 +215,9 @@ impl Peers {
     /// it lets go of the lease, then asks over the same connection.
     ///
     /// # Errors
-    /// `UNAVAILABLE` (or `FAILED_PRECONDITION` for a cleartext endpoint on
-    /// an mTLS node) when the node cannot be reached as `node_id`.
-    pub async fn connect(&self, endpoint: &str, node_id: &str) -> Result<Peer, Status> {
+    /// [`PeerError`] (a cleartext endpoint on an mTLS node among them) when
+    /// the node cannot be reached as `node_id`.
+    pub async fn connect(&self, endpoint: &str, node_id: &str) -> Result<Peer, PeerError> {
         Ok(Peer {
             client: self.admin(endpoint, node_id).await?,
             timeout: self.timeout,
@@ -191,14 +228,19 @@ impl Peers {
     /// Asks node `node_id` at `endpoint` to activate `database` now.
     ///
     /// # Errors
-    /// The peer's status, or `UNAVAILABLE` when it cannot be reached.
+    /// The peer's status ([`PeerError::Answered`]), or why it cannot be
+    /// reached.
     pub async fn activate(
         &self,
         endpoint: &str,
         node_id: &str,
         database: &str,
-    ) -> Result<ActivateResponse, Status> {
-        self.connect(endpoint, node_id).await?.activate(database).await
+    ) -> Result<ActivateResponse, PeerError> {
+        self.connect(endpoint, node_id)
+            .await?
+            .activate(database)
+            .await
+            .map_err(PeerError::Answered)
     }
 }
 

@@ -22,11 +22,30 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use corium_fleet_common::auth::{self, FLEET_NODE_ROLE};
+use corium_fleet_common::auth::{self, EnvelopeError, FLEET_NODE_ROLE};
 use corium_fleet_wire::metadata;
-use corium_protocol::authz::{Credentials, Guard, Principal};
+use corium_protocol::authz::{AuthError, Credentials, Guard, Principal};
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
+
+/// Why a caller could not be identified; the service edge makes its
+/// status (`service/status.rs`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Unidentified {
+    /// A principal envelope from someone other than an ingress:
+    /// `PERMISSION_DENIED`.
+    #[error("{} is accepted only from an ingress over mTLS", metadata::PRINCIPAL)]
+    NotFromIngress,
+    /// The envelope is not text: `UNAUTHENTICATED`.
+    #[error("{} is not text", metadata::PRINCIPAL)]
+    NotText,
+    /// The envelope does not decode: `UNAUTHENTICATED`.
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    /// The guard refused the caller's credentials: its own status.
+    #[error(transparent)]
+    Denied(#[from] AuthError),
+}
 
 /// The provider name of a principal vouched for by a fleet certificate.
 pub(crate) const FLEET_MTLS_PROVIDER: &str = "fleet-mtls";
@@ -102,20 +121,15 @@ impl Identify {
         names
     }
 
-    fn identify(&self, request: &Request<()>) -> Result<Principal, Status> {
+    fn identify(&self, request: &Request<()>) -> Result<Principal, Unidentified> {
         let names = self.peer_names(request);
         let from_ingress = names.iter().any(|name| self.ingress_identities.contains(name));
         if let Some(value) = request.metadata().get(metadata::PRINCIPAL) {
             if !from_ingress {
-                return Err(Status::permission_denied(format!(
-                    "{} is accepted only from an ingress over mTLS",
-                    metadata::PRINCIPAL
-                )));
+                return Err(Unidentified::NotFromIngress);
             }
-            let text = value
-                .to_str()
-                .map_err(|_| Status::unauthenticated(format!("{} is not text", metadata::PRINCIPAL)))?;
-            return auth::decode(text).map_err(|error| Status::unauthenticated(error.to_string()));
+            let text = value.to_str().map_err(|_| Unidentified::NotText)?;
+            return Ok(auth::decode(text)?);
         }
         let credentials = Credentials::from_metadata(request.metadata());
         if credentials.is_empty() && !from_ingress {
@@ -129,18 +143,17 @@ impl Identify {
                 return Ok(Principal::new(FLEET_MTLS_PROVIDER, node.clone()).with_role(FLEET_NODE_ROLE));
             }
         }
-        self.guard
-            .authenticate(&credentials)
-            .map_err(|error| error.to_status())
+        Ok(self.guard.authenticate(&credentials)?)
     }
 }
 
 impl Interceptor for Identify {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let principal = self.identify(&request).inspect_err(|_| {
+        let principal = self.identify(&request).map_err(|error| {
             self.metrics
                 .unauthenticated
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Status::from(error)
         })?;
         request.extensions_mut().insert(principal);
         Ok(request)

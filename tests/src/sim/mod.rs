@@ -352,7 +352,9 @@ async fn apply(shared: &Shared, event: &Event) -> String {
             format!(
                 "handoff of {db} from node-{owner} to {}: {:?}",
                 target.node_id,
-                outcome.map(|r| r.map(|r| r.lease_version).map_err(|s| s.code()))
+                outcome.map(|r| r
+                    .map(|r| r.lease_version)
+                    .map_err(|e| tonic::Status::from(e).code()))
             )
         }
         Event::Map(d, nodes) => {

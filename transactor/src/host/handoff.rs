@@ -15,7 +15,55 @@ use corium_fleet_wire::not_owner;
 use futures::StreamExt as _;
 use tonic::Status;
 
-use super::{Host, now_unix_ms};
+use super::{Host, Refusal, now_unix_ms};
+use crate::peer::PeerError;
+
+/// Why a handoff did not happen (or did not complete); the service edge
+/// makes its status (`service/status.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    /// The ownership decision's "no": the database is not held here (a
+    /// typed `NotOwner` naming its holder), unknown, or unverifiable.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The target already owns the database: `INVALID_ARGUMENT`.
+    #[error("{target:?} already owns {db:?}; hand it to another candidate")]
+    OwnTarget {
+        /// The target (this node).
+        target: String,
+        /// The database.
+        db: String,
+    },
+    /// The target is not a live candidate: `FAILED_PRECONDITION`.
+    #[error("{target:?} is not a live candidate for {db:?} (candidates: {candidates})")]
+    NotCandidate {
+        /// The target asked for.
+        target: String,
+        /// The database.
+        db: String,
+        /// The live candidates, comma separated.
+        candidates: String,
+    },
+    /// The target could not be reached before the lease was let go:
+    /// nothing changed.
+    #[error(transparent)]
+    Unreachable(#[from] PeerError),
+    /// The lease was released but the target did not activate: `ABORTED`
+    /// (the database is cold and activates on its next request).
+    #[error(
+        "released {db:?} but {target} did not activate it ({}: {}); it activates on its next request",
+        .answer.code(),
+        .answer.message()
+    )]
+    NotActivated {
+        /// The database.
+        db: String,
+        /// The target.
+        target: String,
+        /// The target's answer.
+        answer: Status,
+    },
+}
 
 /// Databases handed off at once when a drain starts.
 const DRAIN_PARALLELISM: usize = 16;
@@ -41,33 +89,35 @@ impl Host {
     /// Hands `db`, owned here, to the live candidate `target`.
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` for this node as target, `FAILED_PRECONDITION`
-    /// for a target that is not a live candidate, a typed `NotOwner` when
-    /// this node does not hold the lease — in each case nothing changes —
-    /// and `ABORTED` when the lease was released but the target did not
-    /// activate (the database is then cold and activates on its next
-    /// request).
-    pub async fn handoff(self: &Arc<Self>, db: &str, target: &str) -> Result<HandoffResponse, Status> {
+    /// [`HandoffError::OwnTarget`] for this node as target,
+    /// [`HandoffError::NotCandidate`] for a target that is not a live
+    /// candidate, a typed `NotOwner` when this node does not hold the lease
+    /// — in each case nothing changes — and [`HandoffError::NotActivated`]
+    /// when the lease was released but the target did not activate (the
+    /// database is then cold and activates on its next request).
+    pub async fn handoff(self: &Arc<Self>, db: &str, target: &str) -> Result<HandoffResponse, HandoffError> {
         if self.cell(db).is_none() {
             // Not held here: name the holder so the caller can ask it.
             let view = self.read_root(db).await?;
             if !view.exists {
-                return Err(Status::not_found(format!("unknown database {db:?}")));
+                return Err(Refusal::UnknownDatabase(db.to_owned()).into());
             }
             return Err(self.not_owner(db, view.live_owner(now_unix_ms())).into());
         }
         if target == self.config.node_id {
-            return Err(Status::invalid_argument(format!(
-                "{target:?} already owns {db:?}; hand it to another candidate"
-            )));
+            return Err(HandoffError::OwnTarget {
+                target: target.to_owned(),
+                db: db.to_owned(),
+            });
         }
         let candidates = self.candidates(db);
         let Some(member) = candidates.iter().find(|member| member.node_id == target).cloned() else {
             let names: Vec<&str> = candidates.iter().map(|member| member.node_id.as_str()).collect();
-            return Err(Status::failed_precondition(format!(
-                "{target:?} is not a live candidate for {db:?} (candidates: {})",
-                names.join(", ")
-            )));
+            return Err(HandoffError::NotCandidate {
+                target: target.to_owned(),
+                db: db.to_owned(),
+                candidates: names.join(", "),
+            });
         };
         self.hand(db, member, "admin").await
     }
@@ -78,7 +128,7 @@ impl Host {
         db: &str,
         target: Member,
         reason: &'static str,
-    ) -> Result<HandoffResponse, Status> {
+    ) -> Result<HandoffResponse, HandoffError> {
         let lock = self.activation_lock(db);
         let _guard = lock.lock().await;
         let Some(cell) = self.cell(db) else {
@@ -175,12 +225,11 @@ impl Host {
             Err(status) => {
                 self.metrics.handoff_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(db, to = %target.node_id, reason, error = status.message(), "handoff target did not activate; the database is cold");
-                Err(Status::aborted(format!(
-                    "released {db:?} but {} did not activate it ({}: {}); it activates on its next request",
-                    target.node_id,
-                    status.code(),
-                    status.message()
-                )))
+                Err(HandoffError::NotActivated {
+                    db: db.to_owned(),
+                    target: target.node_id.clone(),
+                    answer: status,
+                })
             }
         }
     }
@@ -198,7 +247,7 @@ impl Host {
         let mut targets = targets.into_iter();
         let Some(first) = targets.next() else { return };
         match self.hand(db, first, reason).await {
-            Err(status) if status.code() == tonic::Code::Aborted => {}
+            Err(HandoffError::NotActivated { .. }) => {}
             _ => return,
         }
         for target in targets {
@@ -208,8 +257,8 @@ impl Host {
                     tracing::info!(db, to = %target.node_id, lease_version = answer.lease_version, reason, "database handed off to a later candidate");
                     return;
                 }
-                Err(status) => {
-                    tracing::warn!(db, to = %target.node_id, error = status.message(), "candidate did not activate");
+                Err(error) => {
+                    tracing::warn!(db, to = %target.node_id, %error, "candidate did not activate");
                 }
             }
         }

@@ -15,6 +15,7 @@ mod lifecycle;
 mod ownership;
 mod refusal;
 
+pub(crate) use handoff::HandoffError;
 pub(crate) use refusal::Refusal;
 
 use std::collections::HashMap;

@@ -15,6 +15,7 @@ use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Status;
 use tonic::transport::Channel;
 
+use super::ReplicaError;
 use crate::host::Host;
 
 /// Called with the database's name when a replica stops following: drops
@@ -79,12 +80,6 @@ impl Drop for Replica {
     }
 }
 
-/// `UNAVAILABLE` with the standard retry hint: nothing was read, try again
-/// (here or at another replica) after `retry_after`.
-pub(crate) fn not_now(message: String, retry_after: Duration) -> Status {
-    corium_fleet_wire::overload::unavailable(message, retry_after)
-}
-
 impl Replica {
     /// Subscribes to `db` at `owner` (`endpoint`) and waits until the
     /// replica has applied the owner's basis, then starts the follow probe.
@@ -96,7 +91,7 @@ impl Replica {
         endpoint: &str,
         follow_interval: Duration,
         retire: Retire,
-    ) -> Result<Arc<Self>, Status> {
+    ) -> Result<Arc<Self>, ReplicaError> {
         let mut config = ConnectConfig::new(endpoint.to_owned(), db.to_owned());
         config.token = host.peers.token().map(str::to_owned);
         config.tls = host.peers.tls_for(owner)?;
@@ -105,7 +100,7 @@ impl Replica {
         config.reconnect_min = Duration::from_millis(50);
         config.reconnect_max = Duration::from_secs(1);
         let connection = Connection::connect(config).await.map_err(|error| {
-            not_now(
+            ReplicaError::not_now(
                 format!("cannot follow {db:?} at its owner {owner}: {error}"),
                 follow_interval,
             )
@@ -180,9 +175,9 @@ impl Replica {
     ///
     /// # Errors
     /// `UNAVAILABLE` with a retry hint.
-    pub(crate) fn check_following(&self) -> Result<(), Status> {
+    pub(crate) fn check_following(&self) -> Result<(), ReplicaError> {
         if self.is_retired() {
-            return Err(not_now(
+            return Err(ReplicaError::not_now(
                 format!(
                     "the read replica of {:?} stopped following its owner; retry",
                     self.db
@@ -196,7 +191,7 @@ impl Replica {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let silent = followed.heard.elapsed();
         if silent > self.follow_interval * LAPSE_PERIODS {
-            return Err(not_now(
+            return Err(ReplicaError::not_now(
                 format!(
                     "the read replica of {:?} has not heard from its owner {} for {} ms; retry",
                     self.db,
@@ -208,7 +203,7 @@ impl Replica {
         }
         let basis = self.basis_t();
         if basis < followed.before {
-            return Err(not_now(
+            return Err(ReplicaError::not_now(
                 format!(
                     "the read replica of {:?} is at {basis}, behind its owner's {}; retry",
                     self.db, followed.before
@@ -232,7 +227,7 @@ impl Replica {
         min_basis: Option<u64>,
         view_t: Option<u64>,
         within: Duration,
-    ) -> Result<bool, Status> {
+    ) -> Result<bool, ReplicaError> {
         let started = Instant::now();
         let local = self.basis_t();
         let mut target = min_basis.unwrap_or(0);
@@ -247,7 +242,7 @@ impl Replica {
                 .await
                 .map_err(|_| self.too_far(t, within))?
                 .map_err(|status| {
-                    not_now(
+                    ReplicaError::not_now(
                         format!(
                             "the read replica of {:?} cannot learn its owner's basis ({}: {}); retry",
                             self.db,
@@ -265,7 +260,7 @@ impl Replica {
         let left = within.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, self.connection.sync_to(target)).await {
             Ok(Ok(_)) => Ok(true),
-            Ok(Err(error)) => Err(not_now(
+            Ok(Err(error)) => Err(ReplicaError::not_now(
                 format!("the read replica of {:?} closed: {error}; retry", self.db),
                 self.follow_interval,
             )),
@@ -273,8 +268,8 @@ impl Replica {
         }
     }
 
-    fn too_far(&self, target: u64, within: Duration) -> Status {
-        not_now(
+    fn too_far(&self, target: u64, within: Duration) -> ReplicaError {
+        ReplicaError::not_now(
             format!(
                 "the read replica of {:?} did not reach basis {target} within {} ms (it is at {}); retry",
                 self.db,

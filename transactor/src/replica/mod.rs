@@ -30,8 +30,10 @@
 //!   CPU work on the calling thread) never starves the node's writes.
 //!
 //! Layout: this file holds [`Replicas`], the node's set; `follow.rs` one
-//! [`Replica`] and its follow probe.
+//! [`Replica`] and its follow probe; `error.rs` why a replica cannot serve
+//! a read now ([`ReplicaError`]).
 
+mod error;
 mod follow;
 
 use std::future::Future;
@@ -42,8 +44,7 @@ use std::time::Duration;
 use corium_fleet_common::names;
 use corium_fleet_common::owner::{node_of, now_unix_ms};
 use corium_protocol::authz::Guard;
-use tonic::Status;
-
+pub(crate) use error::ReplicaError;
 pub(crate) use follow::Replica;
 
 use crate::config::ReplicaSettings as Settings;
@@ -226,10 +227,10 @@ impl Replicas {
         guard: &Guard,
         db: &str,
         within: Duration,
-    ) -> Result<Arc<Replica>, Status> {
+    ) -> Result<Arc<Replica>, ReplicaError> {
         if self.settings.max == 0 {
             // Nothing read: another replica can answer.
-            return Err(follow::not_now(
+            return Err(ReplicaError::not_now(
                 "this node serves no read replicas (--max-replicas 0); try another".into(),
                 Duration::ZERO,
             ));
@@ -244,12 +245,12 @@ impl Replicas {
         let open = Box::pin(async {
             let replica = self.open(host, guard, db).await?;
             self.counts.activations.fetch_add(1, Ordering::Relaxed);
-            Ok::<_, Status>(replica)
+            Ok::<_, ReplicaError>(replica)
         });
         match tokio::time::timeout(within, self.cache.try_get_with(db.to_owned(), open)).await {
             Ok(Ok(replica)) => Ok(replica),
-            Ok(Err(status)) => Err((*status).clone()),
-            Err(_) => Err(follow::not_now(
+            Ok(Err(error)) => Err(ReplicaError::Shared(error)),
+            Err(_) => Err(ReplicaError::not_now(
                 format!("the read replica of {db:?} is still loading; retry"),
                 self.settings.follow_interval,
             )),
@@ -258,24 +259,22 @@ impl Replicas {
 
     /// Builds a replica of `db` following its current owner (activating
     /// the database at its candidates when nobody holds it).
-    async fn open(&self, host: &Arc<Host>, guard: &Guard, db: &str) -> Result<Arc<Replica>, Status> {
-        names::check(db).map_err(|error| Status::from(Refusal::from(error)))?;
-        let (node, endpoint) = owner(host, names::home(db))
-            .await
-            .map_err(|status| match status.code() {
+    async fn open(&self, host: &Arc<Host>, guard: &Guard, db: &str) -> Result<Arc<Replica>, ReplicaError> {
+        names::check(db).map_err(Refusal::from)?;
+        let (node, endpoint) = owner(host, names::home(db)).await.map_err(|error| {
+            if error.is_about_the_name() {
                 // Answers about the name: final.
-                tonic::Code::NotFound | tonic::Code::InvalidArgument => status,
-                // Ownership in motion, storage not answering: nothing was read,
-                // another replica or a later try may answer.
-                _ => follow::not_now(
-                    format!(
-                        "no owner of {db:?} to follow now ({}: {}); retry",
-                        status.code(),
-                        status.message()
-                    ),
-                    self.settings.follow_interval,
-                ),
-            })?;
+                error
+            } else {
+                // Ownership in motion, storage not answering: nothing was
+                // read, another replica or a later try may answer.
+                ReplicaError::NoOwner {
+                    db: db.to_owned(),
+                    cause: Box::new(error),
+                    retry_after: self.settings.follow_interval,
+                }
+            }
+        })?;
         let cache = self.cache.clone();
         let retire: follow::Retire = Arc::new(move |db: String| {
             let cache = cache.clone();
@@ -295,7 +294,7 @@ impl Replicas {
 /// The node and endpoint holding `db`'s lease now; when nobody does, the
 /// database is activated at its candidates first (as a stock client's first
 /// call would).
-async fn owner(host: &Arc<Host>, db: &str) -> Result<(String, String), Status> {
+async fn owner(host: &Arc<Host>, db: &str) -> Result<(String, String), ReplicaError> {
     let view = host.read_root(db).await?;
     if !view.exists {
         return Err(Refusal::UnknownDatabase(db.to_owned()).into());
@@ -328,7 +327,7 @@ async fn owner(host: &Arc<Host>, db: &str) -> Result<(String, String), Status> {
     view.live_owner(now_unix_ms())
         .map(|root| (node_of(&root.owner).to_owned(), root.owner_endpoint.clone()))
         .ok_or_else(|| {
-            follow::not_now(
+            ReplicaError::not_now(
                 format!("{db:?} has no owner to follow yet; retry"),
                 Duration::from_millis(500),
             )

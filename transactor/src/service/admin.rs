@@ -179,7 +179,12 @@ async fn fleet_status(node: &Node) -> Result<FleetStatusResponse, Status> {
                 if node_id == host.config.node_id {
                     own_status(node).await
                 } else {
-                    host.peers.connect(&endpoint, &node_id).await?.node_status().await
+                    host.peers
+                        .connect(&endpoint, &node_id)
+                        .await
+                        .map_err(Status::from)?
+                        .node_status()
+                        .await
                 }
             };
             let answer = match tokio::time::timeout(bound, ask).await {
@@ -264,6 +269,7 @@ impl FleetAdmin for FleetAdminSvc {
             .handoff(&database, &target_node_id)
             .await
             .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn prepare(&self, request: Request<PrepareRequest>) -> Result<Response<PrepareResponse>, Status> {

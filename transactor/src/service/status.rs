@@ -15,7 +15,11 @@ use tonic::Status;
 use super::refused::Refused;
 use crate::cell::{CreateError, TransactError};
 use crate::error::{is_deposed, is_storage_failure};
-use crate::host::Refusal;
+use crate::fork::ReserveError;
+use crate::host::{HandoffError, Refusal};
+use crate::peer::PeerError;
+use crate::principal::Unidentified;
+use crate::replica::ReplicaError;
 use crate::request_id::{LedgerError, Origin, Unsupported};
 use crate::work_limits::Overloaded;
 
@@ -40,13 +44,106 @@ impl From<Overloaded> for Status {
 
 impl From<Refusal> for Status {
     fn from(refusal: Refusal) -> Self {
-        match refusal {
-            Refusal::NotOwner(detail) => not_owner::to_status(&detail),
-            Refusal::Metadata(error) => Self::invalid_argument(error.to_string()),
-            Refusal::InvalidName(error) => Self::invalid_argument(error.to_string()),
-            Refusal::UnknownDatabase(_) => Self::not_found(refusal.to_string()),
-            Refusal::Unverifiable { .. } => Self::unavailable(refusal.to_string()),
+        refusal_status(&refusal)
+    }
+}
+
+/// The status of the ownership decision's "no".
+fn refusal_status(refusal: &Refusal) -> Status {
+    match refusal {
+        Refusal::NotOwner(detail) => not_owner::to_status(detail),
+        Refusal::Metadata(error) => Status::invalid_argument(error.to_string()),
+        Refusal::InvalidName(error) => Status::invalid_argument(error.to_string()),
+        Refusal::UnknownDatabase(_) => Status::not_found(refusal.to_string()),
+        Refusal::Unverifiable { .. } => Status::unavailable(refusal.to_string()),
+    }
+}
+
+impl From<PeerError> for Status {
+    fn from(error: PeerError) -> Self {
+        match error {
+            PeerError::Answered(status) => status,
+            other => peer_status(&other),
         }
+    }
+}
+
+/// The status of a call to a peer that failed: the peer's own answer, or
+/// why it could not be reached.
+fn peer_status(error: &PeerError) -> Status {
+    match error {
+        PeerError::Material(_) | PeerError::Unreachable { .. } => Status::unavailable(error.to_string()),
+        PeerError::Endpoint { .. } => Status::invalid_argument(error.to_string()),
+        PeerError::Cleartext(_) => Status::failed_precondition(error.to_string()),
+        PeerError::Tls(_) => Status::internal(error.to_string()),
+        PeerError::Answered(status) => status.clone(),
+    }
+}
+
+impl From<HandoffError> for Status {
+    fn from(error: HandoffError) -> Self {
+        match error {
+            HandoffError::Refused(refusal) => refusal.into(),
+            HandoffError::Unreachable(error) => error.into(),
+            HandoffError::OwnTarget { .. } => Self::invalid_argument(error.to_string()),
+            HandoffError::NotCandidate { .. } => Self::failed_precondition(error.to_string()),
+            HandoffError::NotActivated { .. } => Self::aborted(error.to_string()),
+        }
+    }
+}
+
+impl From<ReserveError> for Status {
+    fn from(error: ReserveError) -> Self {
+        match error {
+            ReserveError::Storage { .. } => Self::unavailable(error.to_string()),
+            ReserveError::Running { .. } | ReserveError::Concurrent { .. } => {
+                Self::aborted(error.to_string())
+            }
+        }
+    }
+}
+
+impl From<Unidentified> for Status {
+    fn from(error: Unidentified) -> Self {
+        match error {
+            Unidentified::NotFromIngress => Self::permission_denied(error.to_string()),
+            Unidentified::NotText | Unidentified::Envelope(_) => Self::unauthenticated(error.to_string()),
+            Unidentified::Denied(error) => error.to_status(),
+        }
+    }
+}
+
+impl From<ReplicaError> for Status {
+    fn from(error: ReplicaError) -> Self {
+        replica_status(&error)
+    }
+}
+
+/// The status of a read a replica cannot serve now: `UNAVAILABLE` with the
+/// standard retry hint when nothing was read and another try may answer.
+fn replica_status(error: &ReplicaError) -> Status {
+    match error {
+        ReplicaError::NotNow { message, retry_after } => {
+            corium_fleet_wire::overload::unavailable(message.clone(), *retry_after)
+        }
+        ReplicaError::Refused(refusal) => refusal_status(refusal),
+        ReplicaError::Peer(error) => peer_status(error),
+        ReplicaError::NoOwner {
+            db,
+            cause,
+            retry_after,
+        } => {
+            let cause = replica_status(cause);
+            corium_fleet_wire::overload::unavailable(
+                format!(
+                    "no owner of {db:?} to follow now ({}: {}); retry",
+                    cause.code(),
+                    cause.message()
+                ),
+                *retry_after,
+            )
+        }
+        ReplicaError::Shared(error) => replica_status(error),
     }
 }
 
@@ -279,5 +376,110 @@ mod tests {
         assert_eq!(Status::from(unknown).code(), tonic::Code::NotFound);
         let metadata = Refusal::Metadata(MetadataError::TooManyHops(2));
         assert_eq!(Status::from(metadata).code(), tonic::Code::InvalidArgument);
+    }
+
+    /// The statuses the typed errors of handoffs, fork reservations, peers,
+    /// the front door's identification and read replicas become: the codes
+    /// and words callers saw when these modules made the statuses themselves.
+    #[test]
+    fn module_errors_keep_their_codes_and_words() {
+        use super::{HandoffError, PeerError, ReplicaError, ReserveError, Unidentified};
+        let check = |status: Status, code: tonic::Code, message: &str| {
+            assert_eq!((status.code(), status.message()), (code, message));
+        };
+        check(
+            HandoffError::OwnTarget {
+                target: "n1".into(),
+                db: "d".into(),
+            }
+            .into(),
+            tonic::Code::InvalidArgument,
+            "\"n1\" already owns \"d\"; hand it to another candidate",
+        );
+        check(
+            HandoffError::NotCandidate {
+                target: "n9".into(),
+                db: "d".into(),
+                candidates: "n1, n2".into(),
+            }
+            .into(),
+            tonic::Code::FailedPrecondition,
+            "\"n9\" is not a live candidate for \"d\" (candidates: n1, n2)",
+        );
+        check(
+            HandoffError::NotActivated {
+                db: "d".into(),
+                target: "n2".into(),
+                answer: Status::unavailable("gone"),
+            }
+            .into(),
+            tonic::Code::Aborted,
+            &format!(
+                "released \"d\" but n2 did not activate it ({}: gone); it activates on its next request",
+                tonic::Code::Unavailable
+            ),
+        );
+        check(
+            HandoffError::Refused(Refusal::UnknownDatabase("d".into())).into(),
+            tonic::Code::NotFound,
+            "unknown database \"d\"",
+        );
+        check(
+            ReserveError::Running {
+                target: "t".into(),
+                node: "n1".into(),
+            }
+            .into(),
+            tonic::Code::Aborted,
+            "a fork into \"t\" is already running on n1; retry when it finishes",
+        );
+        check(
+            ReserveError::Concurrent { target: "t".into() }.into(),
+            tonic::Code::Aborted,
+            "a fork into \"t\" started concurrently; retry when it finishes",
+        );
+        check(
+            PeerError::Cleartext("http://n1:7001".into()).into(),
+            tonic::Code::FailedPrecondition,
+            "peer endpoint http://n1:7001 is not https:// but this node's internal routes are mutual TLS",
+        );
+        check(
+            PeerError::Answered(Status::not_found("no")).into(),
+            tonic::Code::NotFound,
+            "no",
+        );
+        check(
+            Unidentified::NotFromIngress.into(),
+            tonic::Code::PermissionDenied,
+            "corium-principal is accepted only from an ingress over mTLS",
+        );
+        check(
+            Unidentified::NotText.into(),
+            tonic::Code::Unauthenticated,
+            "corium-principal is not text",
+        );
+        let not_now = Status::from(ReplicaError::not_now(
+            "later".into(),
+            std::time::Duration::from_secs(1),
+        ));
+        check(not_now.clone(), tonic::Code::Unavailable, "later");
+        assert!(corium_fleet_wire::overload::retry_after(&not_now).is_some());
+        let no_owner = Status::from(ReplicaError::NoOwner {
+            db: "d".into(),
+            cause: Box::new(ReplicaError::Refused(Refusal::Unverifiable {
+                db: "d".into(),
+                what: "storage read failed",
+                detail: "refused".into(),
+            })),
+            retry_after: std::time::Duration::from_millis(100),
+        });
+        check(
+            no_owner,
+            tonic::Code::Unavailable,
+            &format!(
+                "no owner of \"d\" to follow now ({}: cannot verify ownership of \"d\": storage read failed: refused; retry later); retry",
+                tonic::Code::Unavailable
+            ),
+        );
     }
 }
