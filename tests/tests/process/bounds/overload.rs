@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corium_fleet_tests::corium::{self, channel};
-use corium_fleet_tests::{Backend, Fleet, http_get, metric};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::overload;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
@@ -284,17 +284,23 @@ async fn calm(address: &str, db: &str, label: &str, phase: Duration) -> Calm {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Everything acknowledged is delivered (bounded wait).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let all = {
+    eventually(
+        Duration::from_secs(20),
+        format!("{label}: every acknowledged write is delivered"),
+        async || {
             let delivered = delivered.lock().unwrap();
-            acknowledged.iter().all(|(name, _)| delivered.contains_key(name))
-        };
-        if all || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            let missing = acknowledged
+                .iter()
+                .filter(|(name, _)| !delivered.contains_key(name))
+                .count();
+            if missing == 0 {
+                Ok(())
+            } else {
+                Err(format!("{missing} of {} not delivered yet", acknowledged.len()))
+            }
+        },
+    )
+    .await;
     follower.abort();
     let delivered = delivered.lock().unwrap();
     for (name, acked) in &acknowledged {
