@@ -5,7 +5,6 @@
 //! metadata) and answered with one configured status.
 
 use std::convert::Infallible;
-use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
@@ -39,21 +38,21 @@ impl FakeServer {
     /// When no loopback port can be bound.
     #[must_use]
     pub fn start(answer: tonic::Code) -> Self {
-        fn fake<N>(seen: &Seen, answer: tonic::Code) -> Fake<N> {
+        fn fake<const SERVICE: usize>(seen: &Seen, answer: tonic::Code) -> Fake<SERVICE> {
             Fake {
                 seen: Arc::clone(seen),
                 answer,
-                name: PhantomData,
             }
         }
         let seen = Seen::default();
         let incoming = tonic::transport::server::TcpIncoming::bind(([127, 0, 0, 1], 0).into()).unwrap();
         let address = format!("http://{}", incoming.local_addr().unwrap());
+        // One service per entry of `SERVICES`.
         let router = tonic::transport::Server::builder()
-            .add_service(fake::<Transactor>(&seen, answer))
-            .add_service(fake::<Catalog>(&seen, answer))
-            .add_service(fake::<FleetAdmin>(&seen, answer))
-            .add_service(fake::<Requests>(&seen, answer));
+            .add_service(fake::<0>(&seen, answer))
+            .add_service(fake::<1>(&seen, answer))
+            .add_service(fake::<2>(&seen, answer))
+            .add_service(fake::<3>(&seen, answer));
         let task = tokio::spawn(async move {
             let _ = router.serve_with_incoming(incoming).await;
         });
@@ -79,50 +78,27 @@ impl Drop for FakeServer {
     }
 }
 
-/// A gRPC service named `N::NAME` that records every call and answers it
-/// with `answer`.
-struct Fake<N> {
+/// The services faked, by their full gRPC names.
+const SERVICES: [&str; 4] = [
+    "corium.v1.Transactor",
+    "corium.v1.Catalog",
+    "corium.fleet.v1.FleetAdmin",
+    "corium.fleet.v1.Requests",
+];
+
+/// The gRPC service `SERVICES[SERVICE]`, recording every call and answering
+/// it with `answer`.
+#[derive(Clone)]
+struct Fake<const SERVICE: usize> {
     seen: Seen,
     answer: tonic::Code,
-    name: PhantomData<fn() -> N>,
 }
 
-impl<N> Clone for Fake<N> {
-    fn clone(&self) -> Self {
-        Self {
-            seen: Arc::clone(&self.seen),
-            answer: self.answer,
-            name: PhantomData,
-        }
-    }
+impl<const SERVICE: usize> NamedService for Fake<SERVICE> {
+    const NAME: &'static str = SERVICES[SERVICE];
 }
 
-/// A service's full gRPC name, as a type.
-trait Name {
-    const NAME: &'static str;
-}
-struct Transactor;
-impl Name for Transactor {
-    const NAME: &'static str = "corium.v1.Transactor";
-}
-struct Catalog;
-impl Name for Catalog {
-    const NAME: &'static str = "corium.v1.Catalog";
-}
-struct FleetAdmin;
-impl Name for FleetAdmin {
-    const NAME: &'static str = "corium.fleet.v1.FleetAdmin";
-}
-struct Requests;
-impl Name for Requests {
-    const NAME: &'static str = "corium.fleet.v1.Requests";
-}
-
-impl<N: Name> NamedService for Fake<N> {
-    const NAME: &'static str = N::NAME;
-}
-
-impl<N> Service<http::Request<Body>> for Fake<N> {
+impl<const SERVICE: usize> Service<http::Request<Body>> for Fake<SERVICE> {
     type Response = http::Response<Body>;
     type Error = Infallible;
     type Future = std::future::Ready<Result<Self::Response, Infallible>>;
