@@ -43,7 +43,7 @@ async fn committed(address: &str, db: &str, prefix: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_over_its_limits_sheds_with_a_hint_that_the_ingress_passes_on_and_the_sdk_honours() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
         .node_flags(&[
@@ -54,10 +54,8 @@ async fn a_node_over_its_limits_sheds_with_a_hint_that_the_ingress_passes_on_and
             "--max-queue-wait-ms",
             "100",
         ])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let admin = fleet.nodes[0].admin;
     assert!(corium::create(&address, "hot").await.unwrap());
     // A burst of stock calls (no retries of their own for this status).

@@ -14,13 +14,11 @@ use super::TTL;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_beyond_the_limits_are_refused_and_places_come_back() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .node_flags(&["--max-subscriptions-per-database", "2"])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let (db, other) = ("watched", "other");
     assert!(corium::create(&address, db).await.unwrap());
     assert!(corium::create(&address, other).await.unwrap());
@@ -149,14 +147,12 @@ async fn subscribers_that_never_read_do_not_stall_other_calls_to_their_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_are_capped_per_principal_with_a_hint() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (_fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
         .node_flags(&["--max-subscriptions-per-principal", "2"])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "watched").await.unwrap());
     let request = || pb::SubscribeRequest {
         db: "watched".to_owned(),

@@ -38,13 +38,11 @@ async fn is_held(address: &str, db: &str) -> bool {
 #[allow(clippy::too_many_lines)] // One scenario: the policy made, enforced, then every call class denied.
 async fn a_denied_caller_wakes_no_cold_database() {
     // Idle cells are released after 1.5 s: a database nobody uses goes cold.
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .node_flags(&["--idle-evict-after-ms", "1500"])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let (policy_db, cold) = ("policy", "cold");
     // The policy, as an operator makes it for a stock transactor: `corium
     // authz init` (the reserved schema, the default permissions, the

@@ -15,14 +15,12 @@ use super::{TOKEN, TTL, clients};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_development_token_is_a_data_admin_but_no_operator_outside_a_development_fleet() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(2)
         .bare_auth()
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "data").await.unwrap());
     let mut dev = clients(&address, Some(DEFAULT_DEV_TOKEN)).await;
     // Data as stock Corium: it writes, and (a data admin) learns where the
