@@ -533,6 +533,12 @@ impl Fleet {
             .unwrap_or_else(|| panic!("no node {id}"))
     }
 
+    /// The endpoints of the fleet's ingresses, in start order.
+    #[must_use]
+    pub fn ingress_endpoints(&self) -> Vec<String> {
+        self.ingresses.iter().map(Node::endpoint).collect()
+    }
+
     /// Ranked candidate node indexes of `db` (the same function the nodes use).
     #[must_use]
     pub fn candidates(&self, db: &str) -> Vec<usize> {

@@ -309,11 +309,7 @@ async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoff
 async fn thousand_transactions(backend: Backend) {
     let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
     fleet.start_ingresses(2, &[]).await;
-    let addresses: Vec<String> = fleet
-        .ingresses
-        .iter()
-        .map(corium_fleet_tests::Node::endpoint)
-        .collect();
+    let addresses = fleet.ingress_endpoints();
     let dbs: Vec<String> = (0..4).map(|i| format!("busy-{i}")).collect();
     for db in &dbs {
         assert!(corium::create(&addresses[0], db).await.unwrap());

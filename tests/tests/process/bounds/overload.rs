@@ -155,11 +155,7 @@ async fn a_principals_rate_holds_at_the_owner_whichever_ingress_a_call_takes() {
         .start()
         .await;
     fleet.start_ingresses(2, &[]).await;
-    let addresses: Vec<String> = fleet
-        .ingresses
-        .iter()
-        .map(corium_fleet_tests::Node::endpoint)
-        .collect();
+    let addresses = fleet.ingress_endpoints();
     // Creating is a catalog call: not counted against the rate.
     assert!(corium::create(&addresses[0], "rated").await.unwrap());
     let mut clients = Vec::new();
