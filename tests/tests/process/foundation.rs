@@ -496,11 +496,7 @@ async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
             channel(&fleet.nodes[owner].endpoint()).await,
         );
         let mut stream = client
-            .subscribe(corium_protocol::pb::SubscribeRequest {
-                db: db.to_owned(),
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-                from_basis_t: second.basis_t,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request(db, second.basis_t))
             .await
             .unwrap()
             .into_inner();

@@ -234,11 +234,7 @@ async fn calm(address: &str, db: &str, label: &str, phase: Duration) -> Calm {
         .into_inner()
         .basis_t;
     let mut stream = TransactorClient::new(channel(address).await)
-        .subscribe(pb::SubscribeRequest {
-            db: db.to_owned(),
-            from_basis_t: basis,
-            protocol_version: corium_protocol::PROTOCOL_VERSION,
-        })
+        .subscribe(corium_fleet_tests::corium::subscribe_request(db, basis))
         .await
         .unwrap()
         .into_inner();
@@ -383,11 +379,7 @@ async fn stalled_subscribers(address: &str, stop: tokio::sync::watch::Receiver<b
     let mut held = Vec::new();
     for _ in 0..8 {
         let stream = TransactorClient::new(channel(address).await)
-            .subscribe(pb::SubscribeRequest {
-                db: "bulk".to_owned(),
-                from_basis_t: 0,
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request("bulk", 0))
             .await
             .unwrap();
         held.push(stream);

@@ -259,10 +259,9 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
     // The operator owns everything: its writes go through once the policy
     // has loaded (until then every decision is a denial: fail closed).
     let operator = async |name: &str| {
-        let mut request = tonic::Request::new(corium::transact_request(db, name));
-        request.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+        let request = corium::with_bearer(
+            tonic::Request::new(corium::transact_request(db, name)),
+            DEFAULT_DEV_TOKEN,
         );
         TransactorClient::new(channel(&address).await)
             .transact(request)
@@ -311,14 +310,9 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
         .unwrap_err();
     assert_eq!(delete.code(), Code::PermissionDenied, "{delete:?}");
     // Exactly the operator's and the granted write are in the log.
-    let mut request = tonic::Request::new(pb::SubscribeRequest {
-        db: db.to_owned(),
-        from_basis_t: 0,
-        protocol_version: corium_protocol::PROTOCOL_VERSION,
-    });
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+    let request = corium::with_bearer(
+        tonic::Request::new(corium_fleet_tests::corium::subscribe_request(db, 0)),
+        DEFAULT_DEV_TOKEN,
     );
     let log = corium::read_log(
         &mut TransactorClient::new(channel(&address).await)

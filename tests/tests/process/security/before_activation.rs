@@ -76,10 +76,9 @@ async fn a_denied_caller_wakes_no_cold_database() {
     // The operator is allowed once the policy has loaded (fail closed
     // until then): a write to the policy database itself, which it owns.
     eventually(Duration::from_secs(30), "the policy has loaded", async || {
-        let mut request = tonic::Request::new(pb::ListDatabasesRequest {});
-        request.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+        let request = corium::with_bearer(
+            tonic::Request::new(pb::ListDatabasesRequest {}),
+            DEFAULT_DEV_TOKEN,
         );
         CatalogClient::new(channel(&address).await)
             .list_databases(request)
@@ -87,14 +86,13 @@ async fn a_denied_caller_wakes_no_cold_database() {
     })
     .await;
     // The operator creates a database and leaves it: it goes cold.
-    let mut create = tonic::Request::new(pb::CreateDatabaseRequest {
-        db: cold.to_owned(),
-        schema: corium::schema(),
-        storage_key: String::new(),
-    });
-    create.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+    let create = corium::with_bearer(
+        tonic::Request::new(pb::CreateDatabaseRequest {
+            db: cold.to_owned(),
+            schema: corium::schema(),
+            storage_key: String::new(),
+        }),
+        DEFAULT_DEV_TOKEN,
     );
     CatalogClient::new(channel(&address).await)
         .create_database(create)

@@ -120,14 +120,13 @@ async fn nodes_speak_to_each_other_by_certificate_not_by_token() {
         );
     }
     // A handoff: the owner asks its peer to activate, node to node.
-    let mut create = tonic::Request::new(pb::CreateDatabaseRequest {
-        db: "moved".to_owned(),
-        schema: corium::schema(),
-        storage_key: String::new(),
-    });
-    create.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ingress_token}").parse().unwrap(),
+    let create = corium::with_bearer(
+        tonic::Request::new(pb::CreateDatabaseRequest {
+            db: "moved".to_owned(),
+            schema: corium::schema(),
+            storage_key: String::new(),
+        }),
+        &ingress_token,
     );
     operator.catalog.create_database(create).await.unwrap();
     let target = fleet.nodes[fleet.candidates("moved")[1]].id.clone();
