@@ -5,76 +5,9 @@
 //! empty: anonymous), sent by every client command, and a refusal prints
 //! the hint.
 
-use std::convert::Infallible;
-use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-
-use tonic::body::Body;
-use tonic::codegen::{Service, http};
-use tonic::server::NamedService;
+use corium_fleet_tests::fake_server::{Call, FakeServer};
 
 const DEV_TOKEN: &str = "corium-dev-insecure-token";
-
-/// One call the fake server saw: its path and `authorization`.
-type Call = (String, Option<String>);
-type Seen = Arc<Mutex<Vec<Call>>>;
-
-/// A gRPC service named `N::NAME` answering every call with `answer`.
-struct Fake<N> {
-    seen: Seen,
-    answer: tonic::Code,
-    name: PhantomData<fn() -> N>,
-}
-
-impl<N> Clone for Fake<N> {
-    fn clone(&self) -> Self {
-        Self {
-            seen: Arc::clone(&self.seen),
-            answer: self.answer,
-            name: PhantomData,
-        }
-    }
-}
-
-trait Name {
-    const NAME: &'static str;
-}
-struct FleetAdmin;
-impl Name for FleetAdmin {
-    const NAME: &'static str = "corium.fleet.v1.FleetAdmin";
-}
-struct Requests;
-impl Name for Requests {
-    const NAME: &'static str = "corium.fleet.v1.Requests";
-}
-
-impl<N: Name> NamedService for Fake<N> {
-    const NAME: &'static str = N::NAME;
-}
-
-impl<N> Service<http::Request<Body>> for Fake<N> {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let authorization = request
-            .headers()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned);
-        self.seen
-            .lock()
-            .unwrap()
-            .push((request.uri().path().to_owned(), authorization));
-        std::future::ready(Ok(tonic::Status::new(self.answer, "fake").into_http()))
-    }
-}
 
 /// What one run of the binary left: the calls the server saw, its exit
 /// status and its stderr.
@@ -87,26 +20,11 @@ struct Run {
 /// Runs `corium-fleet ARGS --endpoint <fake>` with `env` (and no
 /// inherited `CORIUM_TOKEN`) against a server answering `answer`.
 async fn run(answer: tonic::Code, args: &[&str], env: &[(&str, &str)]) -> Run {
-    fn fake<N>(seen: &Seen, answer: tonic::Code) -> Fake<N> {
-        Fake {
-            seen: Arc::clone(seen),
-            answer,
-            name: PhantomData,
-        }
-    }
-    let seen = Seen::default();
-    let incoming = tonic::transport::server::TcpIncoming::bind(([127, 0, 0, 1], 0).into()).unwrap();
-    let address = format!("http://{}", incoming.local_addr().unwrap());
-    let router = tonic::transport::Server::builder()
-        .add_service(fake::<FleetAdmin>(&seen, answer))
-        .add_service(fake::<Requests>(&seen, answer));
-    let server = tokio::spawn(async move {
-        let _ = router.serve_with_incoming(incoming).await;
-    });
+    let server = FakeServer::start(answer);
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_corium-fleet"));
     command
         .args(args)
-        .args(["--endpoint", &address])
+        .args(["--endpoint", server.address()])
         .env_remove("CORIUM_TOKEN")
         .env_remove("CORIUM_FLEET_ENDPOINT")
         .envs(env.iter().copied())
@@ -115,10 +33,8 @@ async fn run(answer: tonic::Code, args: &[&str], env: &[(&str, &str)]) -> Run {
         .await
         .expect("corium-fleet finishes")
         .unwrap();
-    server.abort();
-    let seen = seen.lock().unwrap().clone();
     Run {
-        seen,
+        seen: server.calls(),
         success: output.status.success(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
@@ -127,7 +43,7 @@ async fn run(answer: tonic::Code, args: &[&str], env: &[(&str, &str)]) -> Run {
 /// The `authorization` of the one call a run made.
 fn sent(run: &Run) -> Option<&str> {
     assert_eq!(run.seen.len(), 1, "{:?}\n{}", run.seen, run.stderr);
-    run.seen[0].1.as_deref()
+    run.seen[0].authorization.as_deref()
 }
 
 const STATUS: &[&str] = &["status"];
@@ -176,7 +92,10 @@ async fn every_client_command_sends_the_token_and_a_refusal_prints_the_hint() {
         let refused = run(tonic::Code::Unauthenticated, args, &[("CORIUM_TOKEN", "s3cret")]).await;
         assert_eq!(
             refused.seen,
-            [(path.to_owned(), Some("Bearer s3cret".to_owned()))],
+            [Call {
+                path: path.to_owned(),
+                authorization: Some("Bearer s3cret".to_owned())
+            }],
             "{args:?}: {}",
             refused.stderr
         );

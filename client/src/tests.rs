@@ -4,109 +4,11 @@
 //! its reconnects, `request_status`, every retry), none without one, and a
 //! refused credential is never retried.
 
-use std::convert::Infallible;
-use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tonic::body::Body;
-use tonic::codegen::{Service, http};
-use tonic::server::NamedService;
+use corium_fleet_tests::fake_server::{Call, FakeServer};
 
 use crate::{Client, Config, Error, ErrorKind, RetryPolicy};
-
-/// One call the fake server saw.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Call {
-    path: String,
-    authorization: Option<String>,
-}
-
-type Seen = Arc<Mutex<Vec<Call>>>;
-
-/// A gRPC service named `N::NAME` that records every call and answers it
-/// with `answer`.
-struct Fake<N> {
-    seen: Seen,
-    answer: tonic::Code,
-    name: PhantomData<fn() -> N>,
-}
-
-impl<N> Clone for Fake<N> {
-    fn clone(&self) -> Self {
-        Self {
-            seen: Arc::clone(&self.seen),
-            answer: self.answer,
-            name: PhantomData,
-        }
-    }
-}
-
-trait Name {
-    const NAME: &'static str;
-}
-struct Transactor;
-impl Name for Transactor {
-    const NAME: &'static str = "corium.v1.Transactor";
-}
-struct Catalog;
-impl Name for Catalog {
-    const NAME: &'static str = "corium.v1.Catalog";
-}
-struct Requests;
-impl Name for Requests {
-    const NAME: &'static str = "corium.fleet.v1.Requests";
-}
-
-impl<N: Name> NamedService for Fake<N> {
-    const NAME: &'static str = N::NAME;
-}
-
-impl<N> Service<http::Request<Body>> for Fake<N> {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        self.seen.lock().unwrap().push(Call {
-            path: request.uri().path().to_owned(),
-            authorization: request
-                .headers()
-                .get("authorization")
-                .and_then(|value| value.to_str().ok())
-                .map(str::to_owned),
-        });
-        std::future::ready(Ok(tonic::Status::new(self.answer, "fake").into_http()))
-    }
-}
-
-/// A server answering every call with `answer`; its address, what it saw,
-/// and its task (abort it when done).
-fn serve(answer: tonic::Code) -> (String, Seen, tokio::task::JoinHandle<()>) {
-    fn fake<N>(seen: &Seen, answer: tonic::Code) -> Fake<N> {
-        Fake {
-            seen: Arc::clone(seen),
-            answer,
-            name: PhantomData,
-        }
-    }
-    let seen = Seen::default();
-    let incoming = tonic::transport::server::TcpIncoming::bind(([127, 0, 0, 1], 0).into()).unwrap();
-    let address = format!("http://{}", incoming.local_addr().unwrap());
-    let router = tonic::transport::Server::builder()
-        .add_service(fake::<Transactor>(&seen, answer))
-        .add_service(fake::<Catalog>(&seen, answer))
-        .add_service(fake::<Requests>(&seen, answer));
-    let task = tokio::spawn(async move {
-        let _ = router.serve_with_incoming(incoming).await;
-    });
-    (address, seen, task)
-}
 
 fn config(address: &str) -> Config {
     let mut config = Config::new(address).with_retry(RetryPolicy {
@@ -149,8 +51,8 @@ const PATHS: [&str; 5] = [
 #[tokio::test]
 async fn every_call_carries_the_token_and_refused_credentials_are_not_retried() {
     for code in [tonic::Code::Unauthenticated, tonic::Code::PermissionDenied] {
-        let (address, seen, server) = serve(code);
-        let client = Client::connect(config(&address).with_token("s3cret"))
+        let server = FakeServer::start(code);
+        let client = Client::connect(config(server.address()).with_token("s3cret"))
             .await
             .unwrap();
         for error in every_call(&client).await {
@@ -160,7 +62,7 @@ async fn every_call_carries_the_token_and_refused_credentials_are_not_retried() 
                 "{error:?}"
             );
         }
-        let seen = seen.lock().unwrap().clone();
+        let seen = server.calls();
         let expected: Vec<Call> = PATHS
             .iter()
             .map(|path| Call {
@@ -170,29 +72,27 @@ async fn every_call_carries_the_token_and_refused_credentials_are_not_retried() 
             .collect();
         // One attempt each: a refused credential is not retried.
         assert_eq!(seen, expected, "{code:?}");
-        server.abort();
     }
 }
 
 #[tokio::test]
 async fn without_a_token_no_authorization_is_sent() {
-    let (address, seen, server) = serve(tonic::Code::Unauthenticated);
-    let client = Client::connect(config(&address)).await.unwrap();
+    let server = FakeServer::start(tonic::Code::Unauthenticated);
+    let client = Client::connect(config(server.address())).await.unwrap();
     every_call(&client).await;
-    let seen = seen.lock().unwrap().clone();
+    let seen = server.calls();
     assert_eq!(seen.len(), PATHS.len(), "{seen:?}");
     assert!(seen.iter().all(|call| call.authorization.is_none()), "{seen:?}");
-    server.abort();
 }
 
 #[tokio::test]
 async fn every_retry_and_every_resubscribe_carries_the_token() {
-    let (address, seen, server) = serve(tonic::Code::Unavailable);
-    let client = Client::connect(config(&address).with_token("s3cret"))
+    let server = FakeServer::start(tonic::Code::Unavailable);
+    let client = Client::connect(config(server.address()).with_token("s3cret"))
         .await
         .unwrap();
     every_call(&client).await;
-    let seen = seen.lock().unwrap().clone();
+    let seen = server.calls();
     for path in PATHS {
         let attempts: Vec<_> = seen.iter().filter(|call| call.path == path).collect();
         assert_eq!(attempts.len(), 3, "{path}: {seen:?}");
@@ -203,7 +103,6 @@ async fn every_retry_and_every_resubscribe_carries_the_token() {
             "{path}: {seen:?}"
         );
     }
-    server.abort();
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 
 use clap::Parser;
 use corium_fleet_common::process::{self, Failure};
+use corium_fleet_common::settings::LogFlags;
 use corium_fleet_ingress::{Args, Listeners};
 
 /// mimalloc instead of glibc's allocator: a forwarded call makes a few dozen
@@ -17,11 +18,7 @@ fn main() -> std::process::ExitCode {
     // Flags, environment and the --config file, merged before logging
     // starts, so `log` and `log_format` in the file apply too.
     let merged = Args::parse().merged();
-    let logging = merged
-        .as_ref()
-        .map(|args| args.logging.clone())
-        .unwrap_or_default();
-    let _telemetry = logging.init("corium-fleet-ingress");
+    let _telemetry = LogFlags::init_merged(&merged, |args| &args.logging, "corium-fleet-ingress");
     process::main_with_threads(
         "corium-fleet-ingress",
         merged.and_then(Args::validate),

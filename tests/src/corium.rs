@@ -40,17 +40,20 @@ pub type Admin = corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient
 ///
 /// # Errors
 /// Never.
+pub fn with_dev_token(request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+    Ok(with_bearer(request, corium_protocol::auth::DEFAULT_DEV_TOKEN))
+}
+
+/// `request` with `authorization: Bearer <token>`.
 ///
 /// # Panics
-/// Never: the token is ASCII.
-pub fn with_dev_token(mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {}", corium_protocol::auth::DEFAULT_DEV_TOKEN)
-            .parse()
-            .expect("ASCII"),
-    );
-    Ok(request)
+/// When `token` is not a valid header value.
+#[must_use]
+pub fn with_bearer<T>(mut request: tonic::Request<T>, token: &str) -> tonic::Request<T> {
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().expect("ASCII"));
+    request
 }
 
 /// A `FleetAdmin` client for the node or ingress at `endpoint`, as an
@@ -136,6 +139,17 @@ pub fn transact_request(db: &str, name: &str) -> pb::TransactRequest {
     }
 }
 
+/// A `Subscribe` request for `db` from `from_basis_t`, at this protocol
+/// version.
+#[must_use]
+pub fn subscribe_request(db: &str, from_basis_t: u64) -> pb::SubscribeRequest {
+    pb::SubscribeRequest {
+        db: db.to_owned(),
+        protocol_version: corium_protocol::PROTOCOL_VERSION,
+        from_basis_t,
+    }
+}
+
 /// Transacts item `name` into `db` at `endpoint`, with extra metadata.
 ///
 /// # Errors
@@ -165,14 +179,7 @@ pub async fn transact(
 /// The node's status.
 pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, tonic::Status> {
     let mut client = TransactorClient::new(channel(endpoint).await);
-    let mut stream = client
-        .subscribe(pb::SubscribeRequest {
-            db: db.to_owned(),
-            protocol_version: corium_protocol::PROTOCOL_VERSION,
-            from_basis_t: 0,
-        })
-        .await?
-        .into_inner();
+    let mut stream = client.subscribe(subscribe_request(db, 0)).await?.into_inner();
     read_log(&mut stream).await
 }
 

@@ -132,6 +132,19 @@ impl FleetBuilder {
         Fleet::launch(self).await
     }
 
+    /// Starts the nodes and one ingress with its default flags, and waits
+    /// until each is ready; the fleet and the ingress's endpoint.
+    ///
+    /// # Panics
+    /// As [`FleetBuilder::start`], or when the ingress is not ready within
+    /// 60 s.
+    pub async fn start_with_ingress(self) -> (Fleet, String) {
+        let mut fleet = self.start().await;
+        fleet.start_ingresses(1, &[]).await;
+        let address = fleet.ingresses[0].endpoint();
+        (fleet, address)
+    }
+
     /// The members placement ranks: `node-N` in `zone-N`, at its own
     /// listener or the port fronting it.
     fn members(&self, grpc_ports: &[u16]) -> Vec<Member> {
@@ -518,6 +531,12 @@ impl Fleet {
             .iter()
             .position(|node| node.id == id)
             .unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    /// The endpoints of the fleet's ingresses, in start order.
+    #[must_use]
+    pub fn ingress_endpoints(&self) -> Vec<String> {
+        self.ingresses.iter().map(Node::endpoint).collect()
     }
 
     /// Ranked candidate node indexes of `db` (the same function the nodes use).

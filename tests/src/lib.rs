@@ -16,6 +16,8 @@
 //!   restart, environment, log);
 //! - [`fleet`] — [`Fleet`], started only through [`Fleet::builder`]
 //!   ([`FleetBuilder`]): nodes, ingresses, placement as the nodes compute it;
+//! - [`fake_server`] — a recording fake of the fleet's gRPC services, for
+//!   the SDK's and the CLI's tests without a fleet;
 //! - [`eventually`](mod@eventually) — [`eventually()`]: the one way a test
 //!   waits for a condition;
 //! - [`http`] — [`http_get`] on an admin port and [`metric`] from its
@@ -45,6 +47,7 @@ pub mod corium;
 pub mod differential;
 pub mod drain;
 pub mod eventually;
+pub mod fake_server;
 pub mod fleet;
 pub mod http;
 pub mod load;

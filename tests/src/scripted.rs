@@ -24,6 +24,10 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
+use crate::backend::Backend;
+use crate::fleet::Fleet;
+use crate::ports::free_port;
+
 /// The hop's error (a concrete type: hyper's bounds on a boxed error trip
 /// rustc's `Send` proof for the spawned connection, rust-lang/rust#102211).
 #[derive(Debug)]
@@ -95,6 +99,23 @@ pub struct ScriptedHop {
 const TRANSACT: &str = "/corium.v1.Transactor/Transact";
 
 impl ScriptedHop {
+    /// A one-node fleet on the filesystem whose node advertises a hop in
+    /// front of it, and that hop: ingresses started over the fleet route
+    /// through the hop.
+    ///
+    /// # Panics
+    /// When the hop's port cannot be bound or the node does not start.
+    pub async fn in_front_of_one_node() -> (Fleet, Self) {
+        let hop_port = free_port();
+        let fleet = Fleet::builder(Backend::Filesystem)
+            .nodes(1)
+            .front(0, hop_port)
+            .start()
+            .await;
+        let hop = Self::start(hop_port, fleet.nodes[0].endpoint()).await;
+        (fleet, hop)
+    }
+
     /// Listens on `port` (loopback) and forwards to the node at `target`
     /// (`http://127.0.0.1:PORT`). Every `Transact` passes until a script is
     /// set.

@@ -177,9 +177,7 @@ async fn every_transactor_catalog_and_peer_server_rpc_answers_through_the_fleet_
 async fn the_same_answers_while_the_database_and_its_sagas_move_between_every_call() {
     let ops = every_rpc();
     let stock = StockTransactor::start().await.unwrap();
-    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     let stock_answers = play(Side::Stock, &stock.endpoint, &ops).await;
     let mut handoffs = 0;
     let fleet_answers = play_with(Side::Fleet, &address, &ops, async |_, op| {
@@ -232,9 +230,7 @@ fn env_or(name: &str, default: u64) -> u64 {
 /// A fresh stock transactor and a fresh fleet (with its ingress address).
 async fn fresh_pair() -> (StockTransactor, Fleet, String) {
     let stock = StockTransactor::start().await.unwrap();
-    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     (stock, fleet, address)
 }
 

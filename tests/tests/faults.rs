@@ -176,11 +176,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     let mut rng = Rng::new(seed);
     let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
     fleet.start_ingresses(2, &[]).await;
-    let addresses: Vec<String> = fleet
-        .ingresses
-        .iter()
-        .map(corium_fleet_tests::Node::endpoint)
-        .collect();
+    let addresses = fleet.ingress_endpoints();
     let victim = usize::try_from(rng.below(3)).unwrap();
     // Databases the victim is the top candidate of (they move), and ones
     // it is no candidate of (they must see no error at all).

@@ -4,6 +4,7 @@
 
 use clap::Parser;
 use corium_fleet_common::process::{self, Failure};
+use corium_fleet_common::settings::LogFlags;
 use corium_fleet_transactor::{Args, Listeners};
 
 /// What the test suite injects (storage fault schedules, a crash after a
@@ -28,11 +29,7 @@ fn main() -> std::process::ExitCode {
     // Flags, environment and the --config file, merged before logging
     // starts, so `log` and `log_format` in the file apply too.
     let merged = Args::parse().merged();
-    let logging = merged
-        .as_ref()
-        .map(|args| args.logging.clone())
-        .unwrap_or_default();
-    let _telemetry = logging.init("corium-fleet-transactor");
+    let _telemetry = LogFlags::init_merged(&merged, |args| &args.logging, "corium-fleet-transactor");
     process::main(
         "corium-fleet-transactor",
         merged.and_then(Args::validate),

@@ -95,13 +95,11 @@ pub(crate) async fn run(backend: Backend, databases: usize, active: usize) -> an
         Backend::S3 { .. } => "s3",
     };
     let fleet_args = ["--idle-evict-after-ms", "3000"];
-    let mut fleet = Fleet::builder(backend)
+    let (fleet, address) = Fleet::builder(backend)
         .lease_ttl(Duration::from_secs(5))
         .node_flags(&fleet_args)
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let dbs: Vec<String> = (0..databases).map(|i| format!("many-{i}")).collect();
     for db in &dbs {
         corium::create(&address, db).await?;

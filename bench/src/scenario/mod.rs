@@ -30,12 +30,10 @@ pub(crate) async fn metrics(port: u16) -> String {
 /// A filesystem fleet of `nodes` nodes (lease TTL 5 s) and one ingress;
 /// the ingress's address with it.
 pub(crate) async fn filesystem_fleet(nodes: usize) -> (corium_fleet_tests::Fleet, String) {
-    let mut fleet = corium_fleet_tests::Fleet::builder(corium_fleet_tests::Backend::Filesystem)
+    let (fleet, address) = corium_fleet_tests::Fleet::builder(corium_fleet_tests::Backend::Filesystem)
         .nodes(nodes)
         .lease_ttl(std::time::Duration::from_secs(5))
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     (fleet, address)
 }

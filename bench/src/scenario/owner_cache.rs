@@ -123,12 +123,10 @@ pub(crate) async fn run(backend: Backend, rounds: usize) -> anyhow::Result<Resul
         Backend::Postgres { .. } => "postgres",
         Backend::S3 { .. } => "s3",
     };
-    let mut fleet = Fleet::builder(backend)
+    let (fleet, ingress) = Fleet::builder(backend)
         .lease_ttl(Duration::from_secs(5))
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let ingress = fleet.ingresses[0].endpoint();
     let admin = fleet.ingresses[0].admin;
     let dbs: Vec<String> = (0..8).map(|i| format!("cache-{i}")).collect();
     for db in &dbs {

@@ -79,13 +79,11 @@ pub(crate) async fn run(
 ) -> anyhow::Result<Vec<Vec<Point>>> {
     let mut running = Vec::new();
     for flags in variants {
-        let mut fleet = Fleet::builder(backend())
+        let (fleet, address) = Fleet::builder(backend())
             .lease_ttl(Duration::from_secs(5))
             .node_flags(flags)
-            .start()
+            .start_with_ingress()
             .await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
         running.push(Variant {
             fleet,
             address,

@@ -26,4 +26,19 @@ impl LogFlags {
     pub fn init(&self, service: &str) -> Telemetry {
         telemetry::init(self.log.as_deref(), self.log_format.unwrap_or_default(), service)
     }
+
+    /// Starts logging as `service` with the flags `flags` picks from a
+    /// binary's `merged` configuration (flags, environment and `--config`
+    /// file), before it is validated; with the defaults when it could not be
+    /// merged, so the refusal is logged all the same.
+    pub fn init_merged<A, E>(
+        merged: &Result<A, E>,
+        flags: impl FnOnce(&A) -> &Self,
+        service: &str,
+    ) -> Telemetry {
+        match merged {
+            Ok(args) => flags(args).init(service),
+            Err(_) => Self::default().init(service),
+        }
+    }
 }

@@ -229,11 +229,7 @@ async fn subscriber(shared: Arc<Shared>, db: String, seed: u64) {
             continue;
         };
         let from = last_t(&delivered);
-        let request = tonic::Request::new(pb::SubscribeRequest {
-            db: db.clone(),
-            protocol_version: corium_protocol::PROTOCOL_VERSION,
-            from_basis_t: from,
-        });
+        let request = tonic::Request::new(crate::corium::subscribe_request(&db, from));
         let mut stream =
             match tokio::time::timeout(CALL_DEADLINE, FleetTransactor(host).subscribe(request)).await {
                 Ok(Ok(response)) => response.into_inner(),
@@ -525,11 +521,7 @@ async fn read_back(shared: &Shared, dbs: usize) -> Durable {
             let db = db.clone();
             async move {
                 let mut stream = FleetTransactor(host)
-                    .subscribe(tonic::Request::new(pb::SubscribeRequest {
-                        db,
-                        protocol_version: corium_protocol::PROTOCOL_VERSION,
-                        from_basis_t: 0,
-                    }))
+                    .subscribe(tonic::Request::new(crate::corium::subscribe_request(&db, 0)))
                     .await?
                     .into_inner();
                 corium::read_log(&mut stream).await

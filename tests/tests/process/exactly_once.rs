@@ -83,9 +83,10 @@ async fn assert_metric(node: &corium_fleet_tests::Node, series: &str, expected: 
 #[allow(clippy::too_many_lines)]
 async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (mut fleet, address) = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .start_with_ingress()
+            .await;
         let db = "once";
         assert!(corium::create(&address, db).await.unwrap());
         corium::transact(&address, db, "plain", &[]).await.unwrap();
@@ -223,13 +224,11 @@ async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() 
 async fn an_owner_dying_between_append_and_reply_is_retried_with_the_same_id_and_commits_once() {
     for backend in Backend::all() {
         let id = uuid::Uuid::new_v4().to_string();
-        let mut fleet = Fleet::builder(backend.clone())
+        let (fleet, address) = Fleet::builder(backend.clone())
             .lease_ttl(TTL)
             .env(&[(corium_fleet_faults::env::CRASH_AFTER_COMMIT, &id)])
-            .start()
+            .start_with_ingress()
             .await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
         let db = "crashy";
         assert!(corium::create(&address, db).await.unwrap());
         corium::transact(&address, db, "before", &[]).await.unwrap();
@@ -310,11 +309,7 @@ async fn a_thousand_transactions_through_two_ingresses_survive_kills_and_handoff
 async fn thousand_transactions(backend: Backend) {
     let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
     fleet.start_ingresses(2, &[]).await;
-    let addresses: Vec<String> = fleet
-        .ingresses
-        .iter()
-        .map(corium_fleet_tests::Node::endpoint)
-        .collect();
+    let addresses = fleet.ingress_endpoints();
     let dbs: Vec<String> = (0..4).map(|i| format!("busy-{i}")).collect();
     for db in &dbs {
         assert!(corium::create(&addresses[0], db).await.unwrap());
@@ -430,9 +425,10 @@ fn request_status_cli(address: &str, db: &str, id: &str) -> String {
 async fn request_status_answers_the_committed_answer_or_fences_the_id_for_good() {
     use corium_fleet_client::{Client, Config, RequestStatus};
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (mut fleet, address) = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .start_with_ingress()
+            .await;
         let db = "asked";
         assert!(corium::create(&address, db).await.unwrap());
         let sdk = Client::connect(Config::new(&address)).await.unwrap();

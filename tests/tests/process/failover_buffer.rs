@@ -84,9 +84,10 @@ async fn with_the_buffer_off_the_same_call_is_refused_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_at_the_owner_when_it_dies_is_sent_again_and_answered_by_the_successor() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .start_with_ingress()
+        .await;
     assert!(corium::create(&address, "inflight").await.unwrap());
     let before = corium::transact(&address, "inflight", "before", &[])
         .await

@@ -28,13 +28,11 @@ fn postgres() -> Backend {
 /// and one ingress; `db` created and written [`WRITES`] times through it.
 /// Returns the fleet and the ingress's address.
 async fn written_fleet(backend: Backend, flags: &[&str], db: &str) -> (Fleet, String) {
-    let mut fleet = Fleet::builder(backend)
+    let (fleet, address) = Fleet::builder(backend)
         .lease_ttl(Duration::from_millis(1500))
         .node_flags(flags)
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, db).await.unwrap());
     for n in 0..WRITES {
         corium::transact(&address, db, &format!("w-{n}"), &[])

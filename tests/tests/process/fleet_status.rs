@@ -58,9 +58,7 @@ fn owned(node: &Value) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_lists_every_node_and_where_follows_a_handoff_through_the_ingress() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let ingress = fleet.ingresses[0].endpoint();
+    let (mut fleet, ingress) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     for db in DBS {
         assert!(corium::create(&ingress, db).await.unwrap(), "create {db}");
         corium::transact(&ingress, db, &format!("{db}-first"), &[])

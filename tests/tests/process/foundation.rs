@@ -496,11 +496,7 @@ async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
             channel(&fleet.nodes[owner].endpoint()).await,
         );
         let mut stream = client
-            .subscribe(corium_protocol::pb::SubscribeRequest {
-                db: db.to_owned(),
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-                from_basis_t: second.basis_t,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request(db, second.basis_t))
             .await
             .unwrap()
             .into_inner();
@@ -518,14 +514,12 @@ async fn idle_databases_release_their_lease_and_reactivate_on_demand() {
 async fn nodes_find_each_other_through_the_registry_and_node_ids_are_unique() {
     for backend in Backend::all() {
         let registry = ["--registry-ttl-ms", "2000", "--registry-renew-ms", "300"];
-        let mut fleet = Fleet::builder(backend.clone())
+        let (mut fleet, ingress) = Fleet::builder(backend.clone())
             .lease_ttl(TTL)
             .registry()
             .node_flags(&registry)
-            .start()
+            .start_with_ingress()
             .await;
-        fleet.start_ingresses(1, &[]).await;
-        let ingress = fleet.ingresses[0].endpoint();
         // Until every node has read the registry, a node may not yet see the
         // others; placement converges within a renewal period or two.
         let db = "registered";
@@ -599,9 +593,10 @@ async fn futures_views(fleet: &Fleet, db: &str) -> Vec<Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (fleet, address) = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .start_with_ingress()
+            .await;
         let db = "zombie";
         let owner = create_on_top_candidate(&fleet, db).await;
         let successor = fleet.candidates(db)[1];
@@ -679,9 +674,10 @@ async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_top_candidate_is_routed_around_once_its_lease_lapses() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (fleet, address) = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .start_with_ingress()
+            .await;
         let db = "frozen";
         let owner = create_on_top_candidate(&fleet, db).await;
         let successor = fleet.candidates(db)[1];

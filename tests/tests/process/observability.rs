@@ -227,13 +227,11 @@ fn promtool(text: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "metered").await.unwrap());
     for i in 0..5 {
         corium::transact(&address, "metered", &format!("m-{i}"), &[])

@@ -599,9 +599,10 @@ async fn a_joining_node_moves_only_databases_whose_candidates_changed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_reserves_the_target_and_places_it_on_its_own_candidates() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (fleet, address) = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .start_with_ingress()
+            .await;
         let source = "fork-src";
         assert!(corium::create(&address, source).await.unwrap());
         let mut last = 0;

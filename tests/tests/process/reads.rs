@@ -402,9 +402,7 @@ async fn a_thousand_writes_then_reads_through_two_ingresses_never_read_behind_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_continue_on_another_replica_when_a_replica_node_is_killed_and_none_is_stale() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     assert!(corium::create(&address, "hot").await.unwrap());
     let mut written = write_items(&address, "hot", "before", 10).await;
     let mut client = PeerServerClient::new(corium::channel(&address).await);
@@ -447,12 +445,10 @@ async fn reads_continue_on_another_replica_when_a_replica_node_is_killed_and_non
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_replica_is_evicted_and_its_memory_released() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .node_flags(&["--replica-idle-ms", "1000"])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "idle").await.unwrap());
     let written = write_items(&address, "idle", "item", 3).await;
     let mut client = PeerServerClient::new(corium::channel(&address).await);
@@ -522,9 +518,7 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
 /// follows the new owner — never an answer that misses a write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_takeover_reads_follow_the_new_owner_and_the_old_replica_is_retired() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     assert!(corium::create(&address, "moving").await.unwrap());
     let written = write_items(&address, "moving", "before", 5).await;
     let mut client = PeerServerClient::new(corium::channel(&address).await);

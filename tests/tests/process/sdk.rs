@@ -17,9 +17,10 @@ const TTL: Duration = Duration::from_millis(1500);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_transactions_and_subscriptions_ride_through_an_owner_kill() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (mut fleet, address) = Fleet::builder(backend.clone())
+            .lease_ttl(TTL)
+            .start_with_ingress()
+            .await;
         let client = Client::connect(Config::new(&address).with_retry(RetryPolicy {
             budget: Duration::from_secs(30),
             ..RetryPolicy::default()

@@ -88,9 +88,7 @@ async fn cli(args: &[&str], endpoint: &str) -> (bool, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_draws_every_node_and_the_owner_after_a_handoff() {
     let browser = chromium();
-    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let ingress = fleet.ingresses[0].endpoint();
+    let (fleet, ingress) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     let admin = fleet.ingresses[0].admin;
     for db in DBS {
         assert!(corium::create(&ingress, db).await.unwrap(), "create {db}");

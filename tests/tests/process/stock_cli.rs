@@ -47,9 +47,7 @@ async fn run_cli(address: &str, args: &[&str], stdin: &str) -> (bool, String, St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stock_corium_cli_creates_writes_through_a_saga_queries_and_deletes_through_the_fleet() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     let dir = tempfile::tempdir().unwrap();
     let schema = dir.path().join("schema.edn");
     std::fs::write(&schema, corium::SCHEMA).unwrap();

@@ -285,11 +285,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
         .await;
     let balancer = Balancer::start(fleet.ingresses.iter().map(|ingress| ingress.grpc).collect()).await;
     let address = balancer.endpoint();
-    let direct: Vec<String> = fleet
-        .ingresses
-        .iter()
-        .map(corium_fleet_tests::Node::endpoint)
-        .collect();
+    let direct = fleet.ingress_endpoints();
     // Two databases with the same top candidate, so every fault lands on
     // the owner of both.
     let first = "stock-0".to_owned();

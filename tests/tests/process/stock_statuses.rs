@@ -15,8 +15,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use corium_fleet_tests::corium;
 use corium_fleet_tests::scripted::{ScriptedHop, Step};
-use corium_fleet_tests::{Backend, Fleet, corium, free_port};
 use corium_fleet_wire::not_owner::{self, Candidate, NotOwner};
 use corium_fleet_wire::outcome::{self, Cause};
 use corium_peer::{ConnectConfig, Connection, PeerError};
@@ -38,6 +38,46 @@ struct Expect {
     ok: bool,
     /// Times the transaction is in the durable log.
     commits: usize,
+}
+
+impl Expect {
+    /// The client's one call succeeded after `attempts` at the hop, and the
+    /// transaction committed once.
+    fn success(attempts: usize) -> Self {
+        Self {
+            attempts,
+            client_sends: 1,
+            ok: true,
+            commits: 1,
+        }
+    }
+
+    /// The client's one call reached the hop once and ended in an error,
+    /// with the transaction `commits` times in the log.
+    fn error(commits: usize) -> Self {
+        Self {
+            attempts: 1,
+            client_sends: 1,
+            ok: false,
+            commits,
+        }
+    }
+}
+
+/// One ingress to call through: the stock client connected to it and its
+/// address.
+#[derive(Clone, Copy)]
+struct Through<'a> {
+    connection: &'a Connection,
+    address: &'a str,
+}
+
+/// What a row transacts: `forms` at the expected `basis`, asserting `item`
+/// (what the durable log is searched for).
+struct Transaction {
+    item: String,
+    forms: Vec<corium_query::edn::Edn>,
+    basis: Option<u64>,
 }
 
 /// The hop's `NotOwner`: no live owner known, the one candidate listed (as a
@@ -86,23 +126,21 @@ async fn commits(address: &str, item: &str) -> usize {
         .count()
 }
 
-/// Runs one row: `steps` scripted, a stock `Connection` (already
-/// connected through `address`) transacts `forms` asserting `item`.
-#[allow(clippy::too_many_arguments)]
+/// Runs one row: `steps` scripted, the stock `Connection` of `through`
+/// (already connected) sends `transaction`.
 async fn row(
     name: &str,
     hop: &ScriptedHop,
-    connection: &Connection,
-    address: &str,
+    through: Through<'_>,
     steps: Vec<Step>,
-    forms: Vec<corium_query::edn::Edn>,
-    basis: Option<u64>,
-    item: &str,
+    transaction: &Transaction,
     expect: &Expect,
 ) -> Option<tonic::Status> {
+    let Transaction { item, forms, basis } = transaction;
     let _ = hop.take_received();
     hop.script(steps);
-    let answered = tokio::time::timeout(Duration::from_mins(1), connection.transact_at(forms, basis))
+    let transact = through.connection.transact_at(forms.clone(), *basis);
+    let answered = tokio::time::timeout(Duration::from_mins(1), transact)
         .await
         .unwrap_or_else(|_| panic!("{name}: the stock client hung"));
     let received = hop.take_received();
@@ -128,7 +166,7 @@ async fn row(
     );
     assert_eq!(answered.is_ok(), expect.ok, "{name}: {status:?}");
     assert_eq!(
-        commits(address, item).await,
+        commits(through.address, item).await,
         expect.commits,
         "{name}: commits of {item}"
     );
@@ -143,22 +181,22 @@ async fn row(
     status
 }
 
-fn item(name: &str) -> (String, Vec<corium_query::edn::Edn>) {
+/// A transaction asserting a fresh item named after `name`, at no expected
+/// basis.
+fn item(name: &str) -> Transaction {
     let item = format!("{name}-{}", uuid::Uuid::new_v4().simple());
     let forms = corium::item_forms(&item);
-    (item, forms)
+    Transaction {
+        item,
+        forms,
+        basis: None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // The whole table of answers runs behind one scripted hop (one per process).
 async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
-    let hop_port = free_port();
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .nodes(1)
-        .front(0, hop_port)
-        .start()
-        .await;
-    let hop = ScriptedHop::start(hop_port, fleet.nodes[0].endpoint()).await;
+    let (mut fleet, hop) = ScriptedHop::in_front_of_one_node().await;
     HOP.set(hop.endpoint()).expect("one hop per test process");
     fleet
         .start_ingresses(1, &["--max-deadline-ms", MAX_DEADLINE_MS])
@@ -186,52 +224,45 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
     };
     let with_ids = connect(assigning.clone()).await;
     let without = connect(plain.clone()).await;
+    let assigning_ids = Through {
+        connection: &with_ids,
+        address: &assigning,
+    };
+    let no_ids = Through {
+        connection: &without,
+        address: &plain,
+    };
 
     // A NotOwner is pre-commit: the ingress sends it again (once without an
     // id, until an answer with one), and the stock client resends it too.
-    let (name, forms) = item("not-owner");
     let steps = || {
         vec![
             Step::Refuse(not_owner_status(None)),
             Step::Refuse(not_owner_status(None)),
         ]
     };
+    // The second NotOwner puts the call in the ingress's failover buffer
+    // (both attempts provably did nothing), which sends it a third time: the
+    // stock client sends once.
+    let transaction = item("not-owner");
     row(
         "NotOwner twice, no id",
         &hop,
-        &without,
-        &plain,
+        no_ids,
         steps(),
-        forms,
-        None,
-        &name,
-        // The second NotOwner puts the call in the ingress's failover
-        // buffer (both attempts provably did nothing), which sends it a
-        // third time: the stock client sends once.
-        &Expect {
-            attempts: 3,
-            client_sends: 1,
-            ok: true,
-            commits: 1,
-        },
+        &transaction,
+        &Expect::success(3),
     )
     .await;
-    let (name, forms) = item("not-owner-id");
+    let transaction = item("not-owner-id");
+    let expect = Expect::success(3);
     row(
         "NotOwner twice, assigned id",
         &hop,
-        &with_ids,
-        &assigning,
+        assigning_ids,
         steps(),
-        forms,
-        None,
-        &name,
-        &Expect {
-            attempts: 3,
-            client_sends: 1,
-            ok: true,
-            commits: 1,
-        },
+        &transaction,
+        &expect,
     )
     .await;
 
@@ -251,47 +282,34 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
         }),
     ];
     for (case, steps) in ambiguous {
-        let (name, forms) = item("ambiguous");
+        let name = format!("{case}, no id");
         let status = row(
-            &format!("{case}, no id"),
-            &hop,
-            &without,
-            &plain,
-            steps(),
-            forms,
-            None,
             &name,
-            &Expect {
-                attempts: 1,
-                client_sends: 1,
-                ok: false,
-                commits: 1,
-            },
+            &hop,
+            no_ids,
+            steps(),
+            &item("ambiguous"),
+            &Expect::error(1),
         )
         .await
         .expect("an error");
         assert_eq!(status.code(), tonic::Code::Unavailable, "{case}: {status:?}");
-        let (name, forms) = item("ambiguous-id");
         let attempts = if case.starts_with("NotOwner") { 3 } else { 2 };
+        let name = format!("{case}, assigned id");
+        let expect = Expect::success(attempts);
         row(
-            &format!("{case}, assigned id"),
-            &hop,
-            &with_ids,
-            &assigning,
-            steps(),
-            forms,
-            None,
             &name,
-            &Expect {
-                attempts,
-                client_sends: 1,
-                ok: true,
-                commits: 1,
-            },
+            &hop,
+            assigning_ids,
+            steps(),
+            &item("ambiguous-id"),
+            &expect,
         )
         .await;
         // Every attempt of the call carried the same id.
-        let (name, forms) = item("same-id");
+        let Transaction {
+            item: name, forms, ..
+        } = item("same-id");
         hop.script(steps());
         with_ids.transact(forms).await.unwrap();
         let ids: BTreeSet<Option<String>> = hop
@@ -306,29 +324,15 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
 
     // No answer before the deadline: DEADLINE_EXCEEDED, never resent by a
     // stock client (the transaction committed: its outcome was unknown).
-    for (label, connection, address) in [
-        ("no id", &without, &plain),
-        ("assigned id", &with_ids, &assigning),
-    ] {
-        let (name, forms) = item("late");
-        let status = row(
-            &format!("held past the deadline, {label}"),
-            &hop,
-            connection,
-            address,
-            vec![Step::CommitThenHold(Duration::from_secs(5))],
-            forms,
-            None,
-            &name,
-            &Expect {
-                attempts: 1,
-                client_sends: 1,
-                ok: false,
-                commits: 1,
-            },
-        )
-        .await
-        .expect("an error");
+    for (label, through) in [("no id", no_ids), ("assigned id", assigning_ids)] {
+        let address = through.address;
+        let transaction = item("late");
+        let name = &transaction.item;
+        let steps = vec![Step::CommitThenHold(Duration::from_secs(5))];
+        let row_name = format!("held past the deadline, {label}");
+        let status = row(&row_name, &hop, through, steps, &transaction, &Expect::error(1))
+            .await
+            .expect("an error");
         assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
         // The answer names the id the ingress assigned; asking about it
         // gives the committed answer.
@@ -345,7 +349,7 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
             let log = corium::log(address, DB).await.unwrap();
             assert!(
                 log.iter()
-                    .any(|(t, strings)| *t == committed.basis_t && strings.contains(&name)),
+                    .any(|(t, strings)| *t == committed.basis_t && strings.contains(name)),
                 "{label}: {name} at t={}",
                 committed.basis_t
             );
@@ -362,70 +366,62 @@ async fn every_answer_to_a_transact_is_read_right_by_the_stock_client() {
     else {
         unreachable!("the forms are a vector")
     };
-    let status = row(
-        "unknown attribute",
-        &hop,
-        &without,
-        &plain,
-        Vec::new(),
-        bad,
-        None,
-        "never",
-        &Expect {
-            attempts: 1,
-            client_sends: 1,
-            ok: false,
-            commits: 0,
-        },
-    )
-    .await
-    .expect("an error");
-    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
-    let (name, forms) = item("stale-basis");
-    let status = row(
-        "stale expected basis",
-        &hop,
-        &with_ids,
-        &assigning,
-        Vec::new(),
-        forms,
-        Some(1),
-        &name,
-        &Expect {
-            attempts: 1,
-            client_sends: 1,
-            ok: false,
-            commits: 0,
-        },
-    )
-    .await
-    .expect("an error");
-    assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
-    let (name, _) = item("large");
-    let big = format!("{name}{}", "x".repeat(100_000));
-    let status = row(
-        "over the ingress body limit",
-        &hop,
-        &without,
-        &plain,
-        Vec::new(),
-        corium::item_forms(&big),
-        None,
-        &big,
-        &Expect {
-            attempts: 0,
-            client_sends: 0,
-            ok: false,
-            commits: 0,
-        },
-    )
-    .await
-    .expect("an error");
-    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let unknown_attribute = Transaction {
+        item: "never".into(),
+        forms: bad,
+        basis: None,
+    };
+    let stale = Transaction {
+        basis: Some(1),
+        ..item("stale-basis")
+    };
+    let big = format!("{}{}", item("large").item, "x".repeat(100_000));
+    let over_limit = Transaction {
+        forms: corium::item_forms(&big),
+        item: big,
+        basis: None,
+    };
+    let never_sent = Expect {
+        attempts: 0,
+        client_sends: 0,
+        ok: false,
+        commits: 0,
+    };
+    let refusals = [
+        (
+            "unknown attribute",
+            no_ids,
+            unknown_attribute,
+            Expect::error(0),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "stale expected basis",
+            assigning_ids,
+            stale,
+            Expect::error(0),
+            tonic::Code::Aborted,
+        ),
+        (
+            "over the ingress body limit",
+            no_ids,
+            over_limit,
+            never_sent,
+            tonic::Code::ResourceExhausted,
+        ),
+    ];
+    for (name, through, transaction, expect, code) in refusals {
+        let status = row(name, &hop, through, Vec::new(), &transaction, &expect)
+            .await
+            .expect("an error");
+        assert_eq!(status.code(), code, "{status:?}");
+    }
 
     // The owner refuses an assigned id (a database from outside the fleet):
     // nothing committed, so the ingress sends the call again without it.
-    let (name, forms) = item("unsupported");
+    let Transaction {
+        item: name, forms, ..
+    } = item("unsupported");
     let _ = hop.take_received();
     hop.script(vec![Step::Refuse(unsupported_status(None))]);
     with_ids.transact(forms).await.unwrap();

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use corium_protocol::authz::{self, Access, Action, Principal};
+use corium_protocol::authz::{self, Access, Action, Guard, Principal};
 use corium_transactor::node::TransactorNode;
 use tonic::{Request, Response, Status};
 
@@ -280,6 +280,30 @@ where
     })?;
     stamp_lease_version(&mut response, at.cell.lease_version);
     Ok(response)
+}
+
+/// [`forward`] to Corium's own service, whose answer is the call's: `service`
+/// is that service's constructor (`CatalogSvc`, `TransactorSvc`), built for
+/// the owning cell with the node's guard (the caller's principal is in the
+/// request's extensions), and `method` calls it.
+///
+/// # Errors
+/// The front door's refusal as its status, or the service's.
+pub(crate) async fn forward_to_corium<Svc, Req, Resp, Fut>(
+    node: &Node,
+    request: Request<Req>,
+    door: Door<'_>,
+    service: fn(Arc<TransactorNode>, Guard) -> Svc,
+    method: impl FnOnce(Svc, Request<Req>) -> Fut,
+) -> Result<Response<Resp>, Status>
+where
+    Fut: Future<Output = Result<Response<Resp>, Status>>,
+{
+    let guard = node.guard.clone();
+    forward(node, request, door, |cell, request| {
+        method(service(cell, guard), request)
+    })
+    .await
 }
 
 /// The time the call has left: its `grpc-timeout`, else the node's default

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use corium_fleet_common::auth::DATA_ADMIN_ROLE;
-use corium_protocol::authz::{Access, Action, Guard};
+use corium_protocol::authz::{Access, Action};
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog;
 use corium_transactor::StoreSpec;
@@ -26,7 +26,7 @@ use corium_transactor::node::{NodeConfig, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tonic::{Request, Response, Status};
 
-use super::admit::{Door, Refused, admit, admit_owner, forward};
+use super::admit::{Door, Refused, admit, admit_owner, forward, forward_to_corium};
 use super::node::Node;
 use super::status;
 use crate::cell::Cell;
@@ -35,12 +35,6 @@ use crate::view;
 
 /// The fleet's `Catalog` service.
 pub struct FleetCatalog(pub Arc<Node>);
-
-/// Corium's service for one cell, authorizing with the node's guard (the
-/// caller's principal is in the request's extensions).
-fn svc(node: Arc<TransactorNode>, guard: &Guard) -> CatalogSvc {
-    CatalogSvc(node, guard.clone())
-}
 
 /// The answer to creating a database that exists (Corium itself answers
 /// `created: false`; the fleet says so as a status, see design note 0005).
@@ -126,7 +120,7 @@ impl Catalog for FleetCatalog {
             .await
             .map_err(|_| Status::unavailable(format!("deleting {db:?} timed out; retry")))?
             .map_err(|error| Status::unavailable(format!("cannot delete {db:?}: {error}; retry")))?;
-        let response = svc(Arc::clone(&cell.node), &node.guard)
+        let response = CatalogSvc(Arc::clone(&cell.node), node.guard.clone())
             .delete_database(request)
             .await
             .map_err(|answer| status::write_status(&db, answer));
@@ -168,7 +162,7 @@ impl Catalog for FleetCatalog {
             }
             let permit = at.permit.take().ok_or_else(|| host.not_owner(&source, None))?;
             let allowance = cell.fork_targets.allow(&target);
-            let response = svc(Arc::clone(&cell.node), &node.guard)
+            let response = CatalogSvc(Arc::clone(&cell.node), node.guard.clone())
                 .fork_database(request)
                 .await
                 .map_err(|answer| status::write_status(&source, answer));
@@ -244,7 +238,9 @@ impl Catalog for FleetCatalog {
         let sweeper = TransactorNode::open(config)
             .await
             .map_err(|error| status::node_status(&error))?;
-        svc(sweeper, &node.guard).gc_deleted_databases(request).await
+        CatalogSvc(sweeper, node.guard.clone())
+            .gc_deleted_databases(request)
+            .await
     }
 
     async fn request_index(
@@ -252,12 +248,12 @@ impl Catalog for FleetCatalog {
         request: Request<pb::RequestIndexRequest>,
     ) -> Result<Response<pb::RequestIndexResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
-        forward(
+        forward_to_corium(
             &self.0,
             request,
             Door::on(Action::ManageIndex, &db),
-            |node, request| async move { svc(node, &guard).request_index(request).await },
+            CatalogSvc,
+            |svc, request| async move { svc.request_index(request).await },
         )
         .await
     }
@@ -267,12 +263,12 @@ impl Catalog for FleetCatalog {
         request: Request<pb::SetIndexPolicyRequest>,
     ) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
-        forward(
+        forward_to_corium(
             &self.0,
             request,
             Door::on(Action::ManageIndex, &db),
-            |node, request| async move { svc(node, &guard).set_index_policy(request).await },
+            CatalogSvc,
+            |svc, request| async move { svc.set_index_policy(request).await },
         )
         .await
     }
@@ -337,12 +333,12 @@ impl Catalog for FleetCatalog {
         request: Request<pb::KeyStatusRequest>,
     ) -> Result<Response<pb::KeyStatusResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
-        forward(
+        forward_to_corium(
             &self.0,
             request,
             Door::on(Action::ManageKeys, &db),
-            |node, request| async move { svc(node, &guard).key_status(request).await },
+            CatalogSvc,
+            |svc, request| async move { svc.key_status(request).await },
         )
         .await
     }
@@ -352,10 +348,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::RotateStorageKeyRequest>,
     ) -> Result<Response<pb::RotateStorageKeyResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
         let door = Door::on(Action::ManageKeys, &db).writes();
-        forward(&self.0, request, door, |node, request| async move {
-            svc(node, &guard).rotate_storage_key(request).await
+        forward_to_corium(&self.0, request, door, CatalogSvc, |svc, request| async move {
+            svc.rotate_storage_key(request).await
         })
         .await
     }
@@ -365,10 +360,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::RewrapKeysRequest>,
     ) -> Result<Response<pb::RewrapKeysResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
         let door = Door::on(Action::ManageKeys, &db).writes();
-        forward(&self.0, request, door, |node, request| async move {
-            svc(node, &guard).rewrap_keys(request).await
+        forward_to_corium(&self.0, request, door, CatalogSvc, |svc, request| async move {
+            svc.rewrap_keys(request).await
         })
         .await
     }
@@ -378,10 +372,9 @@ impl Catalog for FleetCatalog {
         request: Request<pb::AlterSchemaRequest>,
     ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
         let door = Door::on(Action::AlterSchema, &db).writes();
-        forward(&self.0, request, door, |node, request| async move {
-            svc(node, &guard).alter_schema(request).await
+        forward_to_corium(&self.0, request, door, CatalogSvc, |svc, request| async move {
+            svc.alter_schema(request).await
         })
         .await
     }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use corium_protocol::authz::{Action, Guard};
+use corium_protocol::authz::Action;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_server::Transactor;
 use corium_transactor::server::TransactorSvc;
@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 
 use corium_fleet_wire::metadata;
 
-use super::admit::{Door, Refused, admit_owner, forward, stamp_lease_version, time_left};
+use super::admit::{Door, Refused, admit_owner, forward_to_corium, stamp_lease_version, time_left};
 use super::node::Node;
 use super::status;
 use crate::cell::Cell;
@@ -84,12 +84,6 @@ async fn sync_basis(node: &Node, cell: &Cell, db: &str, t: u64, within: Duration
 
 /// The fleet's `Transactor` service.
 pub struct FleetTransactor(pub Arc<Node>);
-
-/// Corium's service for one cell, authorizing with the node's guard (the
-/// caller's principal is in the request's extensions).
-fn svc(node: Arc<corium_transactor::node::TransactorNode>, guard: &Guard) -> TransactorSvc {
-    TransactorSvc(node, guard.clone())
-}
 
 #[tonic::async_trait]
 impl Transactor for FleetTransactor {
@@ -174,10 +168,9 @@ impl Transactor for FleetTransactor {
         request: Request<pb::SagaCommitRequest>,
     ) -> Result<Response<pb::SagaCommitResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
         let door = Door::on(Action::Transact, &db).writes();
-        forward(&self.0, request, door, |node, request| async move {
-            svc(node, &guard).saga_commit(request).await
+        forward_to_corium(&self.0, request, door, TransactorSvc, |svc, request| async move {
+            svc.saga_commit(request).await
         })
         .await
     }
@@ -187,10 +180,9 @@ impl Transactor for FleetTransactor {
         request: Request<pb::SagaFinishRequest>,
     ) -> Result<Response<pb::SagaFinishResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
         let door = Door::on(Action::Transact, &db).writes();
-        forward(&self.0, request, door, |node, request| async move {
-            svc(node, &guard).saga_finish(request).await
+        forward_to_corium(&self.0, request, door, TransactorSvc, |svc, request| async move {
+            svc.saga_finish(request).await
         })
         .await
     }
@@ -253,12 +245,12 @@ impl Transactor for FleetTransactor {
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let db = request.get_ref().db.clone();
-        let guard = self.0.guard.clone();
-        forward(
+        forward_to_corium(
             &self.0,
             request,
             Door::on(Action::Inspect, &db),
-            |node, request| async move { svc(node, &guard).status(request).await },
+            TransactorSvc,
+            |svc, request| async move { svc.status(request).await },
         )
         .await
     }

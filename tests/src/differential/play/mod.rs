@@ -72,14 +72,11 @@ impl Bases {
 
 /// A request with the development token and the call's deadline.
 fn request<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.set_timeout(DEADLINE);
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {}", corium_protocol::auth::DEFAULT_DEV_TOKEN)
-            .parse()
-            .expect("ASCII"),
+    let mut request = crate::corium::with_bearer(
+        tonic::Request::new(message),
+        corium_protocol::auth::DEFAULT_DEV_TOKEN,
     );
+    request.set_timeout(DEADLINE);
     request
 }
 

@@ -241,11 +241,7 @@ impl PeerServers {
             }
             Op::PeerSubscribe { from_basis_t, .. } => {
                 let stream = client
-                    .subscribe(request(pb::SubscribeRequest {
-                        db: db.to_owned(),
-                        protocol_version: corium_protocol::PROTOCOL_VERSION,
-                        from_basis_t: *from_basis_t,
-                    }))
+                    .subscribe(request(crate::corium::subscribe_request(db, *from_basis_t)))
                     .await?
                     .into_inner();
                 super::transactor::backfill(stream, db, *from_basis_t, names, bases).await?

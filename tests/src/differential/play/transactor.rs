@@ -324,11 +324,7 @@ pub(super) async fn backfill(
 pub(super) async fn learn_schema(channel: &Channel, db: &str, names: &mut Names) {
     let mut transactor = TransactorClient::new(channel.clone());
     let Ok(response) = transactor
-        .subscribe(request(pb::SubscribeRequest {
-            db: db.to_owned(),
-            protocol_version: corium_protocol::PROTOCOL_VERSION,
-            from_basis_t: u64::MAX >> 1,
-        }))
+        .subscribe(request(crate::corium::subscribe_request(db, u64::MAX >> 1)))
         .await
     else {
         return;

@@ -177,11 +177,7 @@ async fn a_client_over_its_open_calls_is_refused_with_a_hint_until_one_ends() {
     assert!(corium::create(&address, "streams").await.unwrap());
     let subscribe = async || {
         corium_protocol::pb::transactor_client::TransactorClient::new(corium::channel(&address).await)
-            .subscribe(corium_protocol::pb::SubscribeRequest {
-                db: "streams".to_owned(),
-                from_basis_t: 0,
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request("streams", 0))
             .await
     };
     // Three open streams fill the client's places (over any connections).

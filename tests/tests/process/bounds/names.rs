@@ -32,11 +32,7 @@ async fn every_type(endpoint: &str, db: &str) -> Vec<(&'static str, Code)> {
             "subscribe",
             code(
                 transactor
-                    .subscribe(pb::SubscribeRequest {
-                        db: db.to_owned(),
-                        from_basis_t: 0,
-                        protocol_version: corium_protocol::PROTOCOL_VERSION,
-                    })
+                    .subscribe(corium_fleet_tests::corium::subscribe_request(db, 0))
                     .await
                     .map(drop),
             ),

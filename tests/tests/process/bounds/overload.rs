@@ -43,7 +43,7 @@ async fn committed(address: &str, db: &str, prefix: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_over_its_limits_sheds_with_a_hint_that_the_ingress_passes_on_and_the_sdk_honours() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
         .node_flags(&[
@@ -54,10 +54,8 @@ async fn a_node_over_its_limits_sheds_with_a_hint_that_the_ingress_passes_on_and
             "--max-queue-wait-ms",
             "100",
         ])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let admin = fleet.nodes[0].admin;
     assert!(corium::create(&address, "hot").await.unwrap());
     // A burst of stock calls (no retries of their own for this status).
@@ -157,11 +155,7 @@ async fn a_principals_rate_holds_at_the_owner_whichever_ingress_a_call_takes() {
         .start()
         .await;
     fleet.start_ingresses(2, &[]).await;
-    let addresses: Vec<String> = fleet
-        .ingresses
-        .iter()
-        .map(corium_fleet_tests::Node::endpoint)
-        .collect();
+    let addresses = fleet.ingress_endpoints();
     // Creating is a catalog call: not counted against the rate.
     assert!(corium::create(&addresses[0], "rated").await.unwrap());
     let mut clients = Vec::new();
@@ -240,11 +234,7 @@ async fn calm(address: &str, db: &str, label: &str, phase: Duration) -> Calm {
         .into_inner()
         .basis_t;
     let mut stream = TransactorClient::new(channel(address).await)
-        .subscribe(pb::SubscribeRequest {
-            db: db.to_owned(),
-            from_basis_t: basis,
-            protocol_version: corium_protocol::PROTOCOL_VERSION,
-        })
+        .subscribe(corium_fleet_tests::corium::subscribe_request(db, basis))
         .await
         .unwrap()
         .into_inner();
@@ -389,11 +379,7 @@ async fn stalled_subscribers(address: &str, stop: tokio::sync::watch::Receiver<b
     let mut held = Vec::new();
     for _ in 0..8 {
         let stream = TransactorClient::new(channel(address).await)
-            .subscribe(pb::SubscribeRequest {
-                db: "bulk".to_owned(),
-                from_basis_t: 0,
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request("bulk", 0))
             .await
             .unwrap();
         held.push(stream);

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::{Backend, Fleet, http_get};
-use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
 
@@ -14,23 +13,17 @@ use super::TTL;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_beyond_the_limits_are_refused_and_places_come_back() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .node_flags(&["--max-subscriptions-per-database", "2"])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let (db, other) = ("watched", "other");
     assert!(corium::create(&address, db).await.unwrap());
     assert!(corium::create(&address, other).await.unwrap());
     let subscribe = async |db: &str| {
         TransactorClient::new(channel(&address).await)
-            .subscribe(pb::SubscribeRequest {
-                db: db.to_owned(),
-                from_basis_t: 0,
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request(db, 0))
             .await
     };
     let first = subscribe(db).await.unwrap();
@@ -83,11 +76,7 @@ async fn subscribers_that_never_read_do_not_stall_other_calls_to_their_node() {
     let mut stalled = Vec::new();
     for _ in 0..6 {
         let stream = TransactorClient::new(channel(&address).await)
-            .subscribe(pb::SubscribeRequest {
-                db: bulk.to_owned(),
-                from_basis_t: 0,
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request(bulk, 0))
             .await
             .unwrap();
         stalled.push(stream);
@@ -149,20 +138,14 @@ async fn subscribers_that_never_read_do_not_stall_other_calls_to_their_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_are_capped_per_principal_with_a_hint() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (_fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
         .node_flags(&["--max-subscriptions-per-principal", "2"])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "watched").await.unwrap());
-    let request = || pb::SubscribeRequest {
-        db: "watched".to_owned(),
-        from_basis_t: 0,
-        protocol_version: corium_protocol::PROTOCOL_VERSION,
-    };
+    let request = || corium_fleet_tests::corium::subscribe_request("watched", 0);
     // Two anonymous subscriptions take the anonymous principal's places.
     let mut held = Vec::new();
     for _ in 0..2 {

@@ -72,11 +72,7 @@ async fn every_class(clients: &mut Clients, db: &str) -> Vec<(&'static str, Code
         code(
             clients
                 .transactor
-                .subscribe(pb::SubscribeRequest {
-                    db: db.to_owned(),
-                    from_basis_t: 0,
-                    protocol_version: corium_protocol::PROTOCOL_VERSION,
-                })
+                .subscribe(corium_fleet_tests::corium::subscribe_request(db, 0))
                 .await,
         ),
     ));
@@ -234,11 +230,7 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
     let log = corium::read_log(
         &mut operator
             .transactor
-            .subscribe(pb::SubscribeRequest {
-                db: db.to_owned(),
-                from_basis_t: 0,
-                protocol_version: corium_protocol::PROTOCOL_VERSION,
-            })
+            .subscribe(corium_fleet_tests::corium::subscribe_request(db, 0))
             .await
             .unwrap()
             .into_inner(),

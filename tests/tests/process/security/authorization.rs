@@ -27,9 +27,7 @@ async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_
         if mtls {
             builder = builder.mtls();
         }
-        let mut fleet = builder.start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let address = fleet.ingresses[0].endpoint();
+        let (fleet, address) = builder.start_with_ingress().await;
         let db = "open";
         // Stock defaults: an anonymous client creates and writes.
         assert!(corium::create(&address, db).await.unwrap(), "mtls={mtls}");
@@ -216,13 +214,11 @@ async fn a_fleet_certificate_speaks_for_a_node_only_if_it_names_a_member() {
 #[allow(clippy::too_many_lines)] // One scenario: policy made, enforced, then granted.
 async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
     use corium_authz::{bootstrap, schema};
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .mtls()
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let policy_db = "policy";
     let db = "music";
     // Before enforcement, the operator creates the policy database exactly
@@ -263,10 +259,9 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
     // The operator owns everything: its writes go through once the policy
     // has loaded (until then every decision is a denial: fail closed).
     let operator = async |name: &str| {
-        let mut request = tonic::Request::new(corium::transact_request(db, name));
-        request.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+        let request = corium::with_bearer(
+            tonic::Request::new(corium::transact_request(db, name)),
+            DEFAULT_DEV_TOKEN,
         );
         TransactorClient::new(channel(&address).await)
             .transact(request)
@@ -315,14 +310,9 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
         .unwrap_err();
     assert_eq!(delete.code(), Code::PermissionDenied, "{delete:?}");
     // Exactly the operator's and the granted write are in the log.
-    let mut request = tonic::Request::new(pb::SubscribeRequest {
-        db: db.to_owned(),
-        from_basis_t: 0,
-        protocol_version: corium_protocol::PROTOCOL_VERSION,
-    });
-    request.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+    let request = corium::with_bearer(
+        tonic::Request::new(corium_fleet_tests::corium::subscribe_request(db, 0)),
+        DEFAULT_DEV_TOKEN,
     );
     let log = corium::read_log(
         &mut TransactorClient::new(channel(&address).await)

@@ -38,13 +38,11 @@ async fn is_held(address: &str, db: &str) -> bool {
 #[allow(clippy::too_many_lines)] // One scenario: the policy made, enforced, then every call class denied.
 async fn a_denied_caller_wakes_no_cold_database() {
     // Idle cells are released after 1.5 s: a database nobody uses goes cold.
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .node_flags(&["--idle-evict-after-ms", "1500"])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let (policy_db, cold) = ("policy", "cold");
     // The policy, as an operator makes it for a stock transactor: `corium
     // authz init` (the reserved schema, the default permissions, the
@@ -78,10 +76,9 @@ async fn a_denied_caller_wakes_no_cold_database() {
     // The operator is allowed once the policy has loaded (fail closed
     // until then): a write to the policy database itself, which it owns.
     eventually(Duration::from_secs(30), "the policy has loaded", async || {
-        let mut request = tonic::Request::new(pb::ListDatabasesRequest {});
-        request.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+        let request = corium::with_bearer(
+            tonic::Request::new(pb::ListDatabasesRequest {}),
+            DEFAULT_DEV_TOKEN,
         );
         CatalogClient::new(channel(&address).await)
             .list_databases(request)
@@ -89,14 +86,13 @@ async fn a_denied_caller_wakes_no_cold_database() {
     })
     .await;
     // The operator creates a database and leaves it: it goes cold.
-    let mut create = tonic::Request::new(pb::CreateDatabaseRequest {
-        db: cold.to_owned(),
-        schema: corium::schema(),
-        storage_key: String::new(),
-    });
-    create.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {DEFAULT_DEV_TOKEN}").parse().unwrap(),
+    let create = corium::with_bearer(
+        tonic::Request::new(pb::CreateDatabaseRequest {
+            db: cold.to_owned(),
+            schema: corium::schema(),
+            storage_key: String::new(),
+        }),
+        DEFAULT_DEV_TOKEN,
     );
     CatalogClient::new(channel(&address).await)
         .create_database(create)

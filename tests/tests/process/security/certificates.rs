@@ -12,13 +12,11 @@ use super::{SERVER_EXPIRY, TTL, UPSTREAM_EXPIRY, sample};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_under_load_with_no_failed_call() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .mtls()
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let db = "rotating";
     assert!(corium::create(&address, db).await.unwrap());
     let mut issued = Vec::new();
@@ -108,13 +106,11 @@ async fn certificates_rotate_under_load_with_no_failed_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_whose_certificate_names_another_node_is_refused() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .mtls()
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let db = "verified";
     assert!(corium::create(&address, db).await.unwrap());
     corium::transact(&address, db, "first", &[]).await.unwrap();

@@ -71,7 +71,7 @@ async fn basis(address: &str, db: &str) -> u64 {
 async fn waits_for_a_basis_hold_no_work_place_and_a_basis_out_of_reach_is_refused_at_once() {
     // Small work limits, so a few dozen held places would refuse the
     // victim: the negative control of the attack.
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
         .node_flags(&[
@@ -82,10 +82,8 @@ async fn waits_for_a_basis_hold_no_work_place_and_a_basis_out_of_reach_is_refuse
             "--max-queue-wait-ms",
             "200",
         ])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let admin = fleet.nodes[0].admin;
     for db in ["victim", "held-a", "held-b"] {
         assert!(corium::create(&address, db).await.unwrap());

@@ -4,8 +4,8 @@
 //! the candidates' node ids and ranks — never where nodes listen or which
 //! zone they are in — and still a status stock clients fail over on.
 
+use corium_fleet_tests::corium;
 use corium_fleet_tests::scripted::{ScriptedHop, Step};
-use corium_fleet_tests::{Backend, Fleet, corium, free_port};
 use corium_fleet_wire::not_owner::{self, Candidate, NotOwner};
 use corium_protocol::pb::transactor_client::TransactorClient;
 
@@ -47,13 +47,7 @@ fn moving(owner: &corium_fleet_proto::fleet::DatabaseView) -> tonic::Status {
 /// the one the node sent, less its endpoints and zones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_not_owner_passed_on_to_a_client_names_no_endpoint_and_no_zone() {
-    let hop_port = free_port();
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .nodes(1)
-        .front(0, hop_port)
-        .start()
-        .await;
-    let hop = ScriptedHop::start(hop_port, fleet.nodes[0].endpoint()).await;
+    let (mut fleet, hop) = ScriptedHop::in_front_of_one_node().await;
     fleet
         .start_ingresses(
             1,

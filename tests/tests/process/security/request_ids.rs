@@ -86,9 +86,10 @@ async fn status_as(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario: the owner's write, the stranger's scan, the owner again.
 async fn another_principals_request_id_reveals_nothing_and_fences_nothing() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .start_with_ingress()
+        .await;
     let db = "ledger";
     assert!(corium::create(&address, db).await.unwrap());
     owned_records_on(&fleet).await;
@@ -160,9 +161,10 @@ async fn another_principals_request_id_reveals_nothing_and_fences_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_assigned_request_ids_cannot_be_fenced_or_claimed_ahead() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .start_with_ingress()
+        .await;
     let db = "orders";
     assert!(corium::create(&address, db).await.unwrap());
     // The attacker's own write tells it the id the ingress assigned.
@@ -200,7 +202,7 @@ async fn the_next_assigned_request_ids_cannot_be_fenced_or_claimed_ahead() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_status_queries_is_shed_like_writes() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (_fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
         .node_flags(&[
@@ -211,10 +213,8 @@ async fn a_flood_of_status_queries_is_shed_like_writes() {
             "--max-queue-wait-ms",
             "50",
         ])
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     let db = "flooded";
     assert!(corium::create(&address, db).await.unwrap());
     let requests = clients(&address, None).await.requests;

@@ -15,14 +15,12 @@ use super::{TOKEN, TTL, clients};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_development_token_is_a_data_admin_but_no_operator_outside_a_development_fleet() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(2)
         .bare_auth()
-        .start()
+        .start_with_ingress()
         .await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "data").await.unwrap());
     let mut dev = clients(&address, Some(DEFAULT_DEV_TOKEN)).await;
     // Data as stock Corium: it writes, and (a data admin) learns where the
@@ -122,14 +120,13 @@ async fn nodes_speak_to_each_other_by_certificate_not_by_token() {
         );
     }
     // A handoff: the owner asks its peer to activate, node to node.
-    let mut create = tonic::Request::new(pb::CreateDatabaseRequest {
-        db: "moved".to_owned(),
-        schema: corium::schema(),
-        storage_key: String::new(),
-    });
-    create.metadata_mut().insert(
-        "authorization",
-        format!("Bearer {ingress_token}").parse().unwrap(),
+    let create = corium::with_bearer(
+        tonic::Request::new(pb::CreateDatabaseRequest {
+            db: "moved".to_owned(),
+            schema: corium::schema(),
+            storage_key: String::new(),
+        }),
+        &ingress_token,
     );
     operator.catalog.create_database(create).await.unwrap();
     let target = fleet.nodes[fleet.candidates("moved")[1]].id.clone();

@@ -28,9 +28,10 @@ fn view(db: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_naming_two_databases_is_refused_at_the_ingress() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).nodes(2).start().await;
-    fleet.start_ingresses(1, &[]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (_fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(2)
+        .start_with_ingress()
+        .await;
     for db in ["routed", "answered"] {
         assert!(corium::create(&address, db).await.unwrap());
         corium::transact(&address, db, "item", &[]).await.unwrap();
