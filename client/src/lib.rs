@@ -51,6 +51,3 @@ pub use config::{Config, RetryPolicy, Tls};
 pub use corium_fleet_wire::kind::ErrorKind;
 pub use error::Error;
 pub use subscription::Subscription;
-
-#[cfg(test)]
-mod tests;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use corium_fleet_tests::fake_server::{Call, FakeServer};
 
-use crate::{Client, Config, Error, ErrorKind, RetryPolicy};
+use corium_fleet_client::{Client, Config, Error, ErrorKind, RetryPolicy};
 
 fn config(address: &str) -> Config {
     let mut config = Config::new(address).with_retry(RetryPolicy {
