@@ -147,21 +147,13 @@ impl Retries {
         self.unknown.clone()
     }
 
-    /// Records that an attempt may have committed (the first reason stays).
-    fn ambiguous(&mut self, cause: Cause, reason: &str) {
-        if self.unknown.is_none() {
-            let id = self.id.as_ref().map(|id| id.text.as_str());
-            self.unknown = Some(outcome::to_status(&self.db, id, cause, reason));
-        }
-    }
-
-    /// The unknown outcome recorded for this call: the first reason, or
-    /// this one if none was recorded.
-    fn ambiguous_status(&self, cause: Cause, reason: &str) -> Status {
-        self.unknown.clone().unwrap_or_else(|| {
-            let id = self.id.as_ref().map(|id| id.text.as_str());
-            outcome::to_status(&self.db, id, cause, reason)
-        })
+    /// Records that an attempt may have committed (the first reason stays)
+    /// and returns the typed "outcome unknown" recorded for the call.
+    fn ambiguous(&mut self, cause: Cause, reason: &str) -> Status {
+        let (db, id) = (&self.db, self.id.as_ref().map(|id| id.text.as_str()));
+        self.unknown
+            .get_or_insert_with(|| outcome::to_status(db, id, cause, reason))
+            .clone()
     }
 
     /// The rule for an attempt whose hop broke after the request was sent.
@@ -176,11 +168,11 @@ impl Retries {
                 self.db
             ))));
         }
-        self.ambiguous(Cause::HopBroke, error);
+        let unknown = self.ambiguous(Cause::HopBroke, error);
         if self.idempotent() && self.budget_left {
             return Next::reread(self.pause());
         }
-        Next::Return(Err(self.ambiguous_status(Cause::HopBroke, error)))
+        Next::Return(Err(unknown))
     }
 
     /// The rule for `attempt` (see the module docs).
