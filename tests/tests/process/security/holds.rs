@@ -24,8 +24,18 @@ const WAITS_PER_DATABASE: usize = 130;
 /// How long each held wait asks to wait.
 const HOLD_FOR: Duration = Duration::from_secs(20);
 
-/// Sequential writes to `db`: how many were refused, and their p99.
-async fn victim_writes(address: &str, db: &str, prefix: &str, count: usize) -> (usize, Duration) {
+/// What sequential writes to one database met.
+struct Victims {
+    /// Writes refused.
+    refused: usize,
+    /// The median write's latency.
+    median: Duration,
+    /// The 99th percentile (printed: latency is the benchmarks' to judge).
+    p99: Duration,
+}
+
+/// Sequential writes to `db`.
+async fn victim_writes(address: &str, db: &str, prefix: &str, count: usize) -> Victims {
     let mut latencies = Vec::with_capacity(count);
     let mut refused = 0;
     for n in 0..count {
@@ -39,11 +49,24 @@ async fn victim_writes(address: &str, db: &str, prefix: &str, count: usize) -> (
         }
     }
     latencies.sort();
-    let p99 = latencies
-        .get((latencies.len() * 99 / 100).min(latencies.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or_default();
-    (refused, p99)
+    let at = |share: usize| {
+        latencies
+            .get((latencies.len() * share / 100).min(latencies.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default()
+    };
+    Victims {
+        refused,
+        median: at(50),
+        p99: at(99),
+    }
+}
+
+/// The node's client calls holding or waiting for a work place now.
+async fn work_places(admin: u16) -> f64 {
+    let (_, text) = http_get(admin, "/metrics").await.expect("node metrics");
+    let gauge = |name: &str| metric(&text, name).unwrap_or_else(|| panic!("the node exports {name}"));
+    gauge("corium_fleet_calls_running") + gauge("corium_fleet_calls_waiting")
 }
 
 /// The node's waits in progress now.
@@ -89,8 +112,8 @@ async fn waits_for_a_basis_hold_no_work_place_and_a_basis_out_of_reach_is_refuse
         assert!(corium::create(&address, db).await.unwrap());
         corium::transact(&address, db, "first", &[]).await.unwrap();
     }
-    let (refused, unattacked_p99) = victim_writes(&address, "victim", "calm", 40).await;
-    assert_eq!(refused, 0, "{}", fleet.logs());
+    let calm = victim_writes(&address, "victim", "calm", 40).await;
+    assert_eq!(calm.refused, 0, "{}", fleet.logs());
 
     // A basis no database reaches within the deadline: refused at once.
     let mut client = TransactorClient::new(channel(&address).await);
@@ -160,19 +183,33 @@ async fn waits_for_a_basis_hold_no_work_place_and_a_basis_out_of_reach_is_refuse
             },
         )
         .await;
-        let (refused, attacked_p99) = victim_writes(&address, "victim", attack, 40).await;
+        // The held waits take no work place (before the front door they
+        // took all 256 of them): what runs or queues now is at most a few
+        // calls of the fleet's own.
+        let places = work_places(admin).await;
+        assert!(
+            places < 16.0,
+            "{attack}: {places} calls hold or wait for a work place beside the held waits"
+        );
+        let attacked = victim_writes(&address, "victim", attack, 40).await;
         assert_eq!(
-            refused,
+            attacked.refused,
             0,
             "{attack}: writes to another database of the node were refused\n{}",
             fleet.logs()
         );
-        // Latency is the benchmarks' to judge; this bound is loose enough
-        // for a loaded CI machine and still far below what held places cost
-        // (refusals after the 200 ms queue wait, or waits to the deadline).
+        eprintln!(
+            "{attack}: victim p99 {:?} against {:?} unattacked",
+            attacked.p99, calm.p99
+        );
+        // The median, not the p99: one write delayed by a busy two-core CI
+        // machine must not fail the test, while held places would delay
+        // every write (a queue wait of up to 500 ms before each refusal).
         assert!(
-            attacked_p99 <= unattacked_p99 * 2 + Duration::from_millis(250),
-            "{attack}: victim p99 {attacked_p99:?} against {unattacked_p99:?} unattacked"
+            attacked.median <= calm.median * 2 + Duration::from_millis(250),
+            "{attack}: victim median {:?} against {:?} unattacked",
+            attacked.median,
+            calm.median
         );
         for wait in held {
             wait.abort();
@@ -188,7 +225,7 @@ async fn waits_for_a_basis_hold_no_work_place_and_a_basis_out_of_reach_is_refuse
         .await;
         // Nothing the attack provoked stays learned: right after it, the
         // victim is served in full.
-        let (refused, _) = victim_writes(&address, "victim", &format!("{attack}-after"), 40).await;
-        assert_eq!(refused, 0, "{attack}: after the attack\n{}", fleet.logs());
+        let after = victim_writes(&address, "victim", &format!("{attack}-after"), 40).await;
+        assert_eq!(after.refused, 0, "{attack}: after the attack\n{}", fleet.logs());
     }
 }
