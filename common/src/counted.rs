@@ -7,6 +7,7 @@
 //! is one of these, so each is taken and given back the same way: a place
 //! is a guard, and dropping it is the only way to give it back.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -58,34 +59,56 @@ impl<K: Eq + Hash + Clone> Counts<K> {
     }
 
     /// One more under `key` if it has fewer than `limit` open; `None`
-    /// (nothing counted) when it has `limit` already.
-    pub fn enter(&self, key: &K, limit: usize) -> Option<Counted<K>> {
+    /// (nothing counted) when it has `limit` already. `key` may be borrowed
+    /// (`&str` for `String` keys): it is copied once, for the place, and
+    /// once more only when the key is new.
+    pub fn enter<Q>(&self, key: &Q, limit: usize) -> Option<Counted<K>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = open.get(key).copied().unwrap_or(0);
-        if count >= limit {
-            return None;
+        match open.get_mut(key) {
+            Some(count) if *count >= limit => return None,
+            Some(count) => *count += 1,
+            None if limit == 0 => return None,
+            None => {
+                open.insert(key.to_owned(), 1);
+            }
         }
-        open.insert(key.clone(), count + 1);
         Some(Counted {
             open: Arc::clone(&self.open),
-            key: Some(key.clone()),
+            key: Some(key.to_owned()),
         })
     }
 
     /// One more under `key`, whatever it has open (for counts that are
     /// only reported, or bounded elsewhere).
-    pub fn add(&self, key: &K) -> Counted<K> {
+    pub fn add<Q>(&self, key: &Q) -> Counted<K>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        *open.entry(key.clone()).or_insert(0) += 1;
+        match open.get_mut(key) {
+            Some(count) => *count += 1,
+            None => {
+                open.insert(key.to_owned(), 1);
+            }
+        }
         Counted {
             open: Arc::clone(&self.open),
-            key: Some(key.clone()),
+            key: Some(key.to_owned()),
         }
     }
 
     /// How many `key` has open now.
     #[must_use]
-    pub fn get(&self, key: &K) -> usize {
+    pub fn get<Q>(&self, key: &Q) -> usize
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.open
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -76,7 +76,7 @@ impl FailoverBuffer {
         let place = if state.calls >= self.total || state.bytes.saturating_add(bytes) > self.max_bytes {
             None
         } else {
-            self.by_database.enter(&db.to_owned(), self.per_database)
+            self.by_database.enter(db, self.per_database)
         };
         let Some(place) = place else {
             drop(state);

@@ -142,7 +142,7 @@ impl Waiters {
         };
         let principal_place = self
             .per_principal
-            .enter(&principal.to_owned(), self.limits.per_principal)
+            .enter(principal, self.limits.per_principal)
             .ok_or_else(|| {
                 refuse(
                     Scope::Caller,
@@ -154,7 +154,7 @@ impl Waiters {
             })?;
         let database_place = self
             .per_database
-            .enter(&db.to_owned(), self.limits.per_database)
+            .enter(db, self.limits.per_database)
             .ok_or_else(|| {
                 refuse(
                     Scope::Database,

@@ -293,7 +293,7 @@ impl WorkLimits {
 
     fn database(&self, db: &str) -> Result<Counted<String>, Overloaded> {
         self.per_database
-            .enter(&db.to_owned(), self.config.max_per_database)
+            .enter(db, self.config.max_per_database)
             .ok_or_else(|| Overloaded {
                 reason: Shed::Database,
                 scope: Scope::Database,

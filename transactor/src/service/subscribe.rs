@@ -86,7 +86,7 @@ pub(crate) fn admit(
     }
     let principal_place = open
         .by_principal
-        .enter(&principal.to_owned(), limits.per_principal)
+        .enter(principal, limits.per_principal)
         .ok_or_else(|| {
             full(format!(
                 "principal {principal} has {} subscriptions on this node, its limit \
