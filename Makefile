@@ -79,6 +79,7 @@ INSTRUCTION_BUDGET ?= 122000
 ## scaling benchmark compare with; built once into target/stock.
 target/stock/bin/corium:
 	CARGO_TARGET_DIR=$(CURDIR)/target/stock-build $(CARGO) install corium-cli --version =0.1.90 --locked --root $(CURDIR)/target/stock
+	rm -rf $(CURDIR)/target/stock-build
 
 bench: tools target/stock/bin/corium
 	$(CARGO) build --release --bins

