@@ -7,6 +7,9 @@
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
 //!   root-store operations with few databases active among many;
 //! - `recovery`: handoff unavailability against a database's history length;
+//! - `history`: memory while written, cold open and handoff at 5,000,
+//!   50,000 and 200,000 transactions, fleet against a stock `corium
+//!   transactor` (filesystem store);
 //! - `auth`: the ingress's per-call authentication and principal-envelope
 //!   CPU, in-process;
 //! - `drain`: SIGTERM of a node owning 500 databases on `PostgreSQL`, a
@@ -42,7 +45,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, history, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -153,6 +156,9 @@ async fn main() -> anyhow::Result<()> {
         if wants("recovery") {
             recovery(&args, server, label, &mut report).await?;
         }
+    }
+    if wants("history") {
+        history(&args, &mut report).await?;
     }
     if wants("auth") {
         let result = scenario::auth::run(args.rounds);
@@ -487,6 +493,59 @@ async fn recovery(args: &Args, server: &Store, label: &str, report: &mut Report)
         report.insert(format!("recovery_{label}_{key}"), serde_json::to_value(&points)?);
     }
     Ok(())
+}
+
+/// `history`: the fleet against a stock `corium transactor` at each
+/// history length (filesystem store). Prints the table and adds the
+/// figures to `report`.
+async fn history(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let lengths: &[usize] = if args.quick {
+        &[1_000, 5_000]
+    } else {
+        &[5_000, 50_000, 200_000]
+    };
+    for (request_ids, label) in [(true, "request ids"), (false, "no request ids")] {
+        let points = scenario::history::run(lengths, args.rounds, request_ids).await?;
+        print_history(label, &points);
+        let key = if request_ids {
+            "history_filesystem"
+        } else {
+            "history_filesystem_no_request_ids"
+        };
+        report.insert(key.into(), serde_json::to_value(&points)?);
+    }
+    Ok(())
+}
+
+/// The `history` table of one variant.
+fn print_history(label: &str, points: &[scenario::history::Point]) {
+    println!(
+        "\n== history (filesystem): fleet (2 nodes, through the ingress, {label}) vs stock corium transactor, median (min–max) =="
+    );
+    println!(
+        "{:>8}  {:>12} {:>12}  {:>24} {:>24}  {:>10} {:>10}  {:>22}",
+        "tx",
+        "written fleet",
+        "stock MiB",
+        "cold open fleet ms",
+        "stock ms",
+        "cold fleet",
+        "stock MiB",
+        "handoff ms"
+    );
+    for point in points {
+        println!(
+            "{:>8}  {:>12} {:>12}  {:>24} {:>24}  {:>10} {:>10}  {:>22}",
+            point.transactions,
+            point.fleet_written_rss_kib / 1024,
+            point.stock_written_rss_kib / 1024,
+            stats::spread(&point.fleet_cold_open_ms).to_string(),
+            stats::spread(&point.stock_cold_open_ms).to_string(),
+            point.fleet_cold_rss_kib / 1024,
+            point.stock_cold_rss_kib / 1024,
+            stats::spread(&point.fleet_handoff_ms).to_string(),
+        );
+    }
 }
 
 /// `scaling`: aggregate throughput of 1–3 nodes against one stock `corium

@@ -32,6 +32,12 @@ struct StockProcess {
     child: Child,
     dir: tempfile::TempDir,
     log: &'static str,
+    /// What it is (for messages), its arguments and port, so it can start
+    /// again over the same directory.
+    what: String,
+    args: Vec<String>,
+    port: u16,
+    within: Duration,
 }
 
 impl Drop for StockProcess {
@@ -63,25 +69,63 @@ impl StockProcess {
         );
         let dir = tempfile::tempdir()?;
         let port = free_port();
-        let child = Command::new(binary)
-            .args(args(dir.path(), port))
+        let args = args(dir.path(), port);
+        let child = Self::spawn(&binary, &args, &dir, log)?;
+        let mut process = Self {
+            child,
+            dir,
+            log,
+            what: what.to_owned(),
+            args,
+            port,
+            within,
+        };
+        process.wait_listening().await?;
+        Ok((process, format!("http://127.0.0.1:{port}")))
+    }
+
+    fn spawn(
+        binary: &std::path::Path,
+        args: &[String],
+        dir: &tempfile::TempDir,
+        log: &str,
+    ) -> anyhow::Result<Child> {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join(log))?;
+        Ok(Command::new(binary)
+            .args(args)
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.path().join(log))?)
-            .spawn()?;
-        let mut process = Self { child, dir, log };
-        let deadline = Instant::now() + within;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = process.child.try_wait()? {
-                anyhow::bail!("stock {what} exited ({status}): {}", process.log());
+            .stderr(stderr)
+            .spawn()?)
+    }
+
+    /// Waits (at most `within`) until it listens on its port.
+    async fn wait_listening(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + self.within;
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("stock {} exited ({status}): {}", self.what, self.log());
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "stock {what} did not listen within {} s",
-                within.as_secs()
+                "stock {} did not listen within {} s",
+                self.what,
+                self.within.as_secs()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok((process, format!("http://127.0.0.1:{port}")))
+        Ok(())
+    }
+
+    /// Kills it (SIGKILL) and starts it again with the same arguments, over
+    /// the same directory and port; waits until it listens.
+    async fn restart(&mut self) -> anyhow::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = Self::spawn(&binary(), &self.args, &self.dir, self.log)?;
+        self.wait_listening().await
     }
 
     fn log(&self) -> String {
@@ -138,6 +182,15 @@ impl StockTransactor {
     #[must_use]
     pub fn pid(&self) -> u32 {
         self.process.child.id()
+    }
+
+    /// Kills it and starts it again over the same data (a cold restart:
+    /// its databases open again on their first call).
+    ///
+    /// # Errors
+    /// It did not start or listen again.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.process.restart().await
     }
 }
 

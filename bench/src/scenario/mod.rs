@@ -4,6 +4,7 @@ pub(crate) mod activation;
 pub(crate) mod auth;
 pub(crate) mod drain;
 pub(crate) mod failover;
+pub(crate) mod history;
 pub(crate) mod overload;
 pub(crate) mod owner_cache;
 pub(crate) mod reads;

@@ -33,7 +33,7 @@ struct Variant {
 
 /// Hands `db` from its owner to another candidate; the old owner's
 /// measured unavailability.
-async fn hand_off(fleet: &Fleet, address: &str, db: &str) -> anyhow::Result<u64> {
+pub(crate) async fn hand_off(fleet: &Fleet, address: &str, db: &str) -> anyhow::Result<u64> {
     let view = corium::placement(address, db).await;
     let owner = fleet.index(&view.owner_id);
     let target = fleet
