@@ -245,6 +245,9 @@ fn member_json(member: &FleetMember) -> serde_json::Value {
             "read_replicas": load.read_replicas,
             "replica_lag": load.replica_lag,
         })),
+        "memory_budget_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_budget_bytes),
+        "memory_used_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_used_bytes),
+        "memory_resident_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_resident_bytes),
         "databases": databases,
     })
 }
@@ -254,7 +257,7 @@ fn database_json(db: &DatabaseView) -> serde_json::Value {
     serde_json::json!({
         "database": db.database, "state": db.state, "owner": db.owner_id,
         "lease_version": db.lease_version, "lease_expires_unix_ms": db.lease_expires_unix_ms,
-        "basis_t": db.basis_t, "owner_rank": owner_rank(db),
+        "basis_t": db.basis_t, "owner_rank": owner_rank(db), "memory_bytes": db.memory_bytes,
         "candidates": db.candidates.iter().map(|c| serde_json::json!({
             "node_id": c.node_id, "zone": c.zone, "rank": c.rank,
         })).collect::<Vec<_>>(),
@@ -282,6 +285,20 @@ fn relative(at_ms: i64, now_ms: i64) -> String {
     }
 }
 
+/// A node's memory for people: estimate of budget, in MiB.
+fn memory_text(load: &corium_fleet_proto::fleet::NodeLoad) -> String {
+    let mib = |bytes: u64| bytes / (1024 * 1024);
+    if load.memory_budget_bytes == 0 {
+        format!("{} MiB (no budget)", mib(load.memory_used_bytes))
+    } else {
+        format!(
+            "{}/{} MiB",
+            mib(load.memory_used_bytes),
+            mib(load.memory_budget_bytes)
+        )
+    }
+}
+
 /// One row of the node table.
 fn node_row(member: &FleetMember, now_ms: i64) -> [String; 9] {
     let dash = || "-".to_owned();
@@ -306,14 +323,15 @@ fn node_row(member: &FleetMember, now_ms: i64) -> [String; 9] {
             },
             status.load.as_ref().map_or_else(dash, |load| {
                 format!(
-                    "{}/{} running, {} waiting, {} subs, {} calls, {} read replicas (lag {})",
+                    "{}/{} running, {} waiting, {} subs, {} calls, {} read replicas (lag {}), memory {}",
                     load.calls_running,
                     load.max_inflight,
                     load.calls_waiting,
                     load.subscriptions,
                     load.calls_total,
                     load.read_replicas,
-                    load.replica_lag
+                    load.replica_lag,
+                    memory_text(load)
                 )
             }),
         )

@@ -14,6 +14,8 @@
 //!   probe: how the local launcher and the tests start processes;
 //! - [`red`] — calls by method and status code, their durations, in flight (both tiers);
 //! - [`telemetry`] — the binaries' logs (text or JSON) and OTLP span export, W3C trace context;
+//! - [`memory`] — the process's resident set, its cgroup's memory limit, a
+//!   node's memory budget;
 //! - [`names`] — Corium's database-name rule (and saga branches), checked
 //!   on every request before storage;
 //! - [`owner`] — lease owner ids (`<node-id>/<incarnation>`) and the lease clock;
@@ -33,6 +35,7 @@ pub mod auth;
 pub mod cert_reload;
 pub mod counted;
 pub mod launch;
+pub mod memory;
 pub mod names;
 pub mod owner;
 pub mod placement;

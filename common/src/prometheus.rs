@@ -127,11 +127,10 @@ pub fn process(out: &mut String) {
             boot + start / ticks
         );
     }
-    if let Some(rss_pages) = number(21) {
+    if let Some(resident) = crate::memory::resident_bytes() {
         let _ = writeln!(
             out,
-            "# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}",
-            rss_pages * 4096.0
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {resident}"
         );
     }
     if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {

@@ -59,6 +59,17 @@ pub struct Metrics {
     pub rejected_route_mismatch: AtomicU64,
     /// Requests refused for a second hop.
     pub rejected_hop: AtomicU64,
+    /// The node's memory budget in bytes (0: none).
+    pub memory_budget_bytes: AtomicU64,
+    /// What the node is estimated to hold, in bytes (`host/memory.rs`).
+    pub memory_used_bytes: AtomicU64,
+    /// Activations refused for memory (over budget, or a database too
+    /// large for it).
+    pub memory_refusals: AtomicU64,
+    /// Idle databases evicted to stay within the memory budget.
+    pub memory_evictions: AtomicU64,
+    /// Databases handed to another candidate to stay within the budget.
+    pub memory_handoffs: AtomicU64,
     /// Ownership decisions that could not be verified (storage).
     pub storage_unavailable: AtomicU64,
     /// Time to activate a cell, lease and recovery included.
@@ -84,6 +95,36 @@ impl Metrics {
             "corium_fleet_databases_owned",
             "Databases whose write lease this node holds.",
             owned as u64,
+        );
+        gauge(
+            &mut out,
+            "corium_fleet_memory_budget_bytes",
+            "The node's memory budget (--memory-budget-mib; 0: none).",
+            load(&self.memory_budget_bytes),
+        );
+        gauge(
+            &mut out,
+            "corium_fleet_memory_used_bytes",
+            "What the node is estimated to hold against its budget: base, open databases by history, read-ahead.",
+            load(&self.memory_used_bytes),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_memory_refusals_total",
+            "Activations refused RESOURCE_EXHAUSTED for memory (over budget, or a database too large for it).",
+            load(&self.memory_refusals),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_memory_evictions_total",
+            "Idle databases evicted to stay within the memory budget.",
+            load(&self.memory_evictions),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_memory_handoffs_total",
+            "Databases handed to another candidate to stay within the memory budget.",
+            load(&self.memory_handoffs),
         );
         gauge(
             &mut out,

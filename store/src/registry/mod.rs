@@ -113,6 +113,13 @@ pub struct Load {
     pub subscriptions: u32,
     /// Client calls admitted since the process started.
     pub calls_total: u64,
+    /// What the node is estimated to hold against its memory budget, in
+    /// bytes (0 from nodes that predate it).
+    #[serde(default)]
+    pub memory_used_bytes: u64,
+    /// Its memory budget in bytes (0: none, or a node that predates it).
+    #[serde(default)]
+    pub memory_budget_bytes: u64,
 }
 
 impl Record {

@@ -22,6 +22,7 @@ mod fast_moves;
 mod fleet_status;
 mod foundation;
 mod ingress;
+mod memory_budget;
 mod observability;
 mod placement;
 mod readiness;

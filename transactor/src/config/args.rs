@@ -126,6 +126,15 @@ pub struct Args {
     /// `corium-principal` is trusted; repeatable [default: corium-fleet-ingress].
     #[arg(long = "ingress-identity", help_heading = "TLS")]
     pub ingress_identities: Option<Vec<String>>,
+    /// The node's memory budget: the databases it holds open (estimated from
+    /// their history), its read-ahead and its process's base count against
+    /// it. Past it, idle databases are evicted (least recently used first),
+    /// then the largest is handed to another candidate; an activation that
+    /// finds no room is refused `RESOURCE_EXHAUSTED`. 0: no budget
+    /// [default: 75 % of the container's cgroup memory limit; none without
+    /// a limit].
+    #[arg(long)]
+    pub memory_budget_mib: Option<u64>,
     /// Memory for reading a database's log in one go while it activates
     /// (one query on `PostgreSQL`), shared by concurrent activations, at most
     /// 64 MiB each; 0 turns read-ahead off [default: 256].

@@ -167,6 +167,10 @@ impl Args {
             membership,
             drain_timeout: Duration::from_secs(10),
             storage_timeout: Duration::from_secs(5),
+            memory_budget: corium_fleet_common::memory::budget_bytes(
+                self.memory_budget_mib,
+                corium_fleet_common::memory::cgroup_limit_bytes(),
+            ),
             activation_read_ahead_mib: self.activation_read_ahead_mib.unwrap_or(256),
             warm_standby_mib: self.warm_standby_mib.unwrap_or(64),
             warm_standby_interval: match self.warm_standby_interval_ms.unwrap_or(5_000) {

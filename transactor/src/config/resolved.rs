@@ -73,6 +73,10 @@ pub struct Config {
     pub drain_timeout: Duration,
     /// Bound on one storage call made to decide ownership.
     pub storage_timeout: Duration,
+    /// The node's memory budget in bytes (`None`: none): what its open
+    /// databases, read-ahead and base are estimated to hold stays under it
+    /// (`host/memory.rs`).
+    pub memory_budget: Option<u64>,
     /// The node's activation read-ahead budget in MiB (0: off).
     pub activation_read_ahead_mib: usize,
     /// The node's warm-standby budget in MiB (0: off).

@@ -27,7 +27,9 @@ impl Host {
     ///
     /// # Errors
     /// [`Refusal::NotOwner`] when another owner won the lease or this node
-    /// is shutting down; [`Refusal::Unverifiable`] on storage failure.
+    /// is shutting down; [`Refusal::Unverifiable`] on storage failure;
+    /// [`Refusal::OverBudget`] or [`Refusal::TooLarge`] when the memory
+    /// budget has no room (`memory.rs`).
     #[tracing::instrument(name = "activation", level = "info", skip(self))]
     pub async fn activate(self: &Arc<Self>, db: &str, takeover: bool) -> Result<Arc<Cell>, Refusal> {
         let lock = self.activation_lock(db);
@@ -41,6 +43,7 @@ impl Host {
             // resends, rather than an error a stock client gives up on).
             return Err(self.not_owner(db, None));
         }
+        self.make_room(db).await?;
         let started = Instant::now();
         let mut opened = Cell::open(&self.template, db).await;
         if let Err(OpenError::Held { owner, .. }) = &opened
@@ -64,6 +67,7 @@ impl Host {
                     self.metrics.takeovers.fetch_add(1, Ordering::Relaxed);
                 }
                 self.metrics.activation_seconds.observe(started.elapsed());
+                self.check_opened(&cell).await?;
                 tracing::info!(
                     db,
                     lease_version = cell.lease_version,

@@ -7,11 +7,13 @@
 //! - [`refusal`] — its typed "no", mapped to a status at the service edge;
 //! - [`activation`] — opening a cell (acquire + recover);
 //! - [`lifecycle`] — a cell's monitor, eviction, reset;
-//! - [`handoff`] — moving a database to another node, and the drain.
+//! - [`handoff`] — moving a database to another node, and the drain;
+//! - [`memory`] — the memory budget: estimates, eviction, refusal.
 
 mod activation;
 mod handoff;
 mod lifecycle;
+mod memory;
 mod ownership;
 mod refusal;
 
@@ -76,6 +78,9 @@ pub struct Host {
     activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Set once shutdown begins: no new activations.
     stopping: std::sync::atomic::AtomicBool,
+    /// Databases found too large for the memory budget: refused without
+    /// opening them again for a while.
+    too_large: memory::TooLarge,
     /// Told of every commit under a request id (the test seam; `None` in
     /// production).
     pub after_commit: Option<crate::seams::CommitObserver>,
@@ -111,6 +116,7 @@ impl Host {
             cells: Mutex::new(HashMap::new()),
             activating: Mutex::new(HashMap::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            too_large: memory::TooLarge::default(),
             after_commit,
         })
     }

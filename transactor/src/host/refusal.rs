@@ -38,6 +38,38 @@ pub enum Refusal {
         /// The underlying error.
         detail: String,
     },
+    /// Opening the database would take this node past its memory budget
+    /// and no idle database was left to make room: `RESOURCE_EXHAUSTED`.
+    /// Nothing was opened; the database's other candidates may have room.
+    #[error(
+        "node {node} is at its memory budget ({used_mib} MiB of {budget_mib} MiB in use) and cannot open {db:?} now; retry later"
+    )]
+    OverBudget {
+        /// This node.
+        node: String,
+        /// The database.
+        db: String,
+        /// What the node holds now, in MiB.
+        used_mib: u64,
+        /// Its budget, in MiB.
+        budget_mib: u64,
+    },
+    /// The database alone needs more memory than this node's budget (a
+    /// poison database): `RESOURCE_EXHAUSTED`, refused without opening it
+    /// again until it is forgotten.
+    #[error(
+        "database {db:?} needs about {needs_mib} MiB, more than node {node}'s memory budget of {budget_mib} MiB; it is not served here (give the node more memory or --memory-budget-mib)"
+    )]
+    TooLarge {
+        /// This node.
+        node: String,
+        /// The database.
+        db: String,
+        /// Its estimate when it was last open, in MiB.
+        needs_mib: u64,
+        /// The node's budget, in MiB.
+        budget_mib: u64,
+    },
 }
 
 impl Refusal {
@@ -45,9 +77,11 @@ impl Refusal {
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Metadata(_) | Self::InvalidName(_) | Self::UnknownDatabase(_) => ErrorKind::GiveUp,
+            Self::Metadata(_) | Self::InvalidName(_) | Self::UnknownDatabase(_) | Self::TooLarge { .. } => {
+                ErrorKind::GiveUp
+            }
             Self::NotOwner(detail) => not_owner::kind(detail),
-            Self::Unverifiable { .. } => ErrorKind::RetryLater,
+            Self::Unverifiable { .. } | Self::OverBudget { .. } => ErrorKind::RetryLater,
         }
     }
 }

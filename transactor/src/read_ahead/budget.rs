@@ -59,6 +59,8 @@ pub struct Budget {
     prepared: Arc<Mutex<HashMap<String, Prepared>>>,
     /// Databases this node keeps warm as their first standby.
     pub warm: Arc<WarmSet>,
+    /// The read-ahead budget in KiB (0: off).
+    total_kib: usize,
 }
 
 impl Budget {
@@ -78,7 +80,17 @@ impl Budget {
             counts,
             prepared: Arc::default(),
             warm,
+            total_kib: mib.saturating_mul(1024),
         }
+    }
+
+    /// The bytes read-ahead and warm standbys hold now (what counts
+    /// against the node's memory budget).
+    #[must_use]
+    pub fn held_bytes(&self) -> u64 {
+        let free_kib = self.pool.kib.as_ref().map_or(0, |kib| kib.available_permits());
+        let read_ahead = self.total_kib.saturating_sub(free_kib).saturating_mul(1024);
+        u64::try_from(read_ahead.saturating_add(self.warm.usage().1)).unwrap_or(u64::MAX)
     }
 
     /// KiB of the budget free now (tests).

@@ -67,6 +67,7 @@ pub(crate) async fn database_view(host: &Host, db: &str) -> Result<(Standing, Da
             owner_endpoint: root.map(|root| root.owner_endpoint.clone()).unwrap_or_default(),
             basis_t,
             candidates,
+            memory_bytes: 0,
         },
     ))
 }
@@ -79,6 +80,7 @@ pub(crate) async fn database_view(host: &Host, db: &str) -> Result<(Standing, Da
 async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
     let host = &node.host;
     let load = node.load();
+    let memory = host.memory_use().await;
     let mut response = NodeStatusResponse {
         node_id: host.config.node_id.clone(),
         zone: host.config.zone.clone(),
@@ -95,6 +97,9 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
             calls_total: load.calls_total,
             read_replicas: u32::try_from(node.replicas.active()).unwrap_or(u32::MAX),
             replica_lag: node.replicas.max_lag(),
+            memory_budget_bytes: memory.budget.unwrap_or(0),
+            memory_used_bytes: memory.used,
+            memory_resident_bytes: memory.resident.unwrap_or(0),
         }),
         ..NodeStatusResponse::default()
     };
@@ -103,7 +108,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
             // Not a candidate: its roots are not this node's to read.
             continue;
         }
-        let (standing, view) = match database_view(host, &db).await {
+        let (standing, mut view) = match database_view(host, &db).await {
             Ok(found) => found,
             // Deleted between the listing and the read.
             Err(status) => return Err(status),
@@ -114,6 +119,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
             Standing::Cold => response.cold += 1,
             Standing::Elsewhere => continue,
         }
+        view.memory_bytes = memory.databases.get(&db).copied().unwrap_or(0);
         response.databases.push(view);
     }
     Ok(response)

@@ -71,6 +71,12 @@ impl Node {
             calls_waiting: count(self.work.waiting()),
             subscriptions: count(self.subscriptions.open()),
             calls_total: self.work.admitted(),
+            memory_used_bytes: self
+                .host
+                .metrics
+                .memory_used_bytes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            memory_budget_bytes: self.host.config.memory_budget.unwrap_or(0),
         }
     }
 }

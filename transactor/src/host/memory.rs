@@ -1,0 +1,301 @@
+//! The node's memory budget (`--memory-budget-mib`): what the node holds is
+//! estimated from its parts, kept under the budget by evicting idle
+//! databases and handing the largest away, and an activation that finds no
+//! room is refused instead of taking the process past its limit.
+//!
+//! What counts: a fixed base for the process, each open database by its
+//! history (datoms Corium recorded, times a per-datom figure measured by
+//! `make bench`'s `history` scenario), and what read-ahead and warm
+//! standbys hold. The budget is enforced on this estimate, not on the
+//! resident set: glibc's allocator keeps freed pages, so the resident set
+//! does not fall when a database is evicted and a loop driven by it would
+//! evict everything. The resident set is reported beside the estimate.
+//!
+//! Order, as issue 37 asks: read-ahead and warm memory are already bounded
+//! by their own budgets and drop on their own; past the budget, idle
+//! databases go first (least recently used, then the largest), then the
+//! largest database is handed to another candidate (whose own activation
+//! refuses it if that node has no room, so nothing cascades); an
+//! activation still without room is refused.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Host, Refusal};
+use crate::cell::Cell;
+
+/// Bytes an open database holds per datom it ever recorded (current and
+/// history indexes, Corium's published segments, the recorded list), while
+/// it is written: `make bench`'s `history` scenario measured ~18.7 KB per
+/// transaction of ~3 datoms (an item, its instant, its request key) at
+/// 5,000 transactions (design note 0021). Conservative on purpose: the
+/// budget exists so that the resident set never reaches the limit.
+pub(crate) const BYTES_PER_DATOM: u64 = 6_000;
+/// What the process holds with no database open (runtime, pools, the
+/// binary's pages), from the same scenario.
+pub(crate) const BASE_BYTES: u64 = 40 << 20;
+/// A database idle this long may be evicted to make room.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(5);
+/// How often the budget is checked.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// At most one database handed away for memory per this interval, so a
+/// node under pressure does not empty itself faster than its candidates
+/// can take the databases.
+const HANDOFF_EVERY: Duration = Duration::from_secs(30);
+/// How long a database found too large for the budget is refused without
+/// being opened again.
+const TOO_LARGE_FOR: Duration = Duration::from_mins(5);
+
+const MIB: u64 = 1024 * 1024;
+
+/// The node's memory as the budget sees it.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryUse {
+    /// The budget in bytes (`None`: no budget).
+    pub budget: Option<u64>,
+    /// The estimate of what the node holds: base + databases + read-ahead.
+    pub used: u64,
+    /// The process's resident set, when the system tells it.
+    pub resident: Option<u64>,
+    /// Each open database's estimate.
+    pub databases: HashMap<String, u64>,
+}
+
+impl MemoryUse {
+    /// Whether the node holds more than its budget.
+    #[must_use]
+    pub fn over(&self) -> bool {
+        self.budget.is_some_and(|budget| self.used > budget)
+    }
+}
+
+/// An open database's estimated memory: its recorded datoms times
+/// [`BYTES_PER_DATOM`].
+pub(crate) async fn database_bytes(cell: &Cell) -> u64 {
+    let datoms = cell
+        .node
+        .db_state(&cell.db)
+        .await
+        .map_or(0, |state| state.db().recorded_len());
+    u64::try_from(datoms)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(BYTES_PER_DATOM)
+}
+
+/// Databases found too large for this node's budget, and their estimate.
+#[derive(Default)]
+pub(crate) struct TooLarge(std::sync::Mutex<HashMap<String, (u64, Instant)>>);
+
+impl TooLarge {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Instant)>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The estimate of `db`, if it was found too large lately.
+    fn get(&self, db: &str) -> Option<u64> {
+        let mut found = self.lock();
+        found.retain(|_, (_, at)| at.elapsed() < TOO_LARGE_FOR);
+        found.get(db).map(|(bytes, _)| *bytes)
+    }
+
+    fn insert(&self, db: &str, bytes: u64) {
+        self.lock().insert(db.to_owned(), (bytes, Instant::now()));
+    }
+}
+
+impl Host {
+    /// The node's memory now.
+    pub async fn memory_use(&self) -> MemoryUse {
+        let mut databases = HashMap::new();
+        for cell in self.cells() {
+            databases.insert(cell.db.clone(), database_bytes(&cell).await);
+        }
+        let used = BASE_BYTES
+            .saturating_add(databases.values().sum())
+            .saturating_add(self.template.read_ahead.held_bytes());
+        MemoryUse {
+            budget: self.config.memory_budget,
+            used,
+            resident: corium_fleet_common::memory::resident_bytes(),
+            databases,
+        }
+    }
+
+    fn over_budget(&self, db: &str, usage: &MemoryUse) -> Refusal {
+        Refusal::OverBudget {
+            node: self.config.node_id.clone(),
+            db: db.to_owned(),
+            used_mib: usage.used / MIB,
+            budget_mib: usage.budget.unwrap_or(0) / MIB,
+        }
+    }
+
+    fn too_large(&self, db: &str, needs: u64) -> Refusal {
+        Refusal::TooLarge {
+            node: self.config.node_id.clone(),
+            db: db.to_owned(),
+            needs_mib: needs / MIB,
+            budget_mib: self.config.memory_budget.unwrap_or(0) / MIB,
+        }
+    }
+
+    /// Before opening `db`: refuses a database found too large lately, and
+    /// evicts idle databases while the node is over its budget; refuses when
+    /// it still is.
+    ///
+    /// # Errors
+    /// [`Refusal::TooLarge`], [`Refusal::OverBudget`].
+    pub(super) async fn make_room(&self, db: &str) -> Result<(), Refusal> {
+        let Some(budget) = self.config.memory_budget else {
+            return Ok(());
+        };
+        if let Some(needs) = self.too_large.get(db) {
+            self.metrics.memory_refusals.fetch_add(1, Ordering::Relaxed);
+            return Err(self.too_large(db, needs));
+        }
+        let usage = self.memory_use().await;
+        if !usage.over() {
+            return Ok(());
+        }
+        let freed = self.evict_idle(&usage, usage.used.saturating_sub(budget)).await;
+        let usage = self.memory_use().await;
+        if usage.over() {
+            self.metrics.memory_refusals.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                db,
+                used_mib = usage.used / MIB,
+                budget_mib = budget / MIB,
+                freed_mib = freed / MIB,
+                "over the memory budget; activation refused"
+            );
+            return Err(self.over_budget(db, &usage));
+        }
+        Ok(())
+    }
+
+    /// After `cell` opened: a database whose estimate alone is past the
+    /// budget is a poison database — released at once and refused for a
+    /// while, so it cannot take the node (or, handed on, any other) down.
+    ///
+    /// # Errors
+    /// [`Refusal::TooLarge`] (the cell is released first).
+    pub(super) async fn check_opened(&self, cell: &Arc<Cell>) -> Result<(), Refusal> {
+        let Some(budget) = self.config.memory_budget else {
+            return Ok(());
+        };
+        let needs = database_bytes(cell).await;
+        if BASE_BYTES.saturating_add(needs) <= budget {
+            return Ok(());
+        }
+        self.too_large.insert(&cell.db, needs);
+        self.metrics.memory_refusals.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(db = %cell.db, needs_mib = needs / MIB, budget_mib = budget / MIB, "database too large for the memory budget; released");
+        self.close_and_release(cell).await;
+        Err(self.too_large(&cell.db, needs))
+    }
+
+    /// Evicts idle databases, least recently used first, until `needed`
+    /// bytes of estimate are gone or none is left; returns the bytes freed.
+    async fn evict_idle(&self, usage: &MemoryUse, needed: u64) -> u64 {
+        let mut idle: Vec<(Duration, Arc<Cell>)> = self
+            .cells()
+            .into_iter()
+            .filter_map(|cell| {
+                cell.idle_for()
+                    .filter(|idle| *idle >= EVICTABLE_AFTER)
+                    .map(|idle| (idle, cell))
+            })
+            .collect();
+        // Longest idle first.
+        idle.sort_by_key(|(idle_for, _)| std::cmp::Reverse(*idle_for));
+        let mut freed = 0;
+        for (idle_for, cell) in idle {
+            if freed >= needed {
+                break;
+            }
+            let bytes = usage.databases.get(&cell.db).copied().unwrap_or(0);
+            tracing::info!(db = %cell.db, idle_ms = idle_for.as_millis(), estimate_mib = bytes / MIB, "over the memory budget; evicting an idle database");
+            self.metrics.memory_evictions.fetch_add(1, Ordering::Relaxed);
+            self.evict(&cell).await;
+            freed += bytes;
+        }
+        freed
+    }
+
+    /// Keeps the node under its budget until `shutdown`: every second, when
+    /// over it, evicts idle databases; when that is not enough, hands the
+    /// largest database to its next candidate (at most one per
+    /// [`HANDOFF_EVERY`]). Without a budget it only keeps the gauges.
+    pub(crate) async fn keep_within_budget(
+        self: Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let budget = self.config.memory_budget;
+        self.metrics
+            .memory_budget_bytes
+            .store(budget.unwrap_or(0), Ordering::Relaxed);
+        let mut last_handoff: Option<Instant> = None;
+        let mut ticks = tokio::time::interval(CHECK_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = ticks.tick() => {}
+            }
+            if self.is_stopping() {
+                return;
+            }
+            let usage = self.memory_use().await;
+            self.metrics
+                .memory_used_bytes
+                .store(usage.used, Ordering::Relaxed);
+            let Some(budget) = budget.filter(|_| usage.over()) else {
+                continue;
+            };
+            let excess = usage.used.saturating_sub(budget);
+            let freed = self.evict_idle(&usage, excess).await;
+            if freed >= excess || last_handoff.is_some_and(|at| at.elapsed() < HANDOFF_EVERY) {
+                continue;
+            }
+            let largest = usage
+                .databases
+                .iter()
+                .max_by_key(|(_, bytes)| **bytes)
+                .map(|(db, bytes)| (db.clone(), *bytes));
+            let Some((db, bytes)) = largest else { continue };
+            let others: Vec<_> = self
+                .candidates(&db)
+                .into_iter()
+                .filter(|member| member.node_id != self.config.node_id)
+                .collect();
+            if others.is_empty() {
+                continue;
+            }
+            last_handoff = Some(Instant::now());
+            self.metrics.memory_handoffs.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(db = %db, estimate_mib = bytes / MIB, used_mib = usage.used / MIB, budget_mib = budget / MIB, to = %others[0].node_id, "over the memory budget; handing the largest database away");
+            self.hand_to_first(&db, others, "memory").await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn over_means_past_the_budget() {
+        let mut usage = MemoryUse {
+            budget: Some(100),
+            used: 100,
+            ..MemoryUse::default()
+        };
+        assert!(!usage.over());
+        usage.used = 101;
+        assert!(usage.over());
+        usage.budget = None;
+        assert!(!usage.over(), "no budget is never over");
+    }
+}
