@@ -28,8 +28,9 @@ pub(crate) type Authorized = InterceptedService<Channel, TokenInterceptor>;
 /// the credentials to present.
 #[derive(clap::Args)]
 pub(crate) struct NodeArgs {
-    /// A transactor node's gRPC endpoint.
-    #[arg(long, default_value = "http://127.0.0.1:7001", env = "CORIUM_FLEET_ENDPOINT")]
+    /// The fleet's address (an ingress; stock Corium's port), or one
+    /// transactor node's gRPC endpoint.
+    #[arg(long, default_value = "http://127.0.0.1:4334", env = "CORIUM_FLEET_ENDPOINT")]
     pub(crate) endpoint: String,
     /// Bearer token sent as `authorization: Bearer <token>` on every call.
     /// Defaults to the shared development token
@@ -39,14 +40,16 @@ pub(crate) struct NodeArgs {
     /// everywhere.
     #[arg(long, env = "CORIUM_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
-    /// Fleet CA (PEM) for an mTLS node (`https://` endpoint).
-    #[arg(long, requires_all = ["cert", "key"])]
+    /// CA (PEM) that signed the endpoint's certificate (`https://`): the
+    /// chart's client-port CA, or the fleet CA for a node's mTLS port.
+    #[arg(long)]
     pub(crate) ca: Option<std::path::PathBuf>,
-    /// Client certificate (PEM) signed by the fleet CA.
-    #[arg(long, requires = "ca")]
+    /// Client certificate (PEM) signed by the fleet CA, for a port that asks
+    /// for one (a node's mTLS port).
+    #[arg(long, requires_all = ["ca", "key"])]
     pub(crate) cert: Option<std::path::PathBuf>,
     /// Private key (PEM) of --cert.
-    #[arg(long, requires = "ca")]
+    #[arg(long, requires_all = ["ca", "cert"])]
     pub(crate) key: Option<std::path::PathBuf>,
     /// Name to verify the node's certificate against [default: the endpoint's host].
     #[arg(long)]
@@ -78,13 +81,15 @@ impl NodeArgs {
         let token = crate::auth::interceptor(self.token.as_deref())?;
         let mut target = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .with_context(|| format!("bad endpoint {endpoint:?}"))?;
-        if let (Some(ca), Some(cert), Some(key)) = (&self.ca, &self.cert, &self.key) {
+        if let Some(ca) = &self.ca {
             let read = |path: &std::path::Path| {
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
             };
             let mut tls = tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?))
-                .identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+                .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+            if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+                tls = tls.identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
+            }
             if let Some(name) = &self.tls_name {
                 tls = tls.domain_name(name.clone());
             }
@@ -95,7 +100,14 @@ impl NodeArgs {
             .timeout(timeout)
             .connect()
             .await
-            .with_context(|| format!("cannot reach {endpoint}"))?;
+            .with_context(|| {
+                let tls = if endpoint.starts_with("https://") && self.ca.is_none() {
+                    "; an https:// endpoint needs --ca"
+                } else {
+                    ""
+                };
+                format!("cannot reach {endpoint}: is the fleet running there? set --endpoint or CORIUM_FLEET_ENDPOINT{tls}")
+            })?;
         Ok(InterceptedService::new(channel, token))
     }
 }
@@ -526,6 +538,45 @@ mod tests {
             lease_version,
             ..DatabaseView::default()
         }
+    }
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        node: NodeArgs,
+    }
+
+    /// The default endpoint is the fleet's address (the ingress listens on
+    /// stock Corium's port); a CA alone is enough for TLS; a refused
+    /// connection says what to check.
+    #[tokio::test]
+    async fn the_default_endpoint_is_the_fleet_and_a_refusal_says_what_to_check() {
+        use clap::Parser as _;
+        let flags = Flags::try_parse_from(["status"]).unwrap();
+        if std::env::var_os("CORIUM_FLEET_ENDPOINT").is_none() {
+            assert_eq!(flags.node.endpoint, "http://127.0.0.1:4334");
+        }
+        assert!(
+            Flags::try_parse_from(["status", "--ca", "ca.pem"]).is_ok(),
+            "--ca alone"
+        );
+        assert!(
+            Flags::try_parse_from(["status", "--cert", "c.pem", "--key", "k.pem"]).is_err(),
+            "a certificate needs its CA"
+        );
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let endpoint = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let Err(error) = flags.node.channel(&endpoint, Duration::from_secs(5)).await else {
+            panic!("nothing listens at {endpoint}");
+        };
+        let words = format!("{error:#}");
+        assert!(
+            words.contains(&endpoint)
+                && words.contains("is the fleet running there?")
+                && words.contains("CORIUM_FLEET_ENDPOINT"),
+            "{words}"
+        );
     }
 
     #[test]
