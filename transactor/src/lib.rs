@@ -317,6 +317,7 @@ fn follow_registry(
     let (records_tx, records_rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
     let members = (!host.config.static_members).then(|| host.members.clone());
     let features = host.features.clone();
+    let loads = host.loads.clone();
     tokio::spawn(corium_fleet_store::registry::follow(
         reader,
         corium_fleet_store::registry::period(host.config.registry_renew, host.config.lease_ttl),
@@ -326,6 +327,7 @@ fn follow_registry(
                 members.set_live(&records);
             }
             features.set_live(&records);
+            loads.set_live(&records);
             records_tx.send_replace(Arc::new(records));
         },
         stop.clone(),

@@ -66,6 +66,9 @@ pub struct Metrics {
     /// Activations refused for memory (over budget, or a database too
     /// large for it).
     pub memory_refusals: AtomicU64,
+    /// Activations this node had no memory for, sent to a candidate whose
+    /// load showed room (a `NotOwner` naming it).
+    pub memory_redirects: AtomicU64,
     /// Idle databases evicted to stay within the memory budget.
     pub memory_evictions: AtomicU64,
     /// Databases handed to another candidate to stay within the budget.
@@ -113,6 +116,12 @@ impl Metrics {
             "corium_fleet_memory_refusals_total",
             "Activations refused RESOURCE_EXHAUSTED for memory (over budget, or a database too large for it).",
             load(&self.memory_refusals),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_memory_redirects_total",
+            "Activations this node had no memory for, sent to a candidate whose published load showed room.",
+            load(&self.memory_redirects),
         );
         counter(
             &mut out,

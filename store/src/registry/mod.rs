@@ -51,7 +51,8 @@ pub struct Record {
     #[serde(default)]
     pub owned: Vec<String>,
     /// How busy the node was at its last renewal (`None` from nodes that
-    /// predate it). Status views read it; nothing decides on it.
+    /// predate it). Status views read it; a node over its memory budget
+    /// sends an activation to a candidate whose load shows room ([`Loads`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<Load>,
     /// The formats this node reads beyond the first release's
@@ -120,6 +121,55 @@ pub struct Load {
     /// Its memory budget in bytes (0: none, or a node that predates it).
     #[serde(default)]
     pub memory_budget_bytes: u64,
+}
+
+impl Load {
+    /// Whether the node had room for `bytes` more at its last renewal: it
+    /// has no budget (or predates one), or its estimate plus `bytes` stays
+    /// below it (`bytes` 0: any room at all).
+    #[must_use]
+    pub const fn has_memory_room(&self, bytes: u64) -> bool {
+        self.memory_budget_bytes == 0
+            || self.memory_used_bytes.saturating_add(bytes) < self.memory_budget_bytes
+    }
+}
+
+/// Each live member's load at its last renewal, by node id: where a node
+/// looks for a candidate with room. A hint as old as one registry period;
+/// the chosen node's own budget decides.
+#[derive(Clone, Default)]
+pub struct Loads(Arc<RwLock<Arc<std::collections::HashMap<String, Load>>>>);
+
+impl Loads {
+    /// Takes the loads of the live records of `records`.
+    pub fn set_live(&self, records: &[Record]) {
+        let now = now_unix_ms();
+        let live = records
+            .iter()
+            .filter(|record| record.expires_unix_ms > now)
+            .filter_map(|record| record.load.map(|load| (record.node_id.clone(), load)))
+            .collect();
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(live);
+    }
+
+    /// The last load `node_id` published, if it is live and published one.
+    #[must_use]
+    pub fn get(&self, node_id: &str) -> Option<Load> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(node_id)
+            .copied()
+    }
+
+    /// Whether `node_id` had room for `bytes` more at its last renewal
+    /// ([`Load::has_memory_room`]); a node with no published load (not yet
+    /// read, one that predates loads) counts as having room — its own
+    /// budget still refuses.
+    #[must_use]
+    pub fn has_memory_room(&self, node_id: &str, bytes: u64) -> bool {
+        self.get(node_id).is_none_or(|load| load.has_memory_room(bytes))
+    }
 }
 
 impl Record {
@@ -382,6 +432,39 @@ mod tests {
         assert!(features.has(OWNED_REQUEST_IDS));
         features.set_live(&[]);
         assert!(!features.has(OWNED_REQUEST_IDS), "nothing on a guess");
+    }
+
+    #[test]
+    fn room_is_read_from_live_loads_and_assumed_without_one() {
+        let loads = Loads::default();
+        let later = now_unix_ms() + 60_000;
+        let loaded = |id: &str, expires: i64, used: u64, budget: u64| Record {
+            load: Some(Load {
+                memory_used_bytes: used,
+                memory_budget_bytes: budget,
+                ..Load::default()
+            }),
+            ..record(id, "i", expires)
+        };
+        loads.set_live(&[
+            loaded("full", later, 100, 100),
+            loaded("roomy", later, 10, 100),
+            loaded("unbudgeted", later, 500, 0),
+            loaded("gone", 1, 10, 100),
+        ]);
+        assert!(!loads.has_memory_room("full", 0), "at the budget is full");
+        assert!(loads.has_memory_room("roomy", 0));
+        assert!(loads.has_memory_room("roomy", 89), "room for 89 more bytes");
+        assert!(!loads.has_memory_room("roomy", 90), "not for 90");
+        assert!(
+            loads.has_memory_room("unbudgeted", u64::MAX),
+            "no budget, never full"
+        );
+        assert_eq!(loads.get("gone"), None, "an expired record's load is dropped");
+        assert!(
+            loads.has_memory_room("unknown", 0),
+            "no load: its own budget decides"
+        );
     }
 
     fn record(id: &str, incarnation: &str, expires: i64) -> Record {

@@ -1,9 +1,15 @@
-//! The memory budget over a real node (`--memory-budget-mib`): idle
+//! The memory budget over real nodes (`--memory-budget-mib`): idle
 //! databases are evicted when the node is past its budget, a database too
 //! large for the budget is refused `RESOURCE_EXHAUSTED` naming it and the
 //! budget while a small one beside it is served, and the budget, the node's
 //! use and each database's estimate are in `corium-fleet status --json`.
+//! Over two nodes: a busy node past its budget hands its largest database
+//! to a candidate with room for it, sends an activation it has no room for
+//! to a candidate with room, and only when every candidate is full is the
+//! activation refused.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use corium_fleet_tests::{Backend, Fleet, corium, eventually, http_get, metric};
@@ -112,4 +118,221 @@ async fn a_node_keeps_its_memory_budget() {
         small["memory_bytes"].as_u64().is_some_and(|bytes| bytes > 0),
         "{small:#}"
     );
+}
+
+/// Room above the base estimate in [`two_nodes_share_the_memory`]: 8 MiB,
+/// about 460 transactions of three datoms at the estimate's 6,000 bytes a
+/// datom (`host/memory.rs`).
+const SHARED_BUDGET_MIB: &str = "48";
+
+/// Transactions that take ~4.3 MiB of estimate: two such databases are
+/// past one node's 8 MiB of room, one fits beside the base.
+const HALF: usize = 250;
+
+/// Writes `count` items to `db` through `address`.
+async fn write(address: &str, db: &str, tag: &str, count: usize) {
+    for n in 0..count {
+        corium::transact(address, db, &format!("{tag}-{n}"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("{db} write {n}: {status:?}"));
+    }
+}
+
+/// The node owning `db`, as the ingress at `address` reads it.
+async fn owner(address: &str, db: &str) -> String {
+    corium::placement(address, db).await.owner_id
+}
+
+/// A database name starting `tag` whose first candidate is node `index`.
+fn first_at(fleet: &Fleet, index: usize, tag: &str) -> String {
+    (0..1_000)
+        .map(|n| format!("{tag}-{n}"))
+        .find(|db| fleet.candidates(db)[0] == index)
+        .expect("about half of all names rank node-1 first")
+}
+
+/// The memory counters of node `index`'s `/metrics`.
+async fn memory_counter(fleet: &Fleet, index: usize, name: &str) -> f64 {
+    let metrics = http_get(fleet.nodes[index].admin, "/metrics").await.unwrap().1;
+    metric(&metrics, name).unwrap_or_else(|| panic!("{name} exported: {metrics}"))
+}
+
+/// Node `index` in `corium-fleet status --json` through `address`.
+async fn node_status(address: &str, index: usize) -> Result<Value, String> {
+    let run = corium_fleet_tests::cli::run(&["status", "--json"], address).await;
+    let status: Value =
+        serde_json::from_str(&run.stdout).map_err(|error| format!("{error}: {}", run.stderr))?;
+    status["nodes"]
+        .as_array()
+        .and_then(|nodes| {
+            nodes
+                .iter()
+                .find(|node| node["node_id"] == format!("node-{}", index + 1))
+        })
+        .cloned()
+        .ok_or_else(|| format!("no node-{} in {status}", index + 1))
+}
+
+/// Whether `status --json` shows node `index` past its budget.
+async fn over_budget(address: &str, index: usize) -> Result<(), String> {
+    let node = node_status(address, index).await?;
+    match (
+        node["memory_used_bytes"].as_u64(),
+        node["memory_budget_bytes"].as_u64(),
+    ) {
+        (Some(used), Some(budget)) if used > budget => Ok(()),
+        _ => Err(format!("not over its budget: {node}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_share_the_memory() {
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(2)
+        .node_flags(&["--memory-budget-mib", SHARED_BUDGET_MIB])
+        .start_with_ingress()
+        .await;
+    let first = first_at(&fleet, 0, "first");
+    let second = first_at(&fleet, 0, "second");
+    let spill = first_at(&fleet, 0, "spill");
+    let last = first_at(&fleet, 0, "last");
+    for db in [&first, &second] {
+        corium::create(&address, db).await.unwrap();
+    }
+
+    // Two busy databases on node-1: neither is ever idle long enough to be
+    // evicted.
+    let busy = KeepBusy::start(&address, [first.clone(), second.clone()]);
+    write(&address, &first, "a", HALF).await;
+    write(&address, &second, "b", HALF).await;
+
+    // Past its budget with nothing idle, node-1 hands its largest database to
+    // node-2, which has room for it.
+    eventually(
+        Duration::from_mins(1),
+        fleet.with_logs("a busy database handed to node-2 for memory"),
+        async || {
+            let owners = [owner(&address, &first).await, owner(&address, &second).await];
+            if owners.iter().any(|owner| owner == "node-2") {
+                Ok(())
+            } else {
+                Err(format!("owners {owners:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(memory_counter(&fleet, 0, "corium_fleet_memory_handoffs_total").await >= 1.0);
+    let (moved, stayed) = if owner(&address, &first).await == "node-2" {
+        (&first, &second)
+    } else {
+        (&second, &first)
+    };
+    assert_eq!(owner(&address, stayed).await, "node-1");
+
+    // The one that stayed grows past node-1's budget again; node-2 has no
+    // room for it now (it would hand it back), so it stays, over budget.
+    write(&address, stayed, "c", HALF).await;
+    eventually(Duration::from_secs(30), "node-1 past its budget", async || {
+        over_budget(&address, 0).await
+    })
+    .await;
+    assert_eq!(
+        owner(&address, stayed).await,
+        "node-1",
+        "no room for it at node-2"
+    );
+
+    // A new database, and a new activation at node-1 (a create opens the
+    // database at its first candidate), go to node-2, which has room.
+    corium::create(&address, &spill).await.unwrap();
+    corium::transact(&address, &spill, "spilled", &[]).await.unwrap();
+    assert_eq!(
+        owner(&address, &spill).await,
+        "node-2",
+        "{}",
+        fleet.with_logs("spill at node-2")
+    );
+    assert!(memory_counter(&fleet, 0, "corium_fleet_memory_redirects_total").await >= 1.0);
+
+    // node-2 fills up too: nothing can be opened anywhere.
+    write(&address, moved, "d", HALF).await;
+    eventually(Duration::from_secs(30), "node-2 past its budget", async || {
+        over_budget(&address, 1).await
+    })
+    .await;
+    refused_everywhere(&fleet, &address, &last, &spill).await;
+    busy.stop().await;
+}
+
+/// Writes to `dbs` through `address` every 300 ms (a call each), so none
+/// of them is ever idle, until stopped.
+struct KeepBusy {
+    busy: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl KeepBusy {
+    fn start(address: &str, dbs: [String; 2]) -> Self {
+        let busy = Arc::new(AtomicBool::new(true));
+        let (running, address) = (Arc::clone(&busy), address.to_owned());
+        let task = tokio::spawn(async move {
+            // Bounded: stopped before the test ends; at most 10 minutes.
+            for n in 0..2_000 {
+                if !running.load(Ordering::Relaxed) {
+                    break;
+                }
+                for db in &dbs {
+                    let _ = corium::transact(&address, db, &format!("busy-{n}"), &[]).await;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        });
+        Self { busy, task }
+    }
+
+    async fn stop(self) {
+        self.busy.store(false, Ordering::Relaxed);
+        self.task.await.unwrap();
+    }
+}
+
+/// With both nodes past their budgets: creating `new` is refused, naming
+/// it and the budget; once node-2 has evicted the idle `idle`, opening it
+/// again is refused too, whichever node answers.
+async fn refused_everywhere(fleet: &Fleet, address: &str, new: &str, idle: &str) {
+    let refused = |db: &str, status: &tonic::Status| {
+        status.code() == Code::ResourceExhausted
+            && status.message().contains(&format!("{db:?}"))
+            && status.message().contains("memory budget")
+    };
+    eventually(
+        Duration::from_secs(30),
+        fleet.with_logs("a create with no room anywhere refused"),
+        async || match corium::create(address, new).await {
+            Ok(created) => panic!("{new} created ({created}) with both nodes past their budgets"),
+            Err(status) if refused(new, &status) => Ok(()),
+            Err(status) => Err(format!("{status:?}")),
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        fleet.with_logs(format!("{idle} evicted from node-2, idle")),
+        async || {
+            let owned = node_status(address, 1).await?["owned_databases"].clone();
+            if owned
+                .as_array()
+                .is_some_and(|owned| owned.iter().any(|db| db == idle))
+            {
+                Err(format!("still owned: {owned}"))
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    let again = corium::transact(address, idle, "nowhere", &[])
+        .await
+        .expect_err("no node has room to open it again");
+    assert!(refused(idle, &again), "{again:?}");
 }

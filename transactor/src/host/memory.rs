@@ -147,7 +147,7 @@ impl Host {
     ///
     /// # Errors
     /// [`Refusal::TooLarge`], [`Refusal::OverBudget`].
-    pub(super) async fn make_room(&self, db: &str) -> Result<(), Refusal> {
+    pub(crate) async fn make_room(&self, db: &str) -> Result<(), Refusal> {
         let Some(budget) = self.config.memory_budget else {
             return Ok(());
         };
@@ -158,6 +158,11 @@ impl Host {
         let usage = self.memory_use().await;
         if !usage.over() {
             return Ok(());
+        }
+        // Another candidate with room takes it at once; evicting here
+        // would make this caller wait for drains.
+        if let Some(redirect) = self.to_roomier_candidates(db, &usage) {
+            return Err(redirect);
         }
         let freed = self.evict_idle(&usage, usage.used.saturating_sub(budget)).await;
         let usage = self.memory_use().await;
@@ -173,6 +178,42 @@ impl Host {
             return Err(self.over_budget(db, &usage));
         }
         Ok(())
+    }
+
+    /// The other candidates of `db` whose last published load shows room
+    /// for `bytes` more, in rank order.
+    fn roomier_candidates(&self, db: &str, bytes: u64) -> Vec<corium_fleet_common::placement::Member> {
+        self.candidates(db)
+            .into_iter()
+            .filter(|member| {
+                member.node_id != self.config.node_id && self.loads.has_memory_room(&member.node_id, bytes)
+            })
+            .collect()
+    }
+
+    /// When other candidates of `db` have room: a `NotOwner` listing only
+    /// them, so the caller (the ingress, an SDK) activates it there. Never
+    /// this node, and never a candidate whose load shows it full, so two
+    /// full nodes do not send a call back and forth: the last candidate
+    /// with no room refuses. A hint as fresh as the registry (one period).
+    fn to_roomier_candidates(&self, db: &str, usage: &MemoryUse) -> Option<Refusal> {
+        let roomier = self.roomier_candidates(db, 0);
+        let first = roomier.first()?;
+        self.metrics.memory_redirects.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            db,
+            used_mib = usage.used / MIB,
+            budget_mib = usage.budget.unwrap_or(0) / MIB,
+            to = %first.node_id,
+            "over the memory budget; activation sent to a candidate with room"
+        );
+        let Refusal::NotOwner(mut detail) = self.not_owner(db, None) else {
+            return None;
+        };
+        detail
+            .candidates
+            .retain(|candidate| roomier.iter().any(|member| member.node_id == candidate.node_id));
+        Some(Refusal::NotOwner(detail))
     }
 
     /// After `cell` opened: a database whose estimate alone is past the
@@ -265,12 +306,12 @@ impl Host {
                 .max_by_key(|(_, bytes)| **bytes)
                 .map(|(db, bytes)| (db.clone(), *bytes));
             let Some((db, bytes)) = largest else { continue };
-            let others: Vec<_> = self
-                .candidates(&db)
-                .into_iter()
-                .filter(|member| member.node_id != self.config.node_id)
-                .collect();
+            // Only to a candidate with room for it: a full one would refuse
+            // it, and one it would fill would hand it back (a database that
+            // fits nowhere stays where it is, with no moves to and fro).
+            let others = self.roomier_candidates(&db, bytes);
             if others.is_empty() {
+                tracing::debug!(db = %db, "over the memory budget; no other candidate has room");
                 continue;
             }
             last_handoff = Some(Instant::now());

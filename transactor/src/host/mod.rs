@@ -58,6 +58,9 @@ pub struct Host {
     /// The formats every live member reads (from the registry): what this
     /// node may write now.
     pub features: corium_fleet_store::registry::Features,
+    /// Every live member's last published load (from the registry): where
+    /// an activation this node has no memory for is sent instead.
+    pub loads: corium_fleet_store::registry::Loads,
     /// The operator's placement map (empty without `--placement-map`).
     pub map: placement_map::Watched,
     /// How this node asks a peer to activate (handoff, drain).
@@ -101,6 +104,7 @@ impl Host {
         Arc::new(Self {
             members: corium_fleet_store::registry::Members::new(config.membership.members.clone()),
             features: corium_fleet_store::registry::Features::default(),
+            loads: corium_fleet_store::registry::Loads::default(),
             // Empty until the node loads its `--placement-map`.
             map: placement_map::Watched::new(placement_map::Map::default()),
             peers,

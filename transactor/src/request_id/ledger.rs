@@ -286,7 +286,8 @@ where
     }
     let caller = sender.reading(false);
     if let Some(found) = record::find(&db, id, Some(&digest), caller) {
-        return found_answer(on, &state, id, found).await;
+        let requested = record::request_identity(&super::shape::of(&db, &forms));
+        return found_answer(on, &state, id, found, requested.as_ref()).await;
     }
     let (tx, written) = record::augmented(&db, id, &digest, sender.written(), forms)
         .map_err(|record::Reserved(tempid)| LedgerError::Unsupported(Unsupported::ReservedTempid(tempid)))?;
@@ -301,7 +302,7 @@ where
             // meanwhile (its record's uniqueness) is answered; anything
             // else is the refusal.
             match record::find(&state.db(), id, Some(&digest), caller) {
-                Some(found) => found_answer(on, &state, id, found).await,
+                Some(found) => found_answer(on, &state, id, found, written.identity.as_ref()).await,
                 None => Err(LedgerError::Refused(refusal)),
             }
         }
@@ -309,15 +310,17 @@ where
 }
 
 /// The answer to a request whose id is already recorded as `found`.
+/// `requested`: the identity of the request's one tempid, if it has one.
 async fn found_answer(
     on: Database<'_>,
     state: &DbState,
     id: uuid::Uuid,
     found: record::Found,
+    requested: Option<&(corium_core::EntityId, corium_core::Value)>,
 ) -> Result<(pb::TransactResponse, Outcome), LedgerError> {
     let t = found.tx().sequence();
     match found {
-        record::Found::Same(tx) => Ok((replay(on, state, tx).await?, Outcome::Replayed)),
+        record::Found::Same(tx) => Ok((replay(on, state, tx, requested).await?, Outcome::Replayed)),
         record::Found::Fenced(_) => Err(LedgerError::Invalid(format!(
             "corium-request-id {id} was fenced by a request-status query (t={t}): this request never \
              committed and never will; send it under a new id"
@@ -387,7 +390,7 @@ async fn answer(
             })
         }
         record::Found::Same(tx) | record::Found::Other(tx) => {
-            replay(on, state, tx).await.map(RequestStatus::Committed)
+            replay(on, state, tx, None).await.map(RequestStatus::Committed)
         }
         // Not this sender's: its own request under the id never committed
         // and never will (a transaction of its under the id is refused).
@@ -418,11 +421,14 @@ async fn fence(on: Database<'_>, state: &DbState) -> Result<(), LedgerError> {
 }
 
 /// Rebuilds the answer of the committed transaction `tx` from the database
-/// value and the transaction's log record, fenced.
+/// value and the transaction's log record, fenced. `requested`: the
+/// identity of the one tempid of the request answered again (none for a
+/// status query), see [`record::answer_tempids`].
 async fn replay(
     on: Database<'_>,
     state: &DbState,
     tx: corium_core::EntityId,
+    requested: Option<&(corium_core::EntityId, corium_core::Value)>,
 ) -> Result<pb::TransactResponse, LedgerError> {
     let db: Db = state.db();
     let t = tx.sequence();
@@ -443,7 +449,7 @@ async fn replay(
         basis_before: t - 1,
         basis_t: t,
         tx_instant: record.tx_instant,
-        tempids: record::encode_tempids(&record::answer_tempids(&db, tx, &record.datoms)),
+        tempids: record::encode_tempids(&record::answer_tempids(&db, tx, &record.datoms, requested)),
         tx_data,
     };
     fence(on, state).await?;

@@ -220,6 +220,22 @@ pub(crate) fn with_schema(schema: &[u8]) -> Result<Vec<u8>, String> {
 pub(crate) struct Written {
     /// The caller's tempids (`None`: unknown before expansion).
     pub tempids: Option<BTreeSet<String>>,
+    /// The one tempid's identity in the request, for a replay whose key
+    /// does not keep it ([`request_identity`]).
+    pub identity: Option<(EntityId, Value)>,
+}
+
+/// The identity attribute and value of the request's one tempid, if it has
+/// one: what a replay of the same request resolves the tempid by when the
+/// key does not keep a long identity and the transaction asserted nothing
+/// new (another transaction created the entity between the key's writing
+/// and the commit).
+#[must_use]
+pub(crate) fn request_identity(shape: &Shape) -> Option<(EntityId, Value)> {
+    match &shape.entity {
+        Some((_, Ok(identity))) => identity.clone(),
+        _ => None,
+    }
 }
 
 /// A transaction names a tempid the fleet reserves.
@@ -276,13 +292,6 @@ pub(crate) fn augmented(
     out.extend(forms);
     let mut tx = vec![(kw(("db", "id")), Edn::Str(TX_TEMPID.to_owned()))];
     if attr(db, KEY).is_some() {
-        let entity_mode = match &shape.entity {
-            Some((name, Ok(identity))) => Some(Mode::Entity {
-                name: name.clone(),
-                identity: identity.clone(),
-            }),
-            _ => None,
-        };
         let key = |mode: Mode| Key {
             id: id.as_u128(),
             digest: digest.short(),
@@ -290,7 +299,26 @@ pub(crate) fn augmented(
             mode,
             owner: owner.map(|owner| owner.0),
         };
-        let entity_key = entity_mode.and_then(|mode| key(mode).encode());
+        let entity_key = match &shape.entity {
+            Some((name, Ok(identity))) => {
+                let entity = |identity| Mode::Entity {
+                    name: name.clone(),
+                    identity,
+                };
+                key(entity(identity.clone())).encode().or_else(|| {
+                    // An identity too long to keep: when no entity has it
+                    // yet, this transaction creates one, whose datoms name
+                    // it (a replay needs no identity); an upsert onto an
+                    // existing entity is recorded with a binding instead.
+                    let (attr, value) = identity.as_ref()?;
+                    db.lookup(*attr, value)
+                        .is_none()
+                        .then(|| key(entity(None)).encode())
+                        .flatten()
+                })
+            }
+            _ => None,
+        };
         if let Some(bytes) = entity_key {
             tx.push((kw(KEY), bytes_edn(&bytes)));
         } else {
@@ -319,10 +347,12 @@ pub(crate) fn augmented(
         tx.extend(bindings(&mut out, &all));
     }
     out.push(map(tx));
+    let identity = request_identity(&shape);
     Ok((
         Edn::Vector(out),
         Written {
             tempids: shape.tempids,
+            identity,
         },
     ))
 }
@@ -528,9 +558,16 @@ fn entity_of(
 }
 
 /// The tempid map of the committed transaction `tx` (its log record's
-/// `datoms`), as its first answer gave it.
+/// `datoms`), as its first answer gave it. `requested`: the identity of the
+/// one tempid in the request being answered again, if there is one (a
+/// status query has none), used when the key does not keep it.
 #[must_use]
-pub(crate) fn answer_tempids(db: &Db, tx: EntityId, datoms: &[Datom]) -> BTreeMap<String, i64> {
+pub(crate) fn answer_tempids(
+    db: &Db,
+    tx: EntityId,
+    datoms: &[Datom],
+    requested: Option<&(EntityId, Value)>,
+) -> BTreeMap<String, i64> {
     let key = attr(db, KEY)
         .and_then(|key_attr| db.values(tx, key_attr).into_iter().next())
         .and_then(|value| match value {
@@ -546,7 +583,7 @@ pub(crate) fn answer_tempids(db: &Db, tx: EntityId, datoms: &[Datom]) -> BTreeMa
         Mode::Bindings => bound_tempids(db, tx),
         Mode::Entity { name, identity } => {
             let mut one = BTreeMap::new();
-            if let Some(entity) = entity_of(db, tx, datoms, identity.as_ref()) {
+            if let Some(entity) = entity_of(db, tx, datoms, identity.as_ref().or(requested)) {
                 one.insert(name.clone(), raw(entity));
             } else {
                 tracing::warn!(tx = tx.raw(), tempid = %name, "cannot resolve a recorded tempid");
@@ -601,6 +638,7 @@ mod tests {
         let corium = answer(&[("a", 10), ("datomic.tx", 7), ("fleet.tempid/0", 11)]);
         let written = |names: &[&str]| Written {
             tempids: Some(names.iter().map(|name| (*name).to_owned()).collect()),
+            identity: None,
         };
         assert_eq!(
             normalise(corium.clone(), &written(&["a"])).unwrap(),
@@ -612,7 +650,14 @@ mod tests {
         );
         // Unknown tempids (a function call): only the bindings go.
         assert_eq!(
-            normalise(corium, &Written { tempids: None }).unwrap(),
+            normalise(
+                corium,
+                &Written {
+                    tempids: None,
+                    identity: None
+                }
+            )
+            .unwrap(),
             answer(&[("a", 10), ("datomic.tx", 7)])
         );
     }

@@ -23,6 +23,10 @@ fn bob() -> Owner {
     Owner::of(&Principal::new("oidc", "bob"))
 }
 
+/// An upsert by a 60-byte identity, longer than a key keeps.
+const LONG_NEW: &str =
+    r#"[{:db/id "x" :item/name "long-identity-long-identity-long-identity-long-identity-6789"}]"#;
+
 const SCHEMA: &str = "[{:db/ident :item/name :db/valueType :db.type/string \
     :db/cardinality :db.cardinality/one :db/unique :db.unique/identity} \
     {:db/ident :item/note :db/valueType :db.type/string :db/cardinality :db.cardinality/one} \
@@ -103,8 +107,9 @@ async fn through_the_record(node: &Arc<TransactorNode>, db: &str, text: &str) ->
         .unwrap()
         .remove(0)
         .datoms;
+    // Without the request's identity: a status query's answer.
     assert_eq!(
-        record::answer_tempids(&after, tx, &datoms),
+        record::answer_tempids(&after, tx, &datoms, None),
         tempid_map(&first.tempids),
         "{db}: {text}: a replay's tempids are the first answer's"
     );
@@ -152,6 +157,11 @@ async fn every_shape_replays_its_first_answer_and_answers_as_corium_does() {
         r#"[{:db/id "a" :item/note "1"} {:db/id "b" :item/note "2"}]"#,
         // An entity and an existing one.
         r#"[{:db/id "x" :item/note "d"} [:db/add [:item/name "existing"] :item/note "e"]]"#,
+        // A new entity by an identity too long for the key.
+        LONG_NEW,
+        // The same, now an upsert of an existing entity asserting nothing
+        // new (recorded with a binding).
+        LONG_NEW,
     ];
     for text in cases {
         let plain = node
@@ -211,4 +221,84 @@ async fn every_shape_replays_its_first_answer_and_answers_as_corium_does() {
         record::find(&state.db(), id, Some(&digest), Some(&bob())),
         Some(Found::Same(_))
     ));
+}
+
+/// The request key of the record of `id` in `db`'s `tx`.
+fn key_bytes(db: &corium_db::Db, tx: corium_core::EntityId) -> Vec<u8> {
+    let key_attr = db
+        .idents()
+        .entid(&corium_core::Keyword::new(Some("fleet.request"), "key"))
+        .unwrap();
+    match db.values(tx, key_attr).into_iter().next() {
+        Some(corium_core::Value::Bytes(bytes)) => bytes.to_vec(),
+        other => panic!("no key: {other:?}"),
+    }
+}
+
+/// A long identity is not repeated in the key (design note 0021: it doubled
+/// an owner's memory); a replay of the request resolves the tempid by the
+/// request's own identity when the transaction asserted nothing new because
+/// another transaction created the entity between the key's writing and
+/// the commit; a status query (no request) cannot, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_identities_stay_out_of_the_key() {
+    let (node, _dir) = node().await;
+    let schema = record::with_schema(&codec::encode_edn(&read_one(SCHEMA).unwrap())).unwrap();
+    assert!(node.create_db("fleet", &schema, None).await.unwrap());
+    let state = node.db_state("fleet").await.unwrap();
+    let request = |text: &str| pb::TransactRequest {
+        db: "fleet".into(),
+        protocol_version: corium_protocol::PROTOCOL_VERSION,
+        tx_data: codec::encode_edn(&read_one(text).unwrap()),
+        expected_basis_t: None,
+    };
+    let forms = |text: &str| match read_one(text).unwrap() {
+        Edn::Vector(forms) => forms,
+        other => panic!("{other:?}"),
+    };
+
+    // Written while no entity has the identity...
+    let id = uuid::Uuid::new_v4();
+    let digest = Digest::of(&request(LONG_NEW));
+    let (augmented, written) =
+        record::augmented(&state.db(), id, &digest, Some(alice()), forms(LONG_NEW)).unwrap();
+    // ...another transaction creates it first...
+    node.transact("fleet", &request(LONG_NEW).tx_data).await.unwrap();
+    // ...so this one asserts nothing new about it.
+    let committed = node
+        .transact("fleet", &codec::encode_edn(&augmented))
+        .await
+        .unwrap();
+    let first = record::normalise(committed, &written).unwrap();
+    let after = state.db();
+    let Some(Found::Same(tx)) = record::find(&after, id, Some(&digest), Some(&alice())) else {
+        panic!("not found again");
+    };
+    let key = key_bytes(&after, tx);
+    assert!(
+        key.len() < 48,
+        "the key keeps no 60-byte identity: {} bytes",
+        key.len()
+    );
+    let datoms = state
+        .tx_range(first.basis_t, Some(first.basis_t + 1))
+        .await
+        .unwrap()
+        .remove(0)
+        .datoms;
+    assert_eq!(
+        record::answer_tempids(&after, tx, &datoms, written.identity.as_ref()),
+        tempid_map(&first.tempids),
+        "a replay of the request answers as the first time"
+    );
+    assert!(
+        tempid_map(&first.tempids).contains_key("x"),
+        "{:?}",
+        tempid_map(&first.tempids)
+    );
+    assert_eq!(
+        record::answer_tempids(&after, tx, &datoms, None),
+        BTreeMap::new(),
+        "a status query has no identity to resolve the tempid by"
+    );
 }

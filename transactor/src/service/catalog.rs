@@ -73,6 +73,9 @@ impl Catalog for FleetCatalog {
         if host.is_stopping() {
             return Err(Status::unavailable("this node is shutting down; retry"));
         }
+        // A create opens the new database here: the memory budget decides
+        // as for any activation (a candidate with room, else a refusal).
+        host.make_room(&db).await?;
         let view = host.read_root(&db).await?;
         if view.exists {
             return Err(already_exists(&db));
