@@ -6,10 +6,12 @@
 //! - `corium-fleet where` tells who owns one database, its lease, basis and
 //!   candidates;
 //! - `corium-fleet handoff` moves one database to a named live candidate;
+//! - `corium-fleet rebalance --dry-run` prints what load-aware placement
+//!   would move now, and why;
 //! - `corium-fleet request-status` tells whether a request id committed;
 //! - `corium-fleet certs` writes a development CA and mTLS certificates.
 //!
-//! `status`, `where`, `handoff` and `request-status` present a bearer token on every
+//! `status`, `where`, `handoff`, `rebalance` and `request-status` present a bearer token on every
 //! call (`--token` / `CORIUM_TOKEN`, resolved as stock `corium` resolves it;
 //! see `auth.rs`).
 
@@ -19,6 +21,7 @@ mod auth;
 mod certs;
 mod dev;
 mod handoff;
+mod rebalance;
 mod request_status;
 mod status;
 mod where_;
@@ -44,6 +47,9 @@ enum Command {
     /// Hand one database to a named live candidate (drain, release, the
     /// candidate acquires at once); prints the write unavailability.
     Handoff(handoff::HandoffArgs),
+    /// What load-aware placement would move now (`--dry-run`): each node's
+    /// calls per second against the fleet's mean, and each move's reason.
+    Rebalance(rebalance::RebalanceArgs),
     /// Did the transaction sent under a request id commit? (The answer to
     /// an unknown outcome; "not committed" fences the id for good.)
     RequestStatus(request_status::RequestStatusArgs),
@@ -67,6 +73,7 @@ fn main() -> std::process::ExitCode {
             Command::Status(args) => status::run(args).await,
             Command::Where(args) => where_::run(args).await,
             Command::Handoff(args) => handoff::run(args).await,
+            Command::Rebalance(args) => rebalance::run(args).await,
             Command::RequestStatus(args) => request_status::run(args).await,
             Command::Certs(args) => certs::run(&args),
         }

@@ -137,20 +137,7 @@ pub(crate) struct StatusArgs {
 /// The endpoint cannot be reached or answered with an error; `--node` names
 /// no member.
 pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let endpoint = args.node.endpoint.clone();
-    // The answering node asks each member within twice its storage timeout
-    // (10 s by default): leave room for that.
-    let mut client = args.node.connect(&endpoint, Duration::from_secs(30)).await?;
-    let fleet = match client.fleet_status(FleetStatusRequest {}).await {
-        Ok(response) => response.into_inner(),
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            eprintln!(
-                "corium-fleet: {endpoint} does not serve FleetStatus (an older fleet): showing the one node that answers"
-            );
-            one_node(&mut client, &endpoint).await?
-        }
-        Err(status) => return Err(status).with_context(|| format!("fleet status from {endpoint}")),
-    };
+    let fleet = fleet(&args.node).await?;
     if let Some(only) = &args.only {
         let member = fleet
             .members
@@ -174,6 +161,27 @@ pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
         print_databases(&fleet);
     }
     Ok(())
+}
+
+/// The fleet as the node (or ingress) at `node.endpoint` finds it.
+///
+/// # Errors
+/// The endpoint cannot be reached or answered with an error.
+pub(crate) async fn fleet(node: &NodeArgs) -> anyhow::Result<FleetStatusResponse> {
+    let endpoint = node.endpoint.clone();
+    // The answering node asks each member within twice its storage timeout
+    // (10 s by default): leave room for that.
+    let mut client = node.connect(&endpoint, Duration::from_secs(30)).await?;
+    match client.fleet_status(FleetStatusRequest {}).await {
+        Ok(response) => Ok(response.into_inner()),
+        Err(status) if status.code() == tonic::Code::Unimplemented => {
+            eprintln!(
+                "corium-fleet: {endpoint} does not serve FleetStatus (an older fleet): showing the one node that answers"
+            );
+            one_node(&mut client, &endpoint).await
+        }
+        Err(status) => Err(status).with_context(|| format!("fleet status from {endpoint}")),
+    }
 }
 
 /// The fleet as one node of an older fleet sees it: itself.
@@ -260,6 +268,11 @@ fn member_json(member: &FleetMember) -> serde_json::Value {
         "memory_budget_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_budget_bytes),
         "memory_used_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_used_bytes),
         "memory_resident_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_resident_bytes),
+        "calls_per_second": status.and_then(|status| status.load.as_ref()).map(|load| load.calls_per_second),
+        "cpu_percent": status.and_then(|status| status.load.as_ref()).map(|load| load.cpu_percent),
+        "load_moves": status.map(|status| status.load_moves.iter().map(|moved| serde_json::json!({
+            "database": moved.database, "to": moved.to, "at_unix_ms": moved.at_unix_ms, "reason": moved.reason,
+        })).collect::<Vec<_>>()),
         "databases": databases,
     })
 }
@@ -270,6 +283,7 @@ fn database_json(db: &DatabaseView) -> serde_json::Value {
         "database": db.database, "state": db.state, "owner": db.owner_id,
         "lease_version": db.lease_version, "lease_expires_unix_ms": db.lease_expires_unix_ms,
         "basis_t": db.basis_t, "owner_rank": owner_rank(db), "memory_bytes": db.memory_bytes,
+        "calls_per_second": db.calls_per_second,
         "candidates": db.candidates.iter().map(|c| serde_json::json!({
             "node_id": c.node_id, "zone": c.zone, "rank": c.rank,
         })).collect::<Vec<_>>(),
@@ -335,12 +349,14 @@ fn node_row(member: &FleetMember, now_ms: i64) -> [String; 9] {
             },
             status.load.as_ref().map_or_else(dash, |load| {
                 format!(
-                    "{}/{} running, {} waiting, {} subs, {} calls, {} read replicas (lag {}), memory {}",
+                    "{}/{} running, {} waiting, {} subs, {} calls ({:.0}/s, CPU {} %), {} read replicas (lag {}), memory {}",
                     load.calls_running,
                     load.max_inflight,
                     load.calls_waiting,
                     load.subscriptions,
                     load.calls_total,
+                    load.calls_per_second,
+                    load.cpu_percent,
                     load.read_replicas,
                     load.replica_lag,
                     memory_text(load)

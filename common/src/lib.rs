@@ -3,6 +3,8 @@
 //! process shape. What a client needs on the wire is in `corium-fleet-wire`.
 //!
 //! Layout:
+//! - [`balance`] — load-aware placement: which database to move where so
+//!   the fleet's calls per second even out (pure; nodes and the CLI use it);
 //! - [`auth`] — stock Corium's authentication flags and guard, and the
 //!   principal envelope the ingress sends to the owner;
 //! - [`counted`] — counts per key with a limit (open calls, streams, waits
@@ -32,6 +34,7 @@
 
 pub mod admin_http;
 pub mod auth;
+pub mod balance;
 pub mod cert_reload;
 pub mod counted;
 pub mod launch;

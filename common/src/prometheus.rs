@@ -93,6 +93,20 @@ pub fn build_info(out: &mut String, prefix: &str, version: &str, corium: &str) {
     );
 }
 
+/// The CPU time (user and system) this process has used, in seconds, from
+/// Linux's `/proc/self/stat` (`None` elsewhere).
+#[must_use]
+pub fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) in `)`.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let number = |index: usize| fields.get(index).and_then(|field| field.parse::<f64>().ok());
+    // utime, stime (fields 14, 15 of stat; 11, 12 after the state), in
+    // clock ticks of 100 a second (USER_HZ on Linux).
+    Some((number(11)? + number(12)?) / 100.0)
+}
+
 /// Appends the standard `process_*` series (Linux `/proc`): CPU seconds,
 /// resident memory, open and maximum file descriptors, start time.
 pub fn process(out: &mut String) {
@@ -105,14 +119,13 @@ pub fn process(out: &mut String) {
     };
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let number = |index: usize| fields.get(index).and_then(|field| field.parse::<f64>().ok());
-    // utime, stime (fields 14, 15 of stat; 11, 12 after the state), in
-    // clock ticks of 100 a second (USER_HZ on Linux); start time 22 (19).
+    // Start time: field 22 of stat (19 after the state), in clock ticks of
+    // 100 a second (USER_HZ on Linux).
     let ticks = 100.0;
-    if let (Some(user), Some(system)) = (number(11), number(12)) {
+    if let Some(seconds) = cpu_seconds() {
         let _ = writeln!(
             out,
-            "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {}",
-            (user + system) / ticks
+            "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {seconds}"
         );
     }
     let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|text| {

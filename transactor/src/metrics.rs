@@ -71,6 +71,8 @@ pub struct Metrics {
     pub memory_redirects: AtomicU64,
     /// Idle databases evicted to stay within the memory budget.
     pub memory_evictions: AtomicU64,
+    /// Databases handed to a less busy candidate by load-aware placement.
+    pub load_moves: AtomicU64,
     /// Databases handed to another candidate to stay within the budget.
     pub memory_handoffs: AtomicU64,
     /// Ownership decisions that could not be verified (storage).
@@ -122,6 +124,12 @@ impl Metrics {
             "corium_fleet_memory_redirects_total",
             "Activations this node had no memory for, sent to a candidate whose published load showed room.",
             load(&self.memory_redirects),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_load_moves_total",
+            "Databases handed to a less busy candidate by load-aware placement (--load-balance).",
+            load(&self.load_moves),
         );
         counter(
             &mut out,

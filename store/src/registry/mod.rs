@@ -121,6 +121,14 @@ pub struct Load {
     /// Its memory budget in bytes (0: none, or a node that predates it).
     #[serde(default)]
     pub memory_budget_bytes: u64,
+    /// Client calls per second to its databases over the last load-balance
+    /// interval (0 from nodes that predate it): what load-aware placement
+    /// evens out.
+    #[serde(default)]
+    pub calls_per_second: u32,
+    /// Its process's CPU over the same interval, in percent of one core.
+    #[serde(default)]
+    pub cpu_percent: u32,
 }
 
 impl Load {

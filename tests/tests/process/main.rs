@@ -6,7 +6,8 @@
 //!
 //! One module per concern, as the files were before they shared a binary:
 //! ownership and fencing (`foundation`, `placement`, `rebalance`, `drain`,
-//! `fast_moves`), the ingress (`ingress`, `failover_buffer`, `readiness`),
+//! `fast_moves`), memory and load (`memory_budget`, `load_balance`), the
+//! ingress (`ingress`, `failover_buffer`, `readiness`),
 //! exactly-once (`exactly_once`, `stock_exactly_once`, `stock_statuses`),
 //! reads (`reads`, `sdk`), operating it (`dev_fleet`, `fleet_status`,
 //! `status_page`, `observability`, `stock_cli`, `storage_setup`,
@@ -22,6 +23,7 @@ mod fast_moves;
 mod fleet_status;
 mod foundation;
 mod ingress;
+mod load_balance;
 mod memory_budget;
 mod observability;
 mod placement;

@@ -63,6 +63,9 @@ pub struct Cell {
     last_used: AtomicU64,
     /// Live subscriptions: a subscribed database is never idle.
     subscribers: AtomicUsize,
+    /// Calls admitted since the cell opened: its load, for load-aware
+    /// placement (`host/balance.rs`).
+    calls: AtomicU64,
     /// Request ids in flight on this cell (the durable record is in the
     /// database; see `request_id.rs`).
     pub ledger: crate::request_id::Ledger,
@@ -224,6 +227,7 @@ impl Cell {
             opened: std::time::Instant::now(),
             last_used: AtomicU64::new(0),
             subscribers: AtomicUsize::new(0),
+            calls: AtomicU64::new(0),
             ledger: crate::request_id::Ledger::default(),
             fork_targets,
             read_ahead,
@@ -244,7 +248,14 @@ impl Cell {
     pub fn admit(&self) -> Option<Admission> {
         let permit = Arc::clone(&self.gate).try_acquire_owned().ok()?;
         self.touch();
+        self.calls.fetch_add(1, Ordering::Relaxed);
         Some(permit)
+    }
+
+    /// Calls admitted since the cell opened.
+    #[must_use]
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     fn touch(&self) {

@@ -135,6 +135,19 @@ pub struct Args {
     /// a limit].
     #[arg(long)]
     pub memory_budget_mib: Option<u64>,
+    /// Load-aware placement: compare this node's client calls per second
+    /// with the fleet's mean and, while it stays more than 25 % (and 20
+    /// calls/s) above it, hand one database at a time to a less busy
+    /// candidate with room (a graceful handoff; at most one a minute).
+    /// `corium-fleet rebalance --dry-run` shows what would move
+    /// [default: true].
+    #[arg(long)]
+    pub load_balance: Option<bool>,
+    /// How often load-aware placement compares the loads, in milliseconds;
+    /// a node moves a database only after three comparisons in a row find it
+    /// above the band [default: 10000].
+    #[arg(long)]
+    pub load_balance_interval_ms: Option<u64>,
     /// Memory for reading a database's log in one go while it activates
     /// (one query on `PostgreSQL`), shared by concurrent activations, at most
     /// 64 MiB each; 0 turns read-ahead off [default: 256].

@@ -171,6 +171,14 @@ impl Args {
                 self.memory_budget_mib,
                 corium_fleet_common::memory::cgroup_limit_bytes(),
             ),
+            load_balance: match (
+                self.load_balance.unwrap_or(true),
+                self.load_balance_interval_ms.unwrap_or(10_000),
+            ) {
+                (false, _) => None,
+                (true, 0) => return Err(ConfigError::from("--load-balance-interval-ms must be positive")),
+                (true, ms) => Some(Duration::from_millis(ms)),
+            },
             activation_read_ahead_mib: self.activation_read_ahead_mib.unwrap_or(256),
             warm_standby_mib: self.warm_standby_mib.unwrap_or(64),
             warm_standby_interval: match self.warm_standby_interval_ms.unwrap_or(5_000) {

@@ -77,6 +77,10 @@ pub struct Config {
     /// databases, read-ahead and base are estimated to hold stays under it
     /// (`host/memory.rs`).
     pub memory_budget: Option<u64>,
+    /// How often the node compares its calls per second with the fleet's
+    /// and may hand a database to a less busy candidate (`host/balance.rs`);
+    /// `None`: never (`--load-balance false`).
+    pub load_balance: Option<Duration>,
     /// The node's activation read-ahead budget in MiB (0: off).
     pub activation_read_ahead_mib: usize,
     /// The node's warm-standby budget in MiB (0: off).

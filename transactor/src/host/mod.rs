@@ -8,9 +8,12 @@
 //! - [`activation`] — opening a cell (acquire + recover);
 //! - [`lifecycle`] — a cell's monitor, eviction, reset;
 //! - [`handoff`] — moving a database to another node, and the drain;
-//! - [`memory`] — the memory budget: estimates, eviction, refusal.
+//! - [`memory`] — the memory budget: estimates, eviction, refusal;
+//! - [`balance`] — load-aware placement: calls per second measured,
+//!   published, and evened out by moves.
 
 mod activation;
+pub(crate) mod balance;
 mod handoff;
 mod lifecycle;
 mod memory;
@@ -84,6 +87,8 @@ pub struct Host {
     /// Databases found too large for the memory budget: refused without
     /// opening them again for a while.
     too_large: memory::TooLarge,
+    /// Load-aware placement: the last interval's rates and the moves made.
+    pub moves: balance::Moves,
     /// Told of every commit under a request id (the test seam; `None` in
     /// production).
     pub after_commit: Option<crate::seams::CommitObserver>,
@@ -121,6 +126,7 @@ impl Host {
             activating: Mutex::new(HashMap::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
             too_large: memory::TooLarge::default(),
+            moves: balance::Moves::default(),
             after_commit,
         })
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdmin;
 use corium_fleet_proto::fleet::{
     ActivateRequest, ActivateResponse, DatabasePlacementRequest, DatabasePlacementResponse, DatabaseView,
-    FleetMember, FleetStatusRequest, FleetStatusResponse, HandoffRequest, HandoffResponse, NodeLoad,
-    NodeStatusRequest, NodeStatusResponse, PrepareRequest, PrepareResponse,
+    FleetMember, FleetStatusRequest, FleetStatusResponse, HandoffRequest, HandoffResponse, LoadMove,
+    NodeLoad, NodeStatusRequest, NodeStatusResponse, PrepareRequest, PrepareResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -68,6 +68,7 @@ pub(crate) async fn database_view(host: &Host, db: &str) -> Result<(Standing, Da
             basis_t,
             candidates,
             memory_bytes: 0,
+            calls_per_second: 0.0,
         },
     ))
 }
@@ -81,6 +82,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
     let host = &node.host;
     let load = node.load();
     let memory = host.memory_use().await;
+    let rates = host.moves.rates();
     let mut response = NodeStatusResponse {
         node_id: host.config.node_id.clone(),
         zone: host.config.zone.clone(),
@@ -100,7 +102,20 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
             memory_budget_bytes: memory.budget.unwrap_or(0),
             memory_used_bytes: memory.used,
             memory_resident_bytes: memory.resident.unwrap_or(0),
+            calls_per_second: rates.node,
+            cpu_percent: rates.cpu_percent,
         }),
+        load_moves: host
+            .moves
+            .recent()
+            .into_iter()
+            .map(|moved| LoadMove {
+                database: moved.database,
+                to: moved.to,
+                at_unix_ms: moved.at_unix_ms,
+                reason: moved.reason,
+            })
+            .collect(),
         ..NodeStatusResponse::default()
     };
     for db in catalog(host).await? {
@@ -120,6 +135,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
             Standing::Elsewhere => continue,
         }
         view.memory_bytes = memory.databases.get(&db).copied().unwrap_or(0);
+        view.calls_per_second = rates.databases.get(&db).copied().unwrap_or(0.0);
         response.databases.push(view);
     }
     Ok(response)

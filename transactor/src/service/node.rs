@@ -77,6 +77,14 @@ impl Node {
                 .memory_used_bytes
                 .load(std::sync::atomic::Ordering::Relaxed),
             memory_budget_bytes: self.host.config.memory_budget.unwrap_or(0),
+            calls_per_second: {
+                let rates = self.host.moves.rates();
+                // Whole calls per second: plenty for balancing.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let whole = rates.node.round().min(f64::from(u32::MAX)) as u32;
+                whole
+            },
+            cpu_percent: self.host.moves.rates().cpu_percent,
         }
     }
 }
