@@ -63,6 +63,8 @@ pub struct Metrics {
     pub memory_budget_bytes: AtomicU64,
     /// What the node is estimated to hold, in bytes (`host/memory.rs`).
     pub memory_used_bytes: AtomicU64,
+    /// The part of it its read replicas hold.
+    pub memory_replica_bytes: AtomicU64,
     /// Activations refused for memory (over budget, or a database too
     /// large for it).
     pub memory_refusals: AtomicU64,
@@ -112,6 +114,12 @@ impl Metrics {
             "corium_fleet_memory_used_bytes",
             "What the node is estimated to hold against its budget: base, open databases by history, read-ahead.",
             load(&self.memory_used_bytes),
+        );
+        gauge(
+            &mut out,
+            "corium_fleet_memory_replica_bytes",
+            "The part of the estimate the node's read replicas hold (dropped first past the budget).",
+            load(&self.memory_replica_bytes),
         );
         counter(
             &mut out,

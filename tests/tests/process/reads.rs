@@ -479,6 +479,35 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
         .map(|load| load.read_replicas)
         .sum();
     assert!(listed >= 1, "{status:?}");
+    // Its history is charged to its node's memory budget.
+    let replica_bytes = async || {
+        let mut bytes = 0.0;
+        for node in &fleet.nodes {
+            let text = http_get(node.admin, "/metrics")
+                .await
+                .map(|(_, text)| text)
+                .unwrap_or_default();
+            bytes += metric(&text, "corium_fleet_memory_replica_bytes").unwrap_or(0.0);
+        }
+        bytes
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the replica's memory is charged",
+        async || {
+            // A read keeps it from going idle meanwhile.
+            query_rows(&mut client, "idle", None, Some(written))
+                .await
+                .map_err(|status| format!("{status:?}"))?;
+            let bytes = replica_bytes().await;
+            if bytes > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{bytes} bytes"))
+            }
+        },
+    )
+    .await;
     eventually(
         Duration::from_secs(15),
         "the idle replica is evicted",
@@ -493,10 +522,11 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
                 evicted += metric(&text, "corium_fleet_replica_evictions_total").unwrap_or(0.0);
                 held += metric(&text, "corium_fleet_replicas").unwrap_or(0.0);
             }
-            if held == 0.0 && evicted >= 1.0 {
+            let charged = replica_bytes().await;
+            if held == 0.0 && evicted >= 1.0 && charged == 0.0 {
                 Ok(())
             } else {
-                Err(format!("{held} held, {evicted} evicted"))
+                Err(format!("{held} held, {evicted} evicted, {charged} bytes charged"))
             }
         },
     )

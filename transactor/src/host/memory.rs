@@ -12,8 +12,9 @@
 //! evict everything. The resident set is reported beside the estimate.
 //!
 //! Order, as issue 37 asks: read-ahead and warm memory are already bounded
-//! by their own budgets and drop on their own; past the budget, idle
-//! databases go first (least recently used, then the largest), then the
+//! by their own budgets and drop on their own; past the budget, read
+//! replicas (caches, rebuilt on the next read) are dropped first, then idle
+//! databases go (least recently used, then the largest), then the
 //! largest database is handed to another candidate (whose own activation
 //! refuses it if that node has no room, so nothing cascades); an
 //! activation still without room is refused.
@@ -50,6 +51,15 @@ const TOO_LARGE_FOR: Duration = Duration::from_mins(5);
 
 const MIB: u64 = 1024 * 1024;
 
+/// Memory a node holds beside its cells that can be dropped and rebuilt
+/// (read replicas): charged to the budget, and dropped first past it.
+pub(crate) trait DroppableMemory: Send + Sync {
+    /// The datoms it holds (charged at [`BYTES_PER_DATOM`], like a cell's).
+    fn datoms(&self) -> u64;
+    /// Drops all of it.
+    fn drop_all(&self);
+}
+
 /// The node's memory as the budget sees it.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryUse {
@@ -59,6 +69,8 @@ pub struct MemoryUse {
     pub used: u64,
     /// The process's resident set, when the system tells it.
     pub resident: Option<u64>,
+    /// What the read replicas hold (part of `used`).
+    pub replicas: u64,
     /// Each open database's estimate.
     pub databases: HashMap<String, u64>,
 }
@@ -112,14 +124,20 @@ impl Host {
         for cell in self.cells() {
             databases.insert(cell.db.clone(), database_bytes(&cell).await);
         }
+        let replicas = self
+            .droppable
+            .get()
+            .map_or(0, |droppable| droppable.datoms().saturating_mul(BYTES_PER_DATOM));
         let used = BASE_BYTES
             .saturating_add(databases.values().sum())
-            .saturating_add(self.template.read_ahead.held_bytes());
+            .saturating_add(self.template.read_ahead.held_bytes())
+            .saturating_add(replicas);
         MemoryUse {
             budget: self.config.memory_budget,
             used,
             resident: corium_fleet_common::memory::resident_bytes(),
             databases,
+            replicas,
         }
     }
 
@@ -292,9 +310,25 @@ impl Host {
             self.metrics
                 .memory_used_bytes
                 .store(usage.used, Ordering::Relaxed);
+            self.metrics
+                .memory_replica_bytes
+                .store(usage.replicas, Ordering::Relaxed);
             let Some(budget) = budget.filter(|_| usage.over()) else {
                 continue;
             };
+            if usage.replicas > 0
+                && let Some(droppable) = self.droppable.get()
+            {
+                // Caches first: replicas are rebuilt on the next read.
+                tracing::info!(
+                    replicas_mib = usage.replicas / MIB,
+                    used_mib = usage.used / MIB,
+                    budget_mib = budget / MIB,
+                    "over the memory budget; dropping the read replicas"
+                );
+                droppable.drop_all();
+                continue;
+            }
             let excess = usage.used.saturating_sub(budget);
             let freed = self.evict_idle(&usage, excess).await;
             if freed >= excess || last_handoff.is_some_and(|at| at.elapsed() < HANDOFF_EVERY) {

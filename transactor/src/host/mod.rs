@@ -21,6 +21,7 @@ mod ownership;
 mod refusal;
 
 pub(crate) use handoff::HandoffError;
+pub(crate) use memory::DroppableMemory;
 pub(crate) use refusal::Refusal;
 
 use std::collections::HashMap;
@@ -89,6 +90,9 @@ pub struct Host {
     too_large: memory::TooLarge,
     /// Load-aware placement: the last interval's rates and the moves made.
     pub moves: balance::Moves,
+    /// Memory held beside the cells that the budget charges and drops
+    /// first (the node's read replicas), once the node has them.
+    pub(crate) droppable: std::sync::OnceLock<Arc<dyn DroppableMemory>>,
     /// Told of every commit under a request id (the test seam; `None` in
     /// production).
     pub after_commit: Option<crate::seams::CommitObserver>,
@@ -127,6 +131,7 @@ impl Host {
             stopping: std::sync::atomic::AtomicBool::new(false),
             too_large: memory::TooLarge::default(),
             moves: balance::Moves::default(),
+            droppable: std::sync::OnceLock::new(),
             after_commit,
         })
     }

@@ -159,6 +159,13 @@ impl Replica {
         self.connection.basis_t()
     }
 
+    /// The datoms this replica's database value holds (its whole history,
+    /// as an owner's does): what the memory budget charges it.
+    #[must_use]
+    pub(crate) fn recorded_datoms(&self) -> usize {
+        self.connection.db().recorded_len()
+    }
+
     /// The furthest basis known of the database: the owner's at the last
     /// probe, or this replica's own if it has applied more since.
     #[must_use]

@@ -208,6 +208,13 @@ impl Replicas {
         );
     }
 
+    /// The replicas as the memory budget sees them: what they hold, and a
+    /// way to drop them all (they are rebuilt on the next read).
+    #[must_use]
+    pub(crate) fn memory(&self) -> Arc<dyn crate::host::DroppableMemory> {
+        Arc::new(ReplicaMemory(self.cache.clone()))
+    }
+
     /// Applies idle and capacity evictions now (moka applies them lazily,
     /// on cache operations; an idle node performs none).
     pub(crate) async fn sweep(&self) {
@@ -240,6 +247,18 @@ impl Replicas {
                 return Ok(replica);
             }
             self.cache.invalidate(db).await;
+        }
+        // A replica holds its database's whole history: not on a node past
+        // its memory budget (nothing was read; another replica or the owner
+        // answers).
+        if host.memory_use().await.over() {
+            return Err(ReplicaError::not_now(
+                format!(
+                    "node {} is at its memory budget and builds no read replica of {db:?} now; try another",
+                    host.config.node_id
+                ),
+                Duration::from_secs(1),
+            ));
         }
         // Boxed: a connection's set-up is a large future.
         let open = Box::pin(async {
@@ -288,6 +307,22 @@ impl Replicas {
             Replica::connect(&host, guard, &db, &node, &endpoint, interval, retire).await
         })
         .await
+    }
+}
+
+/// The read replicas' memory, for the budget (`host/memory.rs`).
+struct ReplicaMemory(moka::future::Cache<String, Arc<Replica>>);
+
+impl crate::host::DroppableMemory for ReplicaMemory {
+    fn datoms(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|(_, replica)| u64::try_from(replica.recorded_datoms()).unwrap_or(u64::MAX))
+            .sum()
+    }
+
+    fn drop_all(&self) {
+        self.0.invalidate_all();
     }
 }
 

@@ -44,12 +44,15 @@ impl Node {
     #[must_use]
     pub fn new(host: Arc<Host>, guard: Guard) -> Arc<Self> {
         let config = &host.config;
+        let replicas = Replicas::new(config.read_replicas);
+        // The memory budget charges the replicas and drops them first.
+        let _ = host.droppable.set(replicas.memory());
         Arc::new(Self {
             guard,
             work: WorkLimits::new(config.work_limits.clone()),
             waiters: Waiters::new(config.basis_waits),
             subscriptions: Subscriptions::default(),
-            replicas: Replicas::new(config.read_replicas),
+            replicas,
             tls_material: OnceLock::new(),
             host,
         })
