@@ -183,3 +183,38 @@ async fn a_dry_run_prints_the_move_and_moves_nothing() {
     assert_eq!(load_moves(&fleet, 0).await, 0);
     load.stop().await;
 }
+
+/// A fleet where no move would help makes none: one hot database alone (a
+/// move would only carry its heat along), then two busy databases on two
+/// nodes (balanced) — 50 intervals each (a 200 ms interval here: at the
+/// default 10 s, over 8 minutes each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_move_where_none_helps() {
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(2)
+        .node_flags(&["--load-balance-interval-ms", "200"])
+        .start_with_ingress()
+        .await;
+    let on = |index: usize| {
+        (0..1_000)
+            .map(|n| format!("steady-{n}"))
+            .find(|db| fleet.candidates(db)[0] == index)
+            .unwrap()
+    };
+    let (hot, other) = (on(0), on(1));
+    for db in [&hot, &other] {
+        corium::create(&address, db).await.unwrap();
+    }
+    let alone = Load::start(&address, std::slice::from_ref(&hot));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(owner(&address, &hot).await, "node-1");
+    let both = Load::start(&address, std::slice::from_ref(&other));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        (owner(&address, &hot).await, owner(&address, &other).await),
+        ("node-1".to_owned(), "node-2".to_owned())
+    );
+    assert_eq!(load_moves(&fleet, 0).await + load_moves(&fleet, 1).await, 0);
+    alone.stop().await;
+    both.stop().await;
+}

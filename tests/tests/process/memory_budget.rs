@@ -336,3 +336,141 @@ async fn refused_everywhere(fleet: &Fleet, address: &str, new: &str, idle: &str)
         .expect_err("no node has room to open it again");
     assert!(refused(idle, &again), "{again:?}");
 }
+
+/// The small budget of [`a_write_load_over_many_databases_stays_within_a_small_budget`].
+const SMALL_BUDGET_MIB: u64 = 52;
+
+/// Items per database in that test: ~10.8 MiB of estimate each, so one
+/// wave of three (~32 MiB) is already more than both nodes' room (2 × 12
+/// MiB).
+const WAVE_ITEMS: usize = 600;
+
+/// Commits item `name` to `db` through `address`, sending it again while
+/// the fleet refuses it for memory (`RESOURCE_EXHAUSTED`: refused before
+/// any work, so a resend cannot commit it twice), for at most a minute.
+async fn write_acknowledged(address: &str, db: &str, name: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    loop {
+        match corium::transact(address, db, name, &[]).await {
+            Ok(_) => return,
+            Err(status)
+                if status.code() == Code::ResourceExhausted && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => panic!("{db} {name}: {status:?}"),
+        }
+    }
+}
+
+/// Creates `db` through `address`, asking again while the fleet refuses it
+/// for memory, for at most a minute.
+async fn create_acknowledged(address: &str, db: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_mins(1);
+    loop {
+        match corium::create(address, db).await {
+            Ok(created) => {
+                assert!(created, "{db} created");
+                return;
+            }
+            Err(status)
+                if status.code() == Code::ResourceExhausted && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(status) => panic!("create {db}: {status:?}"),
+        }
+    }
+}
+
+/// The peak resident set of process `pid`, in bytes (`VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// Six databases written in two waves over two nodes whose budgets hold
+/// fewer than all of them: every write is acknowledged exactly once, no node
+/// restarts, and each node's peak resident set stays within the issue's
+/// bound (1.25 × budget + 64 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_load_over_many_databases_stays_within_a_small_budget() {
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(2)
+        .node_flags(&["--memory-budget-mib", &SMALL_BUDGET_MIB.to_string()])
+        .start_with_ingress()
+        .await;
+    let pids: Vec<u32> = fleet.nodes.iter().map(|node| node.pid().unwrap()).collect();
+    let dbs: Vec<String> = (0..6).map(|n| format!("wave-{n}")).collect();
+    // Two waves of three databases created and written at once: the second
+    // wave finds the nodes full of the first, idle but not yet for long
+    // enough to be evicted, and waits for room.
+    for wave in dbs.chunks(3) {
+        for db in wave {
+            create_acknowledged(&address, db).await;
+        }
+        let writers: Vec<_> = wave
+            .iter()
+            .map(|db| {
+                let (address, db) = (address.clone(), db.clone());
+                tokio::spawn(async move {
+                    for n in 0..WAVE_ITEMS {
+                        write_acknowledged(&address, &db, &format!("{db}-{n}")).await;
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+    }
+    // Every item once, read back through the fleet (each read opens its
+    // database where there is room, once the last wave has gone idle).
+    for db in &dbs {
+        let log = eventually(
+            Duration::from_mins(1),
+            format!("{db} opened again to be read"),
+            async || match corium::log(&address, db).await {
+                Ok(log) => Ok(log),
+                Err(status) if status.code() == Code::ResourceExhausted => Err(format!("{status:?}")),
+                Err(status) => panic!("{db}: {status:?}"),
+            },
+        )
+        .await;
+        let mut names: Vec<String> = log.into_iter().flat_map(|(_, names)| names).collect();
+        names.sort();
+        let mut expected: Vec<String> = (0..WAVE_ITEMS).map(|n| format!("{db}-{n}")).collect();
+        expected.sort();
+        assert_eq!(names, expected, "{db}: every write exactly once");
+    }
+    // The budget was at work: idle databases evicted, activations sent
+    // elsewhere or refused until there was room.
+    let mut pressure = 0.0;
+    for index in 0..fleet.nodes.len() {
+        for counter in [
+            "corium_fleet_memory_evictions_total",
+            "corium_fleet_memory_redirects_total",
+            "corium_fleet_memory_refusals_total",
+            "corium_fleet_memory_handoffs_total",
+        ] {
+            pressure += memory_counter(&fleet, index, counter).await;
+        }
+    }
+    assert!(pressure >= 1.0, "{}", fleet.with_logs("no memory pressure seen"));
+    let bound = SMALL_BUDGET_MIB * 5 / 4 + 64;
+    for (node, pid) in fleet.nodes.iter().zip(&pids) {
+        assert_eq!(node.pid(), Some(*pid), "{} restarted", node.id);
+        let peak_mib = peak_rss(*pid) >> 20;
+        assert!(
+            peak_mib <= bound,
+            "{}: peak RSS {peak_mib} MiB past {bound} MiB",
+            node.id
+        );
+    }
+}
