@@ -233,12 +233,15 @@ impl Database {
         self.transact(corium_protocol::codec::encode_edn(&forms)).await
     }
 
-    /// Transacts encoded tx-data under a fresh request id.
+    /// Transacts encoded tx-data under a fresh request id: a time-ordered
+    /// UUID (version 7, 74 random bits after the time), so that a node can
+    /// tell one older than its request-id retention window from one never
+    /// used.
     ///
     /// # Errors
     /// See [`Database::transact_with_id`].
     pub async fn transact(&self, tx_data: Vec<u8>) -> Result<Transacted, Error> {
-        self.transact_with_id(&uuid::Uuid::new_v4().to_string(), tx_data)
+        self.transact_with_id(&fresh_request_id().to_string(), tx_data)
             .await
     }
 
@@ -371,5 +374,40 @@ impl Database {
             self.client.config.clone(),
             from_basis_t,
         )
+    }
+}
+
+/// A fresh time-ordered request id: the time in milliseconds, then random
+/// bits taken from a version-4 UUID's (those outside its version and
+/// variant).
+fn fresh_request_id() -> uuid::Uuid {
+    let random = uuid::Uuid::new_v4().into_bytes();
+    let mut bits = [0u8; 10];
+    bits[..6].copy_from_slice(&random[..6]);
+    bits[6..].copy_from_slice(&random[9..13]);
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+    uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fresh_request_id;
+
+    #[test]
+    fn fresh_request_ids_are_time_ordered_and_distinct() {
+        let ids: Vec<uuid::Uuid> = (0..1000).map(|_| fresh_request_id()).collect();
+        assert!(
+            ids.iter()
+                .all(|id| id.get_version() == Some(uuid::Version::SortRand))
+        );
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
+        // The time comes first: later ids never sort before earlier ones by it.
+        assert!(
+            ids.windows(2)
+                .all(|pair| pair[0].as_u128() >> 80 <= pair[1].as_u128() >> 80)
+        );
     }
 }

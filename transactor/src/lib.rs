@@ -448,6 +448,7 @@ pub async fn start(
     tokio::spawn(sweep_replicas(Arc::clone(&node), stop_rx.clone()));
     tokio::spawn(Arc::clone(&host).keep_within_budget(stop_rx.clone()));
     tokio::spawn(Arc::clone(&host).balance_load(stop_rx.clone()));
+    tokio::spawn(Arc::clone(&host).retain_request_ids(stop_rx.clone()));
     if let Some(admin) = admin {
         tokio::spawn(corium_fleet_common::admin_http::serve(
             admin,

@@ -75,6 +75,8 @@ pub struct Metrics {
     pub memory_evictions: AtomicU64,
     /// Databases handed to a less busy candidate by load-aware placement.
     pub load_moves: AtomicU64,
+    /// Request records retracted past the retention window.
+    pub request_ids_expired: AtomicU64,
     /// Databases handed to another candidate to stay within the budget.
     pub memory_handoffs: AtomicU64,
     /// Ownership decisions that could not be verified (storage).
@@ -132,6 +134,12 @@ impl Metrics {
             "corium_fleet_memory_redirects_total",
             "Activations this node had no memory for, sent to a candidate whose published load showed room.",
             load(&self.memory_redirects),
+        );
+        counter(
+            &mut out,
+            "corium_fleet_request_ids_expired_total",
+            "Request-id records retracted past --request-id-retention-secs (their memory goes at the next open).",
+            load(&self.request_ids_expired),
         );
         counter(
             &mut out,

@@ -96,25 +96,33 @@ fn unique_id() -> uuid::Uuid {
     uuid::Uuid::from_u64_pair(prefix, NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A request id for a `Transact` that arrived without one: a version 4
-/// UUID of 128 bits drawn for this call alone (122 of them random once the
-/// version and variant are set), unrelated to the correlation id or any
-/// other id this ingress hands out. A request id is a capability: whoever
-/// knows it can fence it (`Requests.Status`) or claim it first, so the next
-/// one must not be guessable from any answer.
+/// A request id for a call that arrived without one: a time-ordered UUID
+/// (version 7) of this call alone — its first 48 bits the time in
+/// milliseconds, 74 of the rest random — unrelated to the correlation id or
+/// any other id this ingress hands out. A request id is a capability:
+/// whoever knows it can fence it (`Requests.Status`) or claim it first, so
+/// the next one must not be guessable from any answer; 74 random bits are
+/// 2^74 guesses, and an id is its principal's (design note 0019). The time
+/// lets the owner tell an id older than its retention window, whose record
+/// may be gone, from one never used (`--request-id-retention-secs`, design
+/// note 0021), instead of guessing "not committed".
 ///
 /// Drawn from `rand`'s `ThreadRng`: `ChaCha12` seeded from the operating
 /// system and reseeded from it every 64 KiB of output, a CSPRNG kept per
-/// thread. Not `Uuid::new_v4`: the workspace's `uuid` has `v4` without
-/// `fast-rng`, so it makes a `getrandom` system call for every id. Measured
-/// on one x86-64 core (release, a million ids): `new_v4` 428 ns an id (68
-/// user-space instructions, the rest in the kernel), this 44 ns (341
-/// instructions, a `ChaCha` block amortized over four ids): a tenth of the
-/// time, and under 0.3 % of the ~122,000 instructions a forwarded call
-/// costs (`scripts/bench/instructions.sh`, which counts user space only).
+/// thread. Not `uuid`'s own generators: the workspace's `uuid` has no
+/// `fast-rng`, so they make a `getrandom` system call for every id.
+/// Measured on one x86-64 core (release, a million ids): `new_v4` 428 ns an
+/// id (68 user-space instructions, the rest in the kernel), `ThreadRng` 44
+/// ns (341 instructions, a `ChaCha` block amortized over four ids): a tenth
+/// of the time, and under 0.3 % of the ~122,000 instructions a forwarded
+/// call costs (`scripts/bench/instructions.sh`, which counts user space
+/// only).
 fn assigned_request_id() -> String {
-    let bytes: [u8; 16] = rand::random();
-    uuid::Builder::from_random_bytes(bytes)
+    let random: [u8; 10] = rand::random();
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX));
+    uuid::Builder::from_unix_timestamp_millis(millis, &random)
         .into_uuid()
         .hyphenated()
         .to_string()
@@ -485,13 +493,19 @@ mod tests {
 
     /// An assigned request id is a capability (whoever knows it can fence
     /// it or claim it first), so none may be guessed from another: each is
-    /// a v4 UUID of its own random bits, sharing no half with the ids before
-    /// it nor with any correlation id (`x-request-id`, returned on every
-    /// answer). A per-process prefix and a counter fail every check here.
+    /// a v7 UUID whose 74 bits after its time are random of their own,
+    /// sharing nothing with the ids before it nor with any correlation id
+    /// (`x-request-id`, returned on every answer). A per-process prefix and
+    /// a counter fail every check here; the time is the id's own (its
+    /// record's age, for the retention window).
     #[test]
     fn assigned_request_ids_are_random_and_unrelated_to_correlation_ids() {
         let mut correlation_halves = std::collections::HashSet::new();
         let mut request_ids = Vec::new();
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
         for _ in 0..1000 {
             let correlation = correlation_id();
             let correlation = u128::from_str_radix(correlation.to_str().unwrap(), 16).unwrap();
@@ -501,27 +515,33 @@ mod tests {
             request_ids.push(uuid::Uuid::parse_str(&assigned_request_id()).unwrap());
         }
         for id in &request_ids {
-            assert_eq!(id.get_version(), Some(uuid::Version::Random), "{id}");
+            assert_eq!(id.get_version(), Some(uuid::Version::SortRand), "{id}");
             assert_eq!(id.get_variant(), uuid::Variant::RFC4122, "{id}");
+            let millis = id.as_u128() >> 80;
+            assert!(millis >= before && millis < before + 60_000, "{id}: its time");
             let (high, low) = id.as_u64_pair();
             assert!(
                 !correlation_halves.contains(&high) && !correlation_halves.contains(&low),
                 "{id} shares a half with a correlation id"
             );
         }
+        // The random half: no two alike, no counter.
+        let lows: std::collections::HashSet<u64> = request_ids.iter().map(|id| id.as_u64_pair().1).collect();
+        assert_eq!(
+            lows.len(),
+            request_ids.len(),
+            "every id has random bits of its own"
+        );
         for pair in request_ids.windows(2) {
             let (first, second) = (pair[0].as_u64_pair(), pair[1].as_u64_pair());
-            assert_ne!(first.0, second.0, "consecutive ids share a prefix: {pair:?}");
             assert_ne!(first.1.wrapping_add(1), second.1, "a counter: {pair:?}");
         }
-        let highs: std::collections::HashSet<u64> = request_ids.iter().map(|id| id.as_u64_pair().0).collect();
-        assert_eq!(highs.len(), request_ids.len(), "every id has a prefix of its own");
-        // Every bit that is not the version or variant is set in about half
-        // of the ids (a counter or a fixed prefix leaves bits constant).
-        // (The version is the high nibble of byte 6, the variant the top two
-        // bits of byte 8.)
+        // Every bit after the time that is not the version or variant is
+        // set in about half of the ids (a counter or a fixed prefix leaves
+        // bits constant). (The version is the high nibble of byte 6, the
+        // variant the top two bits of byte 8; the time the top 48 bits.)
         let fixed = (0xf_u128 << 76) | (0x3_u128 << 62);
-        for bit in (0..128).filter(|bit| fixed & (1_u128 << bit) == 0) {
+        for bit in (0..80).filter(|bit| fixed & (1_u128 << bit) == 0) {
             let set = request_ids
                 .iter()
                 .filter(|id| id.as_u128() & (1_u128 << bit) != 0)

@@ -129,6 +129,7 @@ impl World {
             drain_deadline: Duration::from_secs(50),
             memory_budget: None,
             load_balance: None,
+            request_id_retention: None,
             activation_read_ahead_mib: 256,
             // Warm standbys on, refreshed often: the fault suite runs with
             // every cache in place.

@@ -8,7 +8,8 @@
 //! ownership and fencing (`foundation`, `placement`, `rebalance`, `drain`,
 //! `fast_moves`), memory and load (`memory_budget`, `load_balance`), the
 //! ingress (`ingress`, `failover_buffer`, `readiness`),
-//! exactly-once (`exactly_once`, `stock_exactly_once`, `stock_statuses`),
+//! exactly-once (`exactly_once`, `stock_exactly_once`, `stock_statuses`,
+//! `retention`),
 //! reads (`reads`, `sdk`), operating it (`dev_fleet`, `fleet_status`,
 //! `status_page`, `observability`, `stock_cli`, `storage_setup`,
 //! `docker_context`), and the hostile clients (`bounds`, `security`).
@@ -30,6 +31,7 @@ mod placement;
 mod readiness;
 mod reads;
 mod rebalance;
+mod retention;
 mod sdk;
 mod security;
 mod status_page;

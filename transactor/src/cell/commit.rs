@@ -98,8 +98,8 @@ impl Cell {
 
     /// Runs one `Transact` on this cell: under `id` through the
     /// request-id ledger (committed at most once, replayed after; the id is
-    /// `sender`'s), else as Corium's plain commit. The admission `permit`
-    /// is held until the answer.
+    /// `sender`'s; records kept for `retention`), else as Corium's plain
+    /// commit. The admission `permit` is held until the answer.
     ///
     /// # Errors
     /// [`TransactError`]; a commit that failed in storage also marks the
@@ -112,6 +112,7 @@ impl Cell {
         id: Option<(uuid::Uuid, Origin)>,
         sender: Sender,
         store: &dyn RootStore,
+        retention: Option<std::time::Duration>,
     ) -> Result<Transacted, TransactError> {
         let db = request.db.clone();
         let commit = |tx_data, basis| self.commit(permit, &db, tx_data, basis);
@@ -139,6 +140,7 @@ impl Cell {
             name: &self.db,
             store,
             read_ahead: &self.read_ahead,
+            retention,
         };
         self.ledger
             .transact(on, id, sender, &request, commit)

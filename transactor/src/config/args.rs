@@ -135,6 +135,14 @@ pub struct Args {
     /// a limit].
     #[arg(long)]
     pub memory_budget_mib: Option<u64>,
+    /// How long the record of a request id (`corium-request-id`, or the one
+    /// the ingress assigns) is kept, in seconds: a resend within it is
+    /// answered from the record, never committed twice; older records are
+    /// retracted so that exactly-once does not grow a database without end,
+    /// and a time-ordered id (a version-7 UUID) older than this is refused. 0 keeps
+    /// them for ever [default: 86400, a day].
+    #[arg(long)]
+    pub request_id_retention_secs: Option<u64>,
     /// Load-aware placement: compare this node's client calls per second
     /// with the fleet's mean and, while it stays more than 25 % (and 20
     /// calls/s) above it, hand one database at a time to a less busy

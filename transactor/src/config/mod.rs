@@ -171,6 +171,10 @@ impl Args {
                 self.memory_budget_mib,
                 corium_fleet_common::memory::cgroup_limit_bytes(),
             ),
+            request_id_retention: match self.request_id_retention_secs.unwrap_or(86_400) {
+                0 => None,
+                secs => Some(Duration::from_secs(secs)),
+            },
             load_balance: match (
                 self.load_balance.unwrap_or(true),
                 self.load_balance_interval_ms.unwrap_or(10_000),

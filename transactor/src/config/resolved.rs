@@ -77,6 +77,10 @@ pub struct Config {
     /// databases, read-ahead and base are estimated to hold stays under it
     /// (`host/memory.rs`).
     pub memory_budget: Option<u64>,
+    /// How long a request id's record is kept (`None`: for ever): older
+    /// records are retracted, so exactly-once holds within this window
+    /// (`request_id/retention.rs`, `host/retention.rs`).
+    pub request_id_retention: Option<Duration>,
     /// How often the node compares its calls per second with the fleet's
     /// and may hand a database to a less busy candidate (`host/balance.rs`);
     /// `None`: never (`--load-balance false`).

@@ -10,7 +10,8 @@
 //! - [`handoff`] — moving a database to another node, and the drain;
 //! - [`memory`] — the memory budget: estimates, eviction, refusal;
 //! - [`balance`] — load-aware placement: calls per second measured,
-//!   published, and evened out by moves.
+//!   published, and evened out by moves;
+//! - [`retention`] — request records older than the window retracted.
 
 mod activation;
 pub(crate) mod balance;
@@ -19,6 +20,7 @@ mod lifecycle;
 mod memory;
 mod ownership;
 mod refusal;
+mod retention;
 
 pub(crate) use handoff::HandoffError;
 pub(crate) use memory::DroppableMemory;

@@ -88,6 +88,14 @@ pub enum LedgerError {
     /// Storage failed before anything was committed.
     #[error(transparent)]
     Unavailable(NodeError),
+    /// The id is time-ordered (a version-7 UUID) and older than the retention window:
+    /// its record, if it had one, may have been retracted, so whether it
+    /// committed can no longer be told; nothing was committed or fenced.
+    #[error("request id older than the {} s retention window", window.as_secs())]
+    Expired {
+        /// The retention window.
+        window: std::time::Duration,
+    },
     /// The outcome is unknown: the commit failed after its append may have
     /// landed, or the committed answer cannot be given now.
     #[error("{reason}")]
@@ -158,6 +166,28 @@ pub struct Database<'a> {
     /// The cell's log read-ahead: a replay reads its record with Corium's
     /// `tx_range`, which reads the whole log (see `read_ahead`).
     pub read_ahead: &'a Arc<crate::read_ahead::ReadAhead>,
+    /// How long records are kept (`None`: for ever).
+    pub retention: Option<std::time::Duration>,
+}
+
+impl Database<'_> {
+    /// Whether `id` carries its own time (a version-7 UUID) and is older than the
+    /// retention window: an id whose record may be gone.
+    fn expired(&self, id: uuid::Uuid) -> Result<(), LedgerError> {
+        let Some(window) = self.retention else {
+            return Ok(());
+        };
+        if id.get_version_num() != 7 {
+            return Ok(());
+        }
+        // A v7 id's first 48 bits are its Unix time in milliseconds.
+        let millis = i64::try_from(id.as_u128() >> 80).unwrap_or(i64::MAX);
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        if millis < corium_fleet_common::owner::now_unix_ms().saturating_sub(window_ms) {
+            return Err(LedgerError::Expired { window });
+        }
+        Ok(())
+    }
 }
 
 /// Per-cell state: one lock per id in flight.
@@ -289,6 +319,7 @@ where
         let requested = record::request_identity(&super::shape::of(&db, &forms));
         return found_answer(on, &state, id, found, requested.as_ref()).await;
     }
+    on.expired(id)?;
     let (tx, written) = record::augmented(&db, id, &digest, sender.written(), forms)
         .map_err(|record::Reserved(tempid)| LedgerError::Unsupported(Unsupported::ReservedTempid(tempid)))?;
     let (committed, _held) = commit(codec::encode_edn(&tx), request.expected_basis_t).await;
@@ -358,6 +389,9 @@ where
     if let Some(found) = record::find(&db, id, None, caller) {
         return answer(on, &state, found).await;
     }
+    // Never fence an id whose record may have expired: "not committed"
+    // would be a guess.
+    on.expired(id)?;
     let fence_marker = record::fence_marker(&db, id, sender.written());
     let (committed, _held) = commit(codec::encode_edn(&fence_marker), None).await;
     match committed {

@@ -14,11 +14,14 @@
 //!   transactions;
 //! - [`shape`] — the caller's tempids, read with Corium's own converter;
 //! - [`ledger`] — one cell's ledger: commit once, replay, and "did it
-//!   commit?" with a fence.
+//!   commit?" with a fence;
+//! - [`retention`] — records older than the window retracted, so their
+//!   memory goes at the next open.
 
 pub(crate) mod key;
 pub(crate) mod ledger;
 pub(crate) mod record;
+pub(crate) mod retention;
 pub(crate) mod shape;
 #[cfg(test)]
 mod tests;

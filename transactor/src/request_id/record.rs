@@ -36,7 +36,7 @@ use super::key::{self, Key, Mode};
 use super::shape::{self, Shape};
 
 /// Attribute idents, without the leading colon.
-const KEY: (&str, &str) = ("fleet.request", "key");
+pub(super) const KEY: (&str, &str) = ("fleet.request", "key");
 const ID: (&str, &str) = ("fleet.request", "id");
 const DIGEST: (&str, &str) = ("fleet.request", "digest");
 const TEMPIDS: (&str, &str) = ("fleet.request", "tempids");
@@ -49,7 +49,7 @@ const TEMPID_ENTITY: (&str, &str) = ("fleet.tempid", "entity");
 
 /// The schema the fleet installs, as EDN.
 const SCHEMA: &str = "[{:db/ident :fleet.request/key :db/valueType :db.type/bytes \
-     :db/cardinality :db.cardinality/one :db/unique :db.unique/value} \
+     :db/cardinality :db.cardinality/one :db/unique :db.unique/value :db/noHistory true} \
      {:db/ident :fleet.request/id :db/valueType :db.type/string \
      :db/cardinality :db.cardinality/one :db/unique :db.unique/value} \
      {:db/ident :fleet.request/digest :db/valueType :db.type/string \
@@ -76,7 +76,7 @@ fn keyword((namespace, name): (&str, &str)) -> Keyword {
     Keyword::new(Some(namespace), name)
 }
 
-fn attr(db: &Db, ident: (&str, &str)) -> Option<EntityId> {
+pub(super) fn attr(db: &Db, ident: (&str, &str)) -> Option<EntityId> {
     db.idents().entid(&keyword(ident))
 }
 
@@ -161,11 +161,11 @@ fn map(pairs: Vec<(Edn, Edn)>) -> Edn {
     Edn::Map(pairs)
 }
 
-fn kw(ident: (&str, &str)) -> Edn {
+pub(super) fn kw(ident: (&str, &str)) -> Edn {
     Edn::Keyword(keyword(ident))
 }
 
-fn bytes_edn(bytes: &[u8]) -> Edn {
+pub(super) fn bytes_edn(bytes: &[u8]) -> Edn {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let hex: String = bytes
         .iter()
@@ -475,7 +475,7 @@ pub(crate) fn encode_tempids(tempids: &BTreeMap<String, i64>) -> Vec<u8> {
     ))
 }
 
-fn raw(entity: EntityId) -> i64 {
+pub(super) fn raw(entity: EntityId) -> i64 {
     i64::try_from(entity.raw()).unwrap_or(i64::MAX)
 }
 

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use corium_protocol::codec;
 use corium_protocol::pb;
@@ -300,5 +301,86 @@ async fn long_identities_stay_out_of_the_key() {
         record::answer_tempids(&after, tx, &datoms, None),
         BTreeMap::new(),
         "a status query has no identity to resolve the tempid by"
+    );
+}
+
+/// Retention: keys of transactions older than the cutoff are retracted,
+/// and a database opened again from its published indexes no longer holds
+/// them (`:fleet.request/key` is `:db/noHistory`), while one kept within
+/// the window is still found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_records_leave_the_database_at_its_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = || {
+        let mut config = NodeConfig::new(dir.path().to_path_buf());
+        config.store = corium_transactor::StoreSpec::filesystem();
+        config.ha = false;
+        config.gc_interval = None;
+        config
+    };
+    let node = TransactorNode::open(config()).await.unwrap();
+    let schema = record::with_schema(&codec::encode_edn(&read_one(SCHEMA).unwrap())).unwrap();
+    assert!(node.create_db("kept", &schema, None).await.unwrap());
+    let commit = async |node: &Arc<TransactorNode>, name: &str| {
+        let text = format!("[{{:db/id \"x\" :item/name \"{name}\"}}]");
+        let request = pb::TransactRequest {
+            db: "kept".into(),
+            protocol_version: corium_protocol::PROTOCOL_VERSION,
+            tx_data: codec::encode_edn(&read_one(&text).unwrap()),
+            expected_basis_t: None,
+        };
+        let id = uuid::Uuid::new_v4();
+        let digest = Digest::of(&request);
+        let state = node.db_state("kept").await.unwrap();
+        let Edn::Vector(forms) = read_one(&text).unwrap() else {
+            unreachable!()
+        };
+        let (augmented, _) = record::augmented(&state.db(), id, &digest, Some(alice()), forms).unwrap();
+        node.transact("kept", &codec::encode_edn(&augmented))
+            .await
+            .unwrap();
+        (id, digest)
+    };
+    let mut old = Vec::new();
+    for n in 0..50 {
+        old.push(commit(&node, &format!("old-{n}")).await);
+    }
+    // Corium's instants increase strictly (commits in one millisecond run
+    // ahead of the clock): leave room on both sides of the cutoff.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cutoff = corium_fleet_common::owner::now_unix_ms();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let recent = commit(&node, "recent").await;
+
+    let state = node.db_state("kept").await.unwrap();
+    let db = state.db();
+    assert!(super::retention::keys_leave_history(&db));
+    let expired = super::retention::expired(&db, cutoff, 1_000);
+    assert_eq!(expired.len(), 50, "the old keys, not the recent one");
+    let retraction = super::retention::retraction(&expired).unwrap();
+    node.transact("kept", &codec::encode_edn(&retraction))
+        .await
+        .unwrap();
+    let db = state.db();
+    assert!(super::retention::expired(&db, cutoff, 1_000).is_empty());
+    assert_eq!(record::find(&db, old[0].0, Some(&old[0].1), Some(&alice())), None);
+    assert!(record::find(&db, recent.0, Some(&recent.1), Some(&alice())).is_some());
+    let before = db.recorded_len();
+    node.request_index("kept").await.unwrap();
+    drop((state, db));
+    drop(node);
+
+    let reopened = TransactorNode::open(config()).await.unwrap();
+    let db = reopened.db_state("kept").await.unwrap().db();
+    // Each old transaction recorded its key and its retraction: both gone.
+    assert!(
+        db.recorded_len() + 2 * 50 <= before,
+        "recorded {} after the reopen, {before} before",
+        db.recorded_len()
+    );
+    assert_eq!(record::find(&db, old[1].0, Some(&old[1].1), Some(&alice())), None);
+    assert!(
+        record::find(&db, recent.0, Some(&recent.1), Some(&alice())).is_some(),
+        "a key inside the window survives the reopen"
     );
 }

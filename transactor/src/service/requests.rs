@@ -49,6 +49,7 @@ impl Requests for FleetRequests {
             name: &db,
             store: host.base.as_ref(),
             read_ahead: &cell.read_ahead,
+            retention: host.config.request_id_retention,
         };
         let commit = |tx_data, basis| cell.commit(permit, &cell.db, tx_data, basis);
         let sender = at.call.sender(node);

@@ -269,6 +269,12 @@ pub(crate) fn ledger_status(db: &str, id: &uuid::Uuid, origin: Origin, error: Le
                 (Origin::Client, Unsupported::ReservedTempid(_)) => Status::invalid_argument(reason),
             }
         }
+        LedgerError::Expired { window } => Status::failed_precondition(format!(
+            "corium-request-id {id} is older than the request-id retention window ({} s): its record may \
+             be gone, so it can no longer be told whether it committed, and it is not committed again; \
+             nothing was done. Send a new transaction under a new id",
+            window.as_secs()
+        )),
         LedgerError::Refused(error) => corium_transactor::server::to_status(&error),
         LedgerError::Unavailable(error) => node_status(&error),
         LedgerError::Unknown { cause, reason } => {

@@ -122,6 +122,7 @@ impl Transactor for FleetTransactor {
                 id.map(|id| (id, origin)),
                 sender,
                 host.base.as_ref(),
+                host.config.request_id_retention,
             )
             .await;
         host.reset_if_failed(&cell);
