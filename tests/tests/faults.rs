@@ -2,7 +2,8 @@
 //! faults against real binaries — SIGSTOP of an owner past its lease then
 //! SIGCONT (a zombie that must be fenced), SIGKILL and restart, a storage
 //! partition and lost acknowledgements on one node (its storage wrapped by
-//! `CORIUM_FLEET_FAULT_SCHEDULE`), an ingress restart — while stock Corium
+//! `CORIUM_FLEET_FAULT_SCHEDULE`), an ingress restart, load-aware placement
+//! moving the busy databases off their owner — while stock Corium
 //! clients write with request ids through a random ingress per attempt and
 //! the SDK follows a database by subscription. The checker
 //! (`tests/src/checker.rs`) judges the run and prints its report.
@@ -174,7 +175,13 @@ async fn hand_to(fleet: &Fleet, dbs: &[String], to: usize) {
 #[allow(clippy::too_many_lines)] // One seeded scenario, from the fleet's start to the checker's verdict.
 async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     let mut rng = Rng::new(seed);
-    let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
+    // Load-aware placement compares every 500 ms (instead of 10 s), so its
+    // moves — the victim owns the busy databases — land among the faults.
+    let mut fleet = Fleet::builder(backend.clone())
+        .lease_ttl(TTL)
+        .node_flags(&["--load-balance-interval-ms", "500"])
+        .start()
+        .await;
     fleet.start_ingresses(2, &[]).await;
     let addresses = fleet.ingress_endpoints();
     let victim = usize::try_from(rng.below(3)).unwrap();
@@ -317,6 +324,15 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     for writer in writers {
         writer.await.unwrap();
     }
+    let mut load_moves = 0.0;
+    for node in &fleet.nodes {
+        if let Some((_, text)) = corium_fleet_tests::http_get(node.admin, "/metrics").await {
+            load_moves += corium_fleet_tests::metric(&text, "corium_fleet_load_moves_total").unwrap_or(0.0);
+        }
+    }
+    record(format!(
+        "load-aware placement moved {load_moves} databases (live nodes' counts)"
+    ));
 
     let mut durable = Durable::default();
     for db in moved.iter().chain(&quiet) {
