@@ -7,6 +7,8 @@
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
 //!   root-store operations with few databases active among many;
 //! - `recovery`: handoff unavailability against a database's history length;
+//! - `rebalance`: load-aware placement's time to even out six busy
+//!   databases when an idle node is among their candidates;
 //! - `history`: memory while written, cold open and handoff at 5,000,
 //!   50,000 and 200,000 transactions, fleet against a stock `corium
 //!   transactor` (filesystem store);
@@ -45,7 +47,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, history, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, history, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -159,6 +161,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("history") {
         history(&args, &mut report).await?;
+    }
+    if wants("rebalance") {
+        rebalance(&mut report).await?;
     }
     if wants("auth") {
         let result = scenario::auth::run(args.rounds);
@@ -492,6 +497,26 @@ async fn recovery(args: &Args, server: &Store, label: &str, report: &mut Report)
         }
         report.insert(format!("recovery_{label}_{key}"), serde_json::to_value(&points)?);
     }
+    Ok(())
+}
+
+/// `rebalance`: load-aware placement's time to even out a fleet with an
+/// idle node among the busy databases' candidates. Prints the figures and
+/// adds them to `report`.
+async fn rebalance(report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::rebalance::run().await?;
+    println!(
+        "\n== rebalance (filesystem, 3 nodes, 6 busy databases, node-3 idle among their candidates) ==\n\
+         node-3 owned its share after {} ms; owned {:?} → {:?}; calls/s {:?} → {:?}",
+        result
+            .evened_ms
+            .map_or_else(|| "(not within 3 minutes)".to_owned(), |ms| ms.to_string()),
+        result.owned_before,
+        result.owned_after,
+        result.calls_before.map(f64::round),
+        result.calls_after.map(f64::round)
+    );
+    report.insert("rebalance_filesystem".into(), serde_json::to_value(&result)?);
     Ok(())
 }
 

@@ -9,6 +9,7 @@ pub(crate) mod overload;
 pub(crate) mod owner_cache;
 pub(crate) mod reads;
 pub(crate) mod real_path;
+pub(crate) mod rebalance;
 pub(crate) mod recovery;
 pub(crate) mod scale_model;
 pub(crate) mod scaling;
