@@ -46,6 +46,12 @@ pub(crate) struct DevArgs {
     /// Run the internal hop in plaintext instead of mTLS.
     #[arg(long)]
     plaintext: bool,
+    /// The fleet's address: the ingress's gRPC port on 127.0.0.1. Stock
+    /// Corium's port by default, which is where `corium-fleet status` and
+    /// stock clients look without flags; 0 picks a free one (as every other
+    /// port of the fleet is).
+    #[arg(long, default_value_t = 4334)]
+    port: u16,
     /// How long to wait for the nodes to become ready.
     #[arg(long, default_value_t = 60)]
     ready_timeout_secs: u64,
@@ -179,9 +185,24 @@ fn certs(args: &DevArgs) -> anyhow::Result<crate::certs::CertsArgs> {
 /// The first start takes `--try-ports` first.
 fn choose_ports(args: &DevArgs, first: bool) -> anyhow::Result<Vec<(u16, u16)>> {
     let count = 2 * (usize::from(args.nodes) + 1);
+    // `--port`, held while the others are chosen so none of them is it.
+    let fixed = match args.port {
+        0 => None,
+        port => Some(std::net::TcpListener::bind(("127.0.0.1", port)).with_context(|| {
+            format!(
+                "port {port} on 127.0.0.1 is in use (another `corium-fleet dev`, or a stock Corium on its \
+                 default port?): pass --port N, or --port 0 for a free one"
+            )
+        })?),
+    };
     let given: &[u16] = if first { &args.try_ports } else { &[] };
     let mut ports: Vec<u16> = given.iter().copied().take(count).collect();
     ports.extend(free_ports(count - ports.len())?);
+    if fixed.is_some() {
+        // The ingress's gRPC port: after every node's two.
+        ports[2 * usize::from(args.nodes)] = args.port;
+    }
+    drop(fixed);
     Ok(ports.chunks(2).map(|pair| (pair[0], pair[1])).collect())
 }
 

@@ -42,12 +42,19 @@ struct Dev {
 }
 
 impl Dev {
-    /// Starts `corium-fleet dev` with `flags` (stdout and stderr captured).
+    /// Starts `corium-fleet dev` with `flags` (stdout and stderr captured),
+    /// on a free port unless `flags` name one (tests run side by side).
     fn spawn(flags: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let free = if flags.contains(&"--port") {
+            &[][..]
+        } else {
+            &["--port", "0"][..]
+        };
         let mut child = Command::new(bin_dir().join("corium-fleet"))
             .args(["dev", "--data-dir"])
             .arg(dir.path())
+            .args(free)
             .args(flags)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -457,6 +464,46 @@ async fn a_port_taken_at_start_makes_the_fleet_start_again_on_new_ports() {
     assert!(
         status.success(),
         "corium-fleet dev exited with {status}:\n{stderr}"
+    );
+    drop(taken);
+}
+
+/// `--port` is the fleet's address (stock Corium's 4334 unless given):
+/// the ingress listens there; a port in use is refused at once, saying
+/// what to do, rather than moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_listens_on_the_port_given_and_says_when_it_is_taken() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (dev, address) = Dev::start(&["--port", &port.to_string()]).await;
+    assert_eq!(address, format!("http://127.0.0.1:{port}"));
+    eventually(
+        Duration::from_secs(30),
+        "a database is created at the given port",
+        async || match corium::create(&address, "on-the-given-port").await {
+            Ok(_) => Ok(()),
+            Err(status) if status.code() == tonic::Code::AlreadyExists => Ok(()),
+            Err(status) => Err(status.to_string()),
+        },
+    )
+    .await;
+    let (status, stderr) = dev.stop();
+    assert!(status.success(), "{stderr}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut dev = Dev::spawn(&["--port", &port]);
+    let status = wait(&mut dev.child, Duration::from_mins(1))
+        .unwrap_or_else(|| panic!("corium-fleet dev still runs after 60 s:\n{}", dev.stderr()));
+    std::thread::sleep(Duration::from_millis(200));
+    let stderr = dev.stderr();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("port {port} on 127.0.0.1 is in use")) && stderr.contains("--port 0"),
+        "{stderr}"
     );
     drop(taken);
 }

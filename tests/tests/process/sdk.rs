@@ -161,7 +161,7 @@ impl Drop for Dev {
 fn the_sdk_example_runs_against_corium_fleet_dev() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(bin_dir().join("corium-fleet"))
-        .args(["dev", "--data-dir"])
+        .args(["dev", "--port", "0", "--data-dir"])
         .arg(dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
