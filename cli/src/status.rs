@@ -41,7 +41,8 @@ pub(crate) struct NodeArgs {
     #[arg(long, env = "CORIUM_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
     /// CA (PEM) that signed the endpoint's certificate (`https://`): the
-    /// chart's client-port CA, or the fleet CA for a node's mTLS port.
+    /// chart's client-port CA, or the fleet CA for a node's mTLS port
+    /// [default: the system's roots].
     #[arg(long)]
     pub(crate) ca: Option<std::path::PathBuf>,
     /// Client certificate (PEM) signed by the fleet CA, for a port that asks
@@ -81,12 +82,23 @@ impl NodeArgs {
         let token = crate::auth::interceptor(self.token.as_deref())?;
         let mut target = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
             .with_context(|| format!("bad endpoint {endpoint:?}"))?;
-        if let Some(ca) = &self.ca {
-            let read = |path: &std::path::Path| {
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
-            };
-            let mut tls = tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
+        let read = |path: &std::path::Path| {
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+        };
+        // `--ca`, else the system's roots for an https:// endpoint (a port
+        // behind a public certificate; `SSL_CERT_FILE` and `SSL_CERT_DIR`
+        // are honoured).
+        let roots = match &self.ca {
+            Some(ca) => Some(
+                tonic::transport::ClientTlsConfig::new()
+                    .ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?)),
+            ),
+            None if endpoint.starts_with("https://") => {
+                Some(tonic::transport::ClientTlsConfig::new().with_native_roots())
+            }
+            None => None,
+        };
+        if let Some(mut tls) = roots {
             if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
                 tls = tls.identity(tonic::transport::Identity::from_pem(read(cert)?, read(key)?));
             }
@@ -102,7 +114,7 @@ impl NodeArgs {
             .await
             .with_context(|| {
                 let tls = if endpoint.starts_with("https://") && self.ca.is_none() {
-                    "; an https:// endpoint needs --ca"
+                    "; its certificate was checked against the system's roots: pass --ca with the CA that signed it"
                 } else {
                     ""
                 };

@@ -207,3 +207,76 @@ async fn check_a_dead_node_is_listed(fleet: &mut Fleet, ingress: &str) {
         assert_eq!(node(&status, id)["reachable"], true, "{status:#}");
     }
 }
+
+/// Runs `corium-fleet status --json --endpoint ENDPOINT EXTRA` with
+/// `SSL_CERT_FILE` as given (the system's roots, as rustls reads them).
+async fn status_over_tls(endpoint: &str, extra: &[&str], roots: &std::path::Path) -> Run {
+    let output = tokio::time::timeout(
+        Duration::from_mins(1),
+        tokio::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+            .args(["status", "--json", "--endpoint", endpoint])
+            .args(extra)
+            .env_remove("CORIUM_TOKEN")
+            .env_remove("CORIUM_FLEET_ENDPOINT")
+            .env_remove("SSL_CERT_DIR")
+            .env("SSL_CERT_FILE", roots)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("corium-fleet finishes within a minute")
+    .expect("corium-fleet runs");
+    Run {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// The CLI reaches a TLS client port (what the chart serves by default)
+/// with `--ca` alone, or with no flag at all when the port's CA is among
+/// the system's roots; a certificate the roots do not vouch for is refused
+/// with what to pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reaches_a_tls_client_port_with_the_ca_or_the_system_roots() {
+    let mut fleet = Fleet::builder(Backend::Filesystem).nodes(1).mtls().start().await;
+    let certs = fleet.certs().unwrap();
+    let port = corium_fleet_tests::free_port();
+    let (cert, key) = (
+        certs.join("corium-fleet-ingress.pem"),
+        certs.join("corium-fleet-ingress.key"),
+    );
+    fleet
+        .start_ingresses(
+            1,
+            &[
+                "--tls-listen",
+                &format!("127.0.0.1:{port}"),
+                "--tls-cert",
+                cert.to_str().unwrap(),
+                "--tls-key",
+                key.to_str().unwrap(),
+            ],
+        )
+        .await;
+    let endpoint = format!("https://127.0.0.1:{port}");
+    let ca = certs.join("ca.pem");
+    let system = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+
+    let with_ca = status_over_tls(&endpoint, &["--ca", ca.to_str().unwrap()], system).await;
+    assert!(with_ca.success, "--ca alone: {}", with_ca.stderr);
+    let by_roots = status_over_tls(&endpoint, &[], &ca).await;
+    assert!(
+        by_roots.success,
+        "the fleet CA among the roots: {}",
+        by_roots.stderr
+    );
+    let status: Value = serde_json::from_str(&by_roots.stdout).unwrap();
+    assert_eq!(status["nodes"][0]["node_id"], "node-1", "{status:#}");
+    let untrusted = status_over_tls(&endpoint, &[], system).await;
+    assert!(
+        !untrusted.success && untrusted.stderr.contains("--ca"),
+        "{}",
+        untrusted.stderr
+    );
+}
