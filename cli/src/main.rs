@@ -9,7 +9,8 @@
 //! - `corium-fleet rebalance --dry-run` prints what load-aware placement
 //!   would move now, and why;
 //! - `corium-fleet request-status` tells whether a request id committed;
-//! - `corium-fleet certs` writes a development CA and mTLS certificates.
+//! - `corium-fleet certs` writes a development CA and mTLS certificates;
+//! - `corium-fleet completions SHELL` prints a shell completion script.
 //!
 //! `status`, `where`, `handoff`, `rebalance` and `request-status` present a bearer token on every
 //! call (`--token` / `CORIUM_TOKEN`, resolved as stock `corium` resolves it;
@@ -26,7 +27,7 @@ mod request_status;
 mod status;
 mod where_;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "corium-fleet", version, about = "Run and inspect Corium Fleet")]
@@ -55,6 +56,13 @@ enum Command {
     RequestStatus(request_status::RequestStatusArgs),
     /// Generate a development CA and mTLS certificates for a fleet.
     Certs(certs::CertsArgs),
+    /// Print the shell completion script for SHELL (bash, zsh, fish,
+    /// elvish, powershell), e.g. `corium-fleet completions bash >
+    /// /etc/bash_completion.d/corium-fleet`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -76,6 +84,10 @@ fn main() -> std::process::ExitCode {
             Command::Rebalance(args) => rebalance::run(args).await,
             Command::RequestStatus(args) => request_status::run(args).await,
             Command::Certs(args) => certs::run(&args),
+            Command::Completions { shell } => {
+                clap_complete::generate(shell, &mut Cli::command(), "corium-fleet", &mut std::io::stdout());
+                Ok(())
+            }
         }
     });
     match result {
@@ -87,5 +99,49 @@ fn main() -> std::process::ExitCode {
             }
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory as _;
+
+    /// The bash script names every command and is valid bash (`bash -n`).
+    #[test]
+    fn the_bash_completion_script_is_bash_and_names_every_command() {
+        let mut script = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            "corium-fleet",
+            &mut script,
+        );
+        let text = String::from_utf8(script.clone()).unwrap();
+        for command in [
+            "dev",
+            "status",
+            "where",
+            "handoff",
+            "rebalance",
+            "request-status",
+            "certs",
+            "completions",
+        ] {
+            assert!(text.contains(command), "{command} missing");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corium-fleet.bash");
+        std::fs::write(&path, &script).unwrap();
+        let checked = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            checked.status.success(),
+            "{}",
+            String::from_utf8_lossy(&checked.stderr)
+        );
     }
 }
