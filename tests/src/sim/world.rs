@@ -130,6 +130,7 @@ impl World {
             memory_budget: None,
             load_balance: None,
             request_id_retention: None,
+            storage_info: corium_transactor::StorageInfoConfig::default(),
             activation_read_ahead_mib: 256,
             // Warm standbys on, refreshed often: the fault suite runs with
             // every cache in place.

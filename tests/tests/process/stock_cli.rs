@@ -98,3 +98,56 @@ async fn the_stock_corium_cli_creates_writes_through_a_saga_queries_and_deletes_
     let listed = cli(&["db", "list"], "").await;
     assert!(!listed.contains("clidb"), "deleted, yet listed: {listed}");
 }
+
+/// What stock `corium backup` asks a fleet on `PostgreSQL` (through its
+/// address): `GetStorageInfo` is refused in Corium's own words while the
+/// nodes have no read-only connection string to describe, and describes
+/// the one given (`--postgres-read-only-url`, the stock transactor's flag)
+/// with the basis the backup reads to. (The stock binary `make test`
+/// installs has the filesystem backend only; `cargo install corium-cli
+/// --features postgres` reads `PostgreSQL` with what this returns.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_discovery_of_a_postgres_fleet_describes_the_read_only_url() {
+    use corium_protocol::pb;
+    use corium_protocol::pb::catalog_client::CatalogClient;
+    let base = std::env::var("CORIUM_FLEET_TEST_PG_URL").expect(
+        "CORIUM_FLEET_TEST_PG_URL is not set: run the suite with `make test`, which starts PostgreSQL",
+    );
+    let backend = Backend::postgres(&base);
+    let Backend::Postgres { url } = backend.clone() else {
+        unreachable!("a PostgreSQL backend")
+    };
+    let read_only = format!("{url}?application_name=backup");
+    let discover = async |address: &str| {
+        CatalogClient::with_interceptor(corium::channel(address).await, corium::with_dev_token)
+            .get_storage_info(pb::GetStorageInfoRequest { db: "kept".into() })
+            .await
+    };
+
+    let (fleet, address) = Fleet::builder(backend.clone())
+        .nodes(1)
+        .start_with_ingress()
+        .await;
+    corium::create(&address, "kept").await.unwrap();
+    corium::transact(&address, "kept", "first", &[]).await.unwrap();
+    let refused = discover(&address)
+        .await
+        .expect_err("no read-only URL to describe");
+    assert!(refused.message().contains("read-only"), "{refused:?}");
+    drop(fleet);
+
+    let (_fleet, address) = Fleet::builder(backend)
+        .nodes(1)
+        .node_flags(&["--postgres-read-only-url", &read_only])
+        .start_with_ingress()
+        .await;
+    let written = corium::transact(&address, "kept", "second", &[]).await.unwrap();
+    let info = discover(&address).await.unwrap().into_inner();
+    assert!(info.basis_t >= written.basis_t, "{info:?}");
+    match info.storage.and_then(|storage| storage.backend) {
+        Some(pb::storage_connection::Backend::Postgres(postgres)) => {
+            assert_eq!(postgres.connection_string, read_only);
+        }
+        other => panic!("not the PostgreSQL description: {other:?}"),
+    }
+}

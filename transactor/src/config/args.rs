@@ -135,6 +135,29 @@ pub struct Args {
     /// a limit].
     #[arg(long)]
     pub memory_budget_mib: Option<u64>,
+    /// A read-only `PostgreSQL` connection string that `GetStorageInfo`
+    /// hands to storage-aware clients (stock `corium backup`), as a stock
+    /// transactor's flag of the same name; never derived from --storage
+    /// [default: none: discovery of a `PostgreSQL` fleet's storage is refused].
+    #[arg(long, env = "CORIUM_POSTGRES_READ_ONLY_URL", hide_env_values = true)]
+    pub postgres_read_only_url: Option<String>,
+    /// A read-only S3 access key id that `GetStorageInfo` hands to
+    /// storage-aware clients, with --s3-read-only-secret-access-key
+    /// [default: none: discovery of an S3 fleet's storage is refused].
+    #[arg(
+        long,
+        env = "CORIUM_S3_READ_ONLY_ACCESS_KEY_ID",
+        requires = "s3_read_only_secret_access_key"
+    )]
+    pub s3_read_only_access_key_id: Option<String>,
+    /// The secret of --s3-read-only-access-key-id.
+    #[arg(
+        long,
+        env = "CORIUM_S3_READ_ONLY_SECRET_ACCESS_KEY",
+        hide_env_values = true,
+        requires = "s3_read_only_access_key_id"
+    )]
+    pub s3_read_only_secret_access_key: Option<String>,
     /// How long the record of a request id (`corium-request-id`, or the one
     /// the ingress assigns) is kept, in seconds: a resend within it is
     /// answered from the record, never committed twice; older records are

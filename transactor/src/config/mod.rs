@@ -155,6 +155,12 @@ impl Args {
             }),
         }
         let storage = self.storage.validate()?;
+        let storage_info = storage_info(
+            &storage,
+            self.postgres_read_only_url,
+            self.s3_read_only_access_key_id
+                .zip(self.s3_read_only_secret_access_key),
+        );
         Ok(Config {
             node_id,
             zone,
@@ -171,6 +177,7 @@ impl Args {
                 self.memory_budget_mib,
                 corium_fleet_common::memory::cgroup_limit_bytes(),
             ),
+            storage_info,
             request_id_retention: match self.request_id_retention_secs.unwrap_or(86_400) {
                 0 => None,
                 secs => Some(Duration::from_secs(secs)),
@@ -250,6 +257,36 @@ impl Args {
             auth: self.auth,
             authz: self.authz,
         })
+    }
+}
+
+/// The read-only access `GetStorageInfo` describes: the given `PostgreSQL`
+/// URL; for S3, the given static key with the fleet's own endpoint and
+/// region (where clients find the same bucket).
+fn storage_info(
+    storage: &corium_fleet_store::StorageSettings,
+    postgres_read_only_url: Option<String>,
+    s3_read_only_key: Option<(String, String)>,
+) -> corium_transactor::StorageInfoConfig {
+    let s3 = match (&storage.backend, s3_read_only_key) {
+        (
+            corium_fleet_store::Storage::S3 { endpoint, region, .. },
+            Some((access_key_id, secret_access_key)),
+        ) => Some(corium_transactor::S3ReadOnlyConfig::new(
+            Some(region.clone()),
+            endpoint.clone(),
+            corium_transactor::S3ReadOnlyCredentials::Static {
+                access_key_id,
+                secret_access_key,
+                session_token: None,
+            },
+        )),
+        _ => None,
+    };
+    corium_transactor::StorageInfoConfig {
+        postgres_connection_string: postgres_read_only_url,
+        s3,
+        plugin_config: None,
     }
 }
 

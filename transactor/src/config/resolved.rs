@@ -77,6 +77,10 @@ pub struct Config {
     /// databases, read-ahead and base are estimated to hold stays under it
     /// (`host/memory.rs`).
     pub memory_budget: Option<u64>,
+    /// The read-only storage access `GetStorageInfo` describes
+    /// (`--postgres-read-only-url`, `--s3-read-only-*`): separately
+    /// provisioned, never the node's own credentials.
+    pub storage_info: corium_transactor::StorageInfoConfig,
     /// How long a request id's record is kept (`None`: for ever): older
     /// records are retracted, so exactly-once holds within this window
     /// (`request_id/retention.rs`, `host/retention.rs`).

@@ -303,6 +303,7 @@ impl Catalog for FleetCatalog {
             host.config.storage.backend.config(),
         );
         let data_dir = host.template.data_dir.clone();
+        let read_only = host.config.storage_info.clone();
         let name = db.clone();
         forward(
             &self.0,
@@ -319,7 +320,7 @@ impl Catalog for FleetCatalog {
                     .db()
                     .basis_t();
                 let storage = spec
-                    .connection_info(&data_dir, &corium_transactor::StorageInfoConfig::default())
+                    .connection_info(&data_dir, &read_only)
                     .await
                     .map_err(Status::failed_precondition)?;
                 Ok(Response::new(pb::GetStorageInfoResponse {
