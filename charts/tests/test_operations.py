@@ -295,7 +295,9 @@ def test_notes_say_how_to_run_helm_test(tmp_path):
 def test_limits_are_not_rendered_unless_set():
     config = configs(template(*POSTGRES))
     assert not set(TRANSACTOR_LIMITS.values()) & set(config["transactor"])
-    assert not set(INGRESS_LIMITS.values()) & set(config["ingress"])
+    # The one default: a connection age, so pods the HPA adds get traffic.
+    assert not (set(INGRESS_LIMITS.values()) - {"max_connection_age_ms"}) & set(config["ingress"])
+    assert config["ingress"]["max_connection_age_ms"] == 300000
 
 
 def test_every_limit_reaches_its_config_key():
