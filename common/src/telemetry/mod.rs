@@ -8,8 +8,10 @@
 //! Layout:
 //! - this file — [`init`] and the [`Telemetry`] guard that flushes spans at exit;
 //! - [`propagation`] — W3C `traceparent` in and out of HTTP headers, so one
-//!   trace runs client → ingress → owner.
+//!   trace runs client → ingress → owner;
+//! - `json_lines` — JSON log lines carrying their trace's `trace_id`.
 
+mod json_lines;
 pub mod propagation;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -27,7 +29,8 @@ pub enum LogFormat {
     #[default]
     Text,
     /// One JSON object a line, with the fields of the current spans (the
-    /// correlation id among them).
+    /// correlation id among them) and, while spans are exported, the
+    /// `trace_id` and `span_id` of the trace it belongs to.
     Json,
 }
 
@@ -117,8 +120,7 @@ pub fn init(filter: Option<&str>, format: LogFormat, service: &str) -> Telemetry
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
-            .with_current_span(true)
-            .with_span_list(false)
+            .event_format(json_lines::JsonLines::new())
             .with_writer(std::io::stderr)
             .with_filter(filter())
             .boxed(),

@@ -1,6 +1,7 @@
 //! Observability over real processes: one `Transact` is one trace across
-//! both tiers at a real OTLP receiver, the correlation id is in both tiers'
-//! log lines and in the response, and both tiers' `/metrics` pass
+//! both tiers at a real OTLP receiver (and both tiers' JSON log lines of it
+//! carry its `trace_id`), the correlation id is in both tiers' log lines and
+//! in the response, and both tiers' `/metrics` pass
 //! Prometheus's own linter (`promtool check metrics`).
 
 use std::time::Duration;
@@ -30,9 +31,21 @@ async fn one_transact_is_one_trace_with_spans_from_both_tiers() {
         .lease_ttl(TTL)
         .nodes(1)
         .env(&env)
+        .node_flags(&[
+            "--log",
+            "info,corium_fleet_transactor=debug",
+            "--log-format",
+            "json",
+        ])
         .start()
         .await;
-    fleet.start_ingresses_with_env(1, &[], &env).await;
+    fleet
+        .start_ingresses_with_env(
+            1,
+            &["--log", "info,corium_fleet_ingress=debug", "--log-format", "json"],
+            &env,
+        )
+        .await;
     let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "traced").await.unwrap());
     // The client starts the trace (W3C traceparent, sampled).
@@ -93,6 +106,28 @@ async fn one_transact_is_one_trace_with_spans_from_both_tiers() {
     }
     let db = forward.attributes.iter().find(|(key, _)| key == "db");
     assert_eq!(db.map(|(_, value)| value.as_str()), Some("traced"), "{forward:?}");
+    // Each tier's JSON log lines of the call name its trace, and a span of
+    // it the receiver holds.
+    for (tier, log) in [
+        ("ingress", fleet.ingresses[0].log()),
+        ("node", fleet.nodes[0].log()),
+    ] {
+        let traced: Vec<serde_json::Value> = log
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|line| line["trace_id"] == trace_id.as_str())
+            .collect();
+        assert!(
+            !traced.is_empty(),
+            "no {tier} log line names trace {trace_id}:\n{log}"
+        );
+        assert!(
+            traced
+                .iter()
+                .any(|line| spans.iter().any(|span| line["span_id"] == span.span_id.as_str())),
+            "{tier}: {traced:#?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
