@@ -28,7 +28,7 @@ use corium_query::edn::Edn;
 use corium_store::RootStore;
 use corium_transactor::node::{DbState, NodeError, TransactorNode};
 
-use super::record;
+use super::{answer, record};
 
 /// Who chose a transaction's request id.
 #[derive(Clone, Copy, Debug, Eq, PartialEq)]
@@ -324,7 +324,7 @@ where
         .map_err(|record::Reserved(tempid)| LedgerError::Unsupported(Unsupported::ReservedTempid(tempid)))?;
     let (committed, _held) = commit(codec::encode_edn(&tx), request.expected_basis_t).await;
     match committed {
-        Ok(response) => record::normalise(response, &written)
+        Ok(response) => answer::normalise(response, &written)
             .map(|response| (response, Outcome::Committed))
             .map_err(|error| LedgerError::unknown(Cause::StorageFailed, error)),
         Err(error) => {
@@ -457,7 +457,7 @@ async fn fence(on: Database<'_>, state: &DbState) -> Result<(), LedgerError> {
 /// Rebuilds the answer of the committed transaction `tx` from the database
 /// value and the transaction's log record, fenced. `requested`: the
 /// identity of the one tempid of the request answered again (none for a
-/// status query), see [`record::answer_tempids`].
+/// status query), see [`answer::answer_tempids`].
 async fn replay(
     on: Database<'_>,
     state: &DbState,
@@ -483,7 +483,7 @@ async fn replay(
         basis_before: t - 1,
         basis_t: t,
         tx_instant: record.tx_instant,
-        tempids: record::encode_tempids(&record::answer_tempids(&db, tx, &record.datoms, requested)),
+        tempids: answer::encode_tempids(&answer::answer_tempids(&db, tx, &record.datoms, requested)),
         tx_data,
     };
     fence(on, state).await?;

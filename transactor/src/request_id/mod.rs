@@ -8,8 +8,9 @@
 //! every database the fleet creates (Corium installs attributes only through
 //! its schema path).
 //!
-//! - [`record`] — what the transaction writes about itself, how it is found
-//!   again, and how an answer is read back from it;
+//! - [`record`] — what the transaction writes about itself and how it is
+//!   found again;
+//! - [`answer`] — how a committed request's answer is read back from it;
 //! - [`key`] — the one `bytes` value that is the whole record of most
 //!   transactions;
 //! - [`shape`] — the caller's tempids, read with Corium's own converter;
@@ -18,6 +19,7 @@
 //! - [`retention`] — records older than the window retracted, so their
 //!   memory goes at the next open.
 
+pub(crate) mod answer;
 pub(crate) mod key;
 pub(crate) mod ledger;
 pub(crate) mod record;

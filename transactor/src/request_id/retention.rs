@@ -20,7 +20,8 @@ use corium_core::{EntityId, Value};
 use corium_db::Db;
 use corium_query::edn::Edn;
 
-use super::record::{KEY, attr, bytes_edn, kw, raw};
+use super::answer::raw;
+use super::record::{KEY, attr, bytes_edn, kw};
 
 /// The keys of transactions committed at or before `cutoff_unix_ms`, at most
 /// `limit` of them (a retraction per transaction of records is bounded).

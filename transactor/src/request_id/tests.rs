@@ -14,6 +14,7 @@ use corium_transactor::node::{NodeConfig, TransactorNode};
 
 use corium_protocol::authz::Principal;
 
+use super::answer;
 use super::record::{self, Digest, Found, Owner};
 
 fn alice() -> Owner {
@@ -74,7 +75,7 @@ async fn through_the_record(node: &Arc<TransactorNode>, db: &str, text: &str) ->
     assert_eq!(record::find(&state.db(), id, Some(&digest), Some(&alice())), None);
     let (augmented, written) = record::augmented(&state.db(), id, &digest, Some(alice()), forms).unwrap();
     let committed = node.transact(db, &codec::encode_edn(&augmented)).await.unwrap();
-    let first = record::normalise(committed, &written).unwrap();
+    let first = answer::normalise(committed, &written).unwrap();
     let after = state.db();
     let Some(Found::Same(tx)) = record::find(&after, id, Some(&digest), Some(&alice())) else {
         panic!("{db}: {text}: not found again");
@@ -110,7 +111,7 @@ async fn through_the_record(node: &Arc<TransactorNode>, db: &str, text: &str) ->
         .datoms;
     // Without the request's identity: a status query's answer.
     assert_eq!(
-        record::answer_tempids(&after, tx, &datoms, None),
+        answer::answer_tempids(&after, tx, &datoms, None),
         tempid_map(&first.tempids),
         "{db}: {text}: a replay's tempids are the first answer's"
     );
@@ -270,7 +271,7 @@ async fn long_identities_stay_out_of_the_key() {
         .transact("fleet", &codec::encode_edn(&augmented))
         .await
         .unwrap();
-    let first = record::normalise(committed, &written).unwrap();
+    let first = answer::normalise(committed, &written).unwrap();
     let after = state.db();
     let Some(Found::Same(tx)) = record::find(&after, id, Some(&digest), Some(&alice())) else {
         panic!("not found again");
@@ -288,7 +289,7 @@ async fn long_identities_stay_out_of_the_key() {
         .remove(0)
         .datoms;
     assert_eq!(
-        record::answer_tempids(&after, tx, &datoms, written.identity.as_ref()),
+        answer::answer_tempids(&after, tx, &datoms, written.identity.as_ref()),
         tempid_map(&first.tempids),
         "a replay of the request answers as the first time"
     );
@@ -298,7 +299,7 @@ async fn long_identities_stay_out_of_the_key() {
         tempid_map(&first.tempids)
     );
     assert_eq!(
-        record::answer_tempids(&after, tx, &datoms, None),
+        answer::answer_tempids(&after, tx, &datoms, None),
         BTreeMap::new(),
         "a status query has no identity to resolve the tempid by"
     );
