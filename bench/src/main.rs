@@ -7,6 +7,9 @@
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
 //!   root-store operations with few databases active among many;
 //! - `recovery`: handoff unavailability against a database's history length;
+//! - `replica-moves`: how soon after a handoff a read replica on a third
+//!   node answers a read of a write made at the new owner, at 5,000, 50,000
+//!   and 200,000 transactions, beside building that replica;
 //! - `rebalance`: load-aware placement's time to even out six busy
 //!   databases when an idle node is among their candidates;
 //! - `history`: memory while written, cold open and handoff at 5,000,
@@ -47,7 +50,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, history, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, history, replica-moves, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -161,6 +164,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("history") {
         history(&args, &mut report).await?;
+    }
+    if wants("replica-moves") {
+        replica_moves(&args, &mut report).await?;
     }
     if wants("rebalance") {
         rebalance(&mut report).await?;
@@ -517,6 +523,35 @@ async fn rebalance(report: &mut Report) -> anyhow::Result<()> {
         result.calls_after.map(f64::round)
     );
     report.insert("rebalance_filesystem".into(), serde_json::to_value(&result)?);
+    Ok(())
+}
+
+/// `replica-moves`: a read replica across handoffs at each history length
+/// (filesystem store). Prints the table and adds the figures to `report`.
+async fn replica_moves(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let lengths: &[usize] = if args.quick {
+        &[1_000, 5_000]
+    } else {
+        &[5_000, 50_000, 200_000]
+    };
+    let points = scenario::replica_moves::run(lengths, args.rounds.max(3)).await?;
+    println!(
+        "\n== replica-moves (filesystem, 3 nodes): a replica on a third node across handoffs, median (min–max) =="
+    );
+    println!(
+        "{:>8}  {:>18}  {:>32}  {:>26}",
+        "tx", "replica built ms", "read after the move answered ms", "handoff ms"
+    );
+    for point in &points {
+        println!(
+            "{:>8}  {:>18.0}  {:>32}  {:>26}",
+            point.transactions,
+            point.replica_build_ms,
+            stats::spread(&point.follow_after_move_ms).to_string(),
+            stats::spread(&point.handoff_ms).to_string()
+        );
+    }
+    report.insert("replica_moves_filesystem".into(), serde_json::to_value(&points)?);
     Ok(())
 }
 

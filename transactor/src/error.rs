@@ -35,6 +35,9 @@ pub enum Error {
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// The read replicas' loopback relay could not listen.
+    #[error("the replica relay cannot listen on loopback: {0}")]
+    Relay(#[source] std::io::Error),
 }
 
 impl Error {
@@ -46,7 +49,7 @@ impl Error {
                 ErrorKind::GiveUp
             }
             Self::Open(_) | Self::Storage { .. } => ErrorKind::RetryLater,
-            Self::Serve(_) => ErrorKind::PageSomeone,
+            Self::Serve(_) | Self::Relay(_) => ErrorKind::PageSomeone,
         }
     }
 }

@@ -354,6 +354,18 @@ async fn sweep_replicas(node: Arc<service::node::Node>, mut stop: tokio::sync::w
     }
 }
 
+/// Binds the read replicas' relay on loopback (`replica/relay.rs`).
+async fn bind_relay() -> Result<(Arc<replica::Relay>, tokio::net::TcpListener), Error> {
+    let relay = replica::Relay::new();
+    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .map_err(Error::Relay)?;
+    let address = listener.local_addr().map_err(Error::Relay)?;
+    relay.serving_at(address);
+    tracing::info!(%address, "replica relay listening on loopback");
+    Ok((relay, listener))
+}
+
 /// Starts a node's host over `store` (already opened, and wrapped as the
 /// caller wants), with cells opened through the storage view `view_kind`,
 /// their logs read ahead through `prefix_read` (`None`: listing and reads
@@ -408,7 +420,8 @@ pub async fn start(
         .guard(authorizer)
         .map_err(|error| Error::Config(error.to_string()))?;
     let host = host::Host::new(config, template, root_ops, peers, incarnation, after_commit);
-    let node = service::node::Node::new(Arc::clone(&host), guard);
+    let (relay, relay_listener) = bind_relay().await?;
+    let node = service::node::Node::new(Arc::clone(&host), guard, Arc::clone(&relay));
     if let Some(policy) = policy {
         policy.follow(host.members.clone());
     }
@@ -446,6 +459,9 @@ pub async fn start(
     ));
     follow_registry(&host, prefix_read, &stop_rx);
     tokio::spawn(sweep_replicas(Arc::clone(&node), stop_rx.clone()));
+    // On the read threads, where the replicas' own work runs.
+    let relay = service::relay::serve(relay_listener, relay, Arc::clone(&host), stop_rx.clone());
+    replica::on_read_threads(async move { drop(tokio::spawn(relay)) }).await;
     tokio::spawn(Arc::clone(&host).keep_within_budget(stop_rx.clone()));
     tokio::spawn(Arc::clone(&host).balance_load(stop_rx.clone()));
     tokio::spawn(Arc::clone(&host).retain_request_ids(stop_rx.clone()));
@@ -503,7 +519,16 @@ pub async fn run_with(
             .map(|backend| backend.capabilities().log_placement)
             .ok_or_else(|| Error::Config(format!("storage backend {kind:?} is not compiled in")))?;
         let view_kind = view::kind_for(placement)?;
-        start(config, store, prefix_read, view_kind, Some(admin), after_commit).await
+        // Boxed: the node's start is a large future.
+        Box::pin(start(
+            config,
+            store,
+            prefix_read,
+            view_kind,
+            Some(admin),
+            after_commit,
+        ))
+        .await
     };
     let (grpc, started) = refuse_until(grpc, ready).await;
     let Running {

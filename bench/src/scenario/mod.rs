@@ -11,6 +11,7 @@ pub(crate) mod reads;
 pub(crate) mod real_path;
 pub(crate) mod rebalance;
 pub(crate) mod recovery;
+pub(crate) mod replica_moves;
 pub(crate) mod scale_model;
 pub(crate) mod scaling;
 pub(crate) mod tracing;

@@ -541,13 +541,101 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
     );
 }
 
-/// The owner is frozen (SIGSTOP) past its lease and another node takes the
-/// database over: the replica that followed the frozen owner stops serving
-/// (its probe hears nothing; a read of the new owner's writes cannot be
-/// answered from it), is retired, and reads go on from a replica that
-/// follows the new owner — never an answer that misses a write.
+/// `(replicas built, replicas that followed a new owner, replicas dropped)`
+/// at node `index`.
+async fn replica_moves(fleet: &Fleet, index: usize) -> (u64, u64, u64) {
+    let text = http_get(fleet.nodes[index].admin, "/metrics")
+        .await
+        .map(|(_, text)| text)
+        .unwrap_or_default();
+    // Counters: small whole numbers.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let count = |name: &str| metric(&text, name).unwrap_or(0.0) as u64;
+    (
+        count("corium_fleet_replica_activations_total"),
+        count("corium_fleet_replica_owner_changes_total"),
+        count("corium_fleet_replica_evictions_total"),
+    )
+}
+
+/// A read at node `index` directly, once the replica there has `min_basis`
+/// (within 20 s: it may be resubscribing to a new owner).
+async fn rows_at(fleet: &Fleet, index: usize, db: &str, min_basis: u64) -> Vec<String> {
+    let mut client = PeerServerClient::new(corium::channel(&fleet.nodes[index].endpoint()).await);
+    eventually(
+        Duration::from_secs(20),
+        &format!("a read at node {index} at basis {min_basis}"),
+        async || {
+            query_rows(&mut client, db, None, Some(min_basis))
+                .await
+                .map_err(|status| format!("{status:?}"))
+        },
+    )
+    .await
+}
+
+/// A database is handed off while a node that is neither owner nor target
+/// holds a replica of it: the replica goes on following the new owner with
+/// what it holds (no rebuild, no replay of the history: only the tail), and
+/// reads there see the writes made at the new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_takeover_reads_follow_the_new_owner_and_the_old_replica_is_retired() {
+async fn a_replica_follows_a_handed_off_database_without_a_rebuild() {
+    let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
+    assert!(corium::create(&address, "handed").await.unwrap());
+    let written = write_items(&address, "handed", "before", 20).await;
+    let owner = fleet.index(&corium::placement(&address, "handed").await.owner_id);
+    let target = fleet
+        .candidates("handed")
+        .into_iter()
+        .find(|candidate| *candidate != owner)
+        .expect("a second candidate");
+    let reader = (0..fleet.nodes.len())
+        .find(|index| *index != owner && *index != target)
+        .expect("a third node");
+    assert_eq!(rows_at(&fleet, reader, "handed", written).await.len(), 20);
+    let (built, _, _) = replica_moves(&fleet, reader).await;
+    assert_eq!(built, 1, "the read built one replica at node {reader}");
+
+    corium::admin(&fleet.nodes[owner].endpoint())
+        .await
+        .handoff(corium_fleet_proto::fleet::HandoffRequest {
+            database: "handed".to_owned(),
+            target_node_id: fleet.nodes[target].id.clone(),
+        })
+        .await
+        .unwrap_or_else(|status| panic!("handoff: {status:?}\n{}", fleet.logs()));
+    let after = write_items(&address, "handed", "after", 5).await;
+    assert_eq!(
+        corium::placement(&address, "handed").await.owner_id,
+        fleet.nodes[target].id,
+        "the write after the move landed at the target"
+    );
+    let rows = rows_at(&fleet, reader, "handed", after).await;
+    assert_eq!(rows.len(), 25, "the replica has the writes made at the new owner");
+    let (built, followed, dropped) = eventually(
+        Duration::from_secs(10),
+        "the replica's probe to notice the move",
+        async || match replica_moves(&fleet, reader).await {
+            (built, followed, dropped) if followed >= 1 => Ok((built, followed, dropped)),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    assert_eq!(
+        (built, followed, dropped),
+        (1, 1, 0),
+        "one replica, never rebuilt: it followed the new owner\n{}",
+        fleet.logs()
+    );
+}
+
+/// The owner is frozen (SIGSTOP) past its lease and another node takes the
+/// database over: the replica that followed the frozen owner refuses reads
+/// it cannot answer (its probe hears nothing; a read of the new owner's
+/// writes waits), then follows the new owner with what it holds — never
+/// rebuilt, never an answer that misses a write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_takeover_the_replica_follows_the_new_owner_without_a_rebuild() {
     let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
     assert!(corium::create(&address, "moving").await.unwrap());
     let written = write_items(&address, "moving", "before", 5).await;
@@ -560,6 +648,13 @@ async fn after_a_takeover_reads_follow_the_new_owner_and_the_old_replica_is_reti
         5
     );
     let owner = fleet.index(&corium::placement(&address, "moving").await.owner_id);
+    let counts = replica_counts(&fleet).await;
+    let reader = counts
+        .iter()
+        .position(|(replicas, _)| *replicas >= 1.0)
+        .unwrap_or_else(|| panic!("a replica serves: {counts:?}"));
+    assert_ne!(reader, owner, "{counts:?}");
+    let (built_before, _, _) = replica_moves(&fleet, reader).await;
     fleet.nodes[owner].freeze().await;
     // The ingress holds the write until a successor took the lease over.
     let after = corium::transact(&address, "moving", "after-the-takeover", &[])
@@ -576,20 +671,22 @@ async fn after_a_takeover_reads_follow_the_new_owner_and_the_old_replica_is_reti
     )
     .await;
     assert_eq!(rows.len(), 6, "the read sees the write made at the new owner");
-    let mut retired = 0.0;
-    for (index, node) in fleet.nodes.iter().enumerate() {
-        if index == owner {
-            continue;
-        }
-        let text = http_get(node.admin, "/metrics")
-            .await
-            .map(|(_, text)| text)
-            .unwrap_or_default();
-        retired += metric(&text, "corium_fleet_replica_evictions_total").unwrap_or(0.0);
-    }
+    let rows = rows_at(&fleet, reader, "moving", after.basis_t).await;
+    assert_eq!(rows.len(), 6, "the first replica sees it too");
+    let (built, followed, _) = eventually(
+        Duration::from_secs(10),
+        "the replica's probe to follow the new owner",
+        async || match replica_moves(&fleet, reader).await {
+            (built, followed, dropped) if followed >= 1 => Ok((built, followed, dropped)),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
     fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGCONT);
-    assert!(
-        retired >= 1.0,
-        "the replica of the frozen owner was retired: {retired}"
+    assert_eq!(
+        (built, followed),
+        (built_before, 1),
+        "the replica at node {reader} followed the new owner, not rebuilt\n{}",
+        fleet.logs()
     );
 }

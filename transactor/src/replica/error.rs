@@ -37,6 +37,13 @@ pub(crate) enum ReplicaError {
         /// How soon to try again.
         retry_after: Duration,
     },
+    /// A call at the replicas' relay without this process's relay secret
+    /// and a live replica's id (`relay.rs`): `UNAUTHENTICATED`.
+    #[error("the replica relay answers only this node's read replicas")]
+    NotAReplica,
+    /// The owner's own answer to a relayed call, passed on as it was.
+    #[error("{}", .0.message())]
+    Relayed(Box<tonic::Status>),
     /// The failed build of a replica that other reads waited for as well
     /// (one build per database): its error, shared.
     #[error(transparent)]

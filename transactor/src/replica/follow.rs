@@ -15,7 +15,11 @@ use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Status;
 use tonic::transport::Channel;
 
-use super::ReplicaError;
+use corium_fleet_common::names;
+
+use super::counts::ReadCounts;
+use super::relay::Relay;
+use super::{ReplicaError, owner};
 use crate::host::Host;
 
 /// Called with the database's name when a replica stops following: drops
@@ -23,13 +27,30 @@ use crate::host::Host;
 /// current owner.
 pub(super) type Retire = Arc<dyn Fn(String) + Send + Sync>;
 
+/// How a replica follows: shared by the node's replicas.
+pub(super) struct Following {
+    /// How often the probe asks the owner for its basis.
+    pub interval: Duration,
+    /// Where the replica's connection subscribes.
+    pub relay: Arc<Relay>,
+    /// The node's replica counts (owner changes are counted here).
+    pub counts: Arc<ReadCounts>,
+    /// Drops a retired replica from the node's set.
+    pub retire: Retire,
+}
+
 /// A replica stops serving once it has not heard from its owner in this
 /// many follow periods.
 const LAPSE_PERIODS: u32 = 3;
 
-/// Consecutive failed probes after which a replica is retired (one
-/// `NotOwner` is enough).
-const RETIRE_AFTER_FAILURES: u32 = 2;
+/// Consecutive failed probes after which the replica looks up who holds
+/// the lease now (one `NotOwner` is enough).
+const LOOK_UP_AFTER_FAILURES: u32 = 2;
+
+/// Consecutive failed probes after which a replica that found no owner to
+/// follow is retired (the next read builds one): longer than a failover
+/// (a lease TTL and the successor's open) at the default period.
+const RETIRE_AFTER_FAILURES: u32 = 40;
 
 /// What the follow probe last learned.
 #[derive(Clone, Copy, Debug)]
@@ -44,12 +65,21 @@ struct Followed {
     before: u64,
 }
 
+/// The owner a replica follows now.
+struct Owner {
+    /// The node holding the lease (over mTLS its certificate was verified
+    /// to name it).
+    node: String,
+    /// A client for its `Sync`.
+    client: TransactorClient<Channel>,
+}
+
 /// One database's read replica on this node.
 pub(crate) struct Replica {
     db: String,
-    /// The node whose lease this replica follows (over mTLS its certificate
-    /// was verified to name it).
-    owner: String,
+    /// Whom the probe asks; changed when the lease moves (the connection
+    /// follows through the relay).
+    owner: Mutex<Owner>,
     connection: Arc<Connection>,
     /// Stock Corium's peer server over `connection`, with the node's guard:
     /// authorization, views, fuel and chunking are Corium's.
@@ -61,9 +91,12 @@ pub(crate) struct Replica {
     /// For `lag`: the last probe's owner basis less the replica's.
     lag: AtomicU64,
     follow_interval: Duration,
-    /// A client for the owner's `Sync`, over the connection the probe uses.
-    owner_client: TransactorClient<Channel>,
     token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// The relay the connection subscribes through, and this replica's
+    /// place at it.
+    relay: Arc<Relay>,
+    relay_id: u64,
+    counts: Arc<ReadCounts>,
     probe: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -77,28 +110,44 @@ impl Drop for Replica {
         {
             probe.abort();
         }
+        self.relay.forget(self.relay_id);
     }
 }
 
 impl Replica {
-    /// Subscribes to `db` at `owner` (`endpoint`) and waits until the
-    /// replica has applied the owner's basis, then starts the follow probe.
+    /// Subscribes to `db` (through the relay, which forwards to `owner` at
+    /// `endpoint` now) and waits until the replica has applied the owner's
+    /// basis, then starts the follow probe.
     pub(super) async fn connect(
         host: &Arc<Host>,
         guard: Guard,
         db: &str,
         owner: &str,
         endpoint: &str,
-        follow_interval: Duration,
-        retire: Retire,
+        following: Following,
     ) -> Result<Arc<Self>, ReplicaError> {
-        let mut config = ConnectConfig::new(endpoint.to_owned(), db.to_owned());
-        config.token = host.peers.token().map(str::to_owned);
-        config.tls = host.peers.tls_for(owner)?;
-        // A lost stream is retried quickly; a replica that cannot get it
-        // back is retired by its probe and rebuilt against the new owner.
+        let Following {
+            interval: follow_interval,
+            relay,
+            counts,
+            retire,
+        } = following;
+        let seat = relay.seat().ok_or_else(|| {
+            ReplicaError::not_now(
+                "this node's replica relay is not serving; try another".to_owned(),
+                follow_interval,
+            )
+        })?;
+        // Dropped with this guard unless the replica is built (which then
+        // forgets its seat when dropped).
+        let unseat = Unseat::new(&relay, seat.id);
+        let mut config = ConnectConfig::new(seat.endpoint, db.to_owned());
+        config.token = Some(seat.token);
+        // A lost stream (the owner moved: the probe cut it at the relay) is
+        // taken up again at once, from the replica's basis, at the relay,
+        // which forwards to the owner then.
         config.reconnect_min = Duration::from_millis(50);
-        config.reconnect_max = Duration::from_secs(1);
+        config.reconnect_max = Duration::from_millis(250);
         let connection = Connection::connect(config).await.map_err(|error| {
             ReplicaError::not_now(
                 format!("cannot follow {db:?} at its owner {owner}: {error}"),
@@ -107,12 +156,16 @@ impl Replica {
         })?;
         let owner_client = TransactorClient::new(host.peers.channel(endpoint, owner).await?);
         let connection = Arc::new(connection);
+        let relay_id = unseat.keep();
         let service =
             PeerServerSvc::new(Arc::clone(&connection), PeerServerConfig::default()).with_guard(guard);
         let basis = connection.basis_t();
         let replica = Arc::new(Self {
             db: db.to_owned(),
-            owner: owner.to_owned(),
+            owner: Mutex::new(Owner {
+                node: owner.to_owned(),
+                client: owner_client,
+            }),
             connection,
             service,
             // `connect` returned after applying the owner's basis at
@@ -125,14 +178,16 @@ impl Replica {
             retired: AtomicBool::new(false),
             lag: AtomicU64::new(0),
             follow_interval,
-            owner_client,
             token: host
                 .peers
                 .token()
                 .and_then(|token| format!("Bearer {token}").parse().ok()),
+            relay,
+            relay_id,
+            counts,
             probe: Mutex::new(None),
         });
-        let probe = tokio::spawn(follow(Arc::downgrade(&replica), retire));
+        let probe = tokio::spawn(follow(Arc::downgrade(&replica), Arc::downgrade(host), retire));
         *replica
             .probe
             .lock()
@@ -202,7 +257,7 @@ impl Replica {
                 format!(
                     "the read replica of {:?} has not heard from its owner {} for {} ms; retry",
                     self.db,
-                    self.owner,
+                    self.owner_node(),
                     silent.as_millis()
                 ),
                 self.follow_interval,
@@ -297,7 +352,13 @@ impl Replica {
         if let Some(token) = &self.token {
             request.metadata_mut().insert("authorization", token.clone());
         }
-        let answer = self.owner_client.clone().sync(request).await?.into_inner();
+        let client = self
+            .owner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .client
+            .clone();
+        let answer = client.clone().sync(request).await?.into_inner();
         let mut followed = self
             .followed
             .lock()
@@ -313,41 +374,134 @@ impl Replica {
     }
 }
 
-/// The follow probe: every period, the owner's basis; a `NotOwner`, a
-/// `NOT_FOUND` (the database was deleted), or [`RETIRE_AFTER_FAILURES`]
-/// failures in a row, retire the replica. Ends
-/// when the replica is dropped or retired.
-async fn follow(replica: Weak<Replica>, retire: Retire) {
+impl Replica {
+    /// The node this replica follows now.
+    fn owner_node(&self) -> String {
+        self.owner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .node
+            .clone()
+    }
+
+    /// Looks up who holds the lease now and, when it is another node,
+    /// follows it: the probe asks it from now on, and the relayed stream is
+    /// cut so the connection resubscribes there from its basis. Returns
+    /// whether the owner changed.
+    ///
+    /// Nothing the replica holds is wrong for the new owner: it applied only
+    /// what an owner streamed, which is what that owner acknowledged, and
+    /// every later lease holder's log holds every acknowledged transaction
+    /// (the fencing invariant). Until it has applied what the new owner had
+    /// one period ago, its reads are refused as before (`check_following`).
+    async fn follow_the_holder(&self, host: &Arc<Host>) -> Result<bool, ReplicaError> {
+        let (node, endpoint) = owner::holder(host, names::home(&self.db)).await?;
+        if node == self.owner_node() {
+            return Ok(false);
+        }
+        let client = TransactorClient::new(host.peers.channel(&endpoint, &node).await?);
+        let before = std::mem::replace(
+            &mut *self
+                .owner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            Owner {
+                node: node.clone(),
+                client,
+            },
+        );
+        self.relay.cut(self.relay_id);
+        self.counts.owner_changes.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            db = %self.db,
+            from = %before.node,
+            to = %node,
+            basis_t = self.basis_t(),
+            "read replica follows the database's new owner"
+        );
+        Ok(true)
+    }
+
+    fn retire(&self, retire: &Retire, why: &str, status: &Status) {
+        self.retired.store(true, Ordering::Relaxed);
+        tracing::info!(
+            db = %self.db,
+            owner = %self.owner_node(),
+            why,
+            code = ?status.code(),
+            "read replica stopped following; retired"
+        );
+        retire(self.db.clone());
+    }
+}
+
+/// The follow probe: every period, the owner's basis. A `NotOwner`, or
+/// [`LOOK_UP_AFTER_FAILURES`] failures in a row, look up who holds the lease
+/// now and follow it; a `NOT_FOUND` (the database was deleted), or
+/// [`RETIRE_AFTER_FAILURES`] failures with no owner to follow, retire the
+/// replica. Ends when the replica is dropped or retired.
+async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
     let mut failures = 0;
     loop {
         let Some(interval) = replica.upgrade().map(|replica| replica.follow_interval) else {
             return;
         };
         tokio::time::sleep(interval).await;
-        let Some(this) = replica.upgrade() else {
+        let (Some(this), Some(host)) = (replica.upgrade(), host.upgrade()) else {
             return;
         };
-        match this.owner_basis().await {
-            Ok(_) => failures = 0,
-            Err(status) => {
-                failures += 1;
-                // The lease moved, or the database is gone: at once.
-                let moved = not_owner::from_status(&status).is_some();
-                let deleted = status.code() == tonic::Code::NotFound;
-                if moved || deleted || failures >= RETIRE_AFTER_FAILURES {
-                    this.retired.store(true, Ordering::Relaxed);
-                    tracing::info!(
-                        db = %this.db,
-                        owner = %this.owner,
-                        moved,
-                        deleted,
-                        code = ?status.code(),
-                        "read replica stopped following its owner; retired"
-                    );
-                    retire(this.db.clone());
+        let Err(status) = this.owner_basis().await else {
+            failures = 0;
+            continue;
+        };
+        failures += 1;
+        if status.code() == tonic::Code::NotFound {
+            this.retire(&retire, "the database was deleted", &status);
+            return;
+        }
+        // The lease moved (at once), or the owner stopped answering.
+        let moved = not_owner::from_status(&status).is_some();
+        if moved || failures >= LOOK_UP_AFTER_FAILURES {
+            match this.follow_the_holder(&host).await {
+                Ok(true) => failures = 0,
+                Ok(false) => {}
+                Err(error) if error.is_about_the_name() => {
+                    this.retire(&retire, "the database is gone", &status);
                     return;
                 }
+                Err(error) => {
+                    tracing::debug!(db = %this.db, %error, "no owner for the read replica to follow yet");
+                }
             }
+        }
+        if failures >= RETIRE_AFTER_FAILURES {
+            this.retire(&retire, "no owner answered", &status);
+            return;
+        }
+    }
+}
+
+/// Forgets a replica's place at the relay unless [`keep`](Self::keep) is
+/// called (the replica was built and forgets it when dropped).
+struct Unseat<'a> {
+    relay: &'a Relay,
+    id: Option<u64>,
+}
+
+impl<'a> Unseat<'a> {
+    fn new(relay: &'a Relay, id: u64) -> Self {
+        Self { relay, id: Some(id) }
+    }
+
+    fn keep(mut self) -> u64 {
+        self.id.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Unseat<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.relay.forget(id);
         }
     }
 }

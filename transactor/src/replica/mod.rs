@@ -33,8 +33,11 @@
 //! [`Replica`] and its follow probe; `error.rs` why a replica cannot serve
 //! a read now ([`ReplicaError`]).
 
+mod counts;
 mod error;
 mod follow;
+mod owner;
+mod relay;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,14 +45,16 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use corium_fleet_common::names;
-use corium_fleet_common::owner::{node_of, now_unix_ms};
 use corium_protocol::authz::Guard;
+pub(crate) use counts::ReadCounts;
 pub(crate) use error::ReplicaError;
 pub(crate) use follow::Replica;
+pub(crate) use relay::{Relay, RelayedStream};
 
 use crate::config::ReplicaSettings as Settings;
 
 use crate::host::{Host, Refusal};
+use owner::owner;
 
 /// The nice value of the read threads: a replica's work (applying the
 /// owner's stream, answering queries) yields the CPU to the node's own
@@ -98,34 +103,21 @@ pub(crate) async fn on_read_threads<T: Send + 'static>(work: impl Future<Output 
     }
 }
 
-/// Reads by what became of them, for `/metrics`.
-#[derive(Default)]
-pub(crate) struct ReadCounts {
-    /// Answered at once.
-    pub served: AtomicU64,
-    /// Answered after waiting for the replica to reach a basis.
-    pub waited: AtomicU64,
-    /// Refused: the replica could not reach the basis in time, or does not
-    /// follow its owner now.
-    pub refused: AtomicU64,
-    /// Replicas built.
-    pub activations: AtomicU64,
-    /// Replicas evicted (idle, over the cap) or retired (the owner moved).
-    pub evictions: AtomicU64,
-}
-
 /// The node's read replicas, by database name.
 pub(crate) struct Replicas {
     cache: moka::future::Cache<String, Arc<Replica>>,
     settings: Settings,
+    /// Where every replica of this node subscribes (`relay.rs`).
+    relay: Arc<Relay>,
     /// Reads and replicas, counted.
     pub counts: Arc<ReadCounts>,
 }
 
 impl Replicas {
-    /// An empty set under `settings`.
+    /// An empty set under `settings`, its replicas subscribing through
+    /// `relay`.
     #[must_use]
-    pub(crate) fn new(settings: Settings) -> Self {
+    pub(crate) fn new(settings: Settings, relay: Arc<Relay>) -> Self {
         let counts = Arc::new(ReadCounts::default());
         let evicted = Arc::clone(&counts);
         let cache = moka::future::Cache::builder()
@@ -138,6 +130,7 @@ impl Replicas {
         Self {
             cache,
             settings,
+            relay,
             counts,
         }
     }
@@ -203,8 +196,14 @@ impl Replicas {
         counter(
             out,
             "corium_fleet_replica_evictions_total",
-            "Read replicas dropped: idle past --replica-idle-ms, over --max-replicas, or no longer following their owner.",
+            "Read replicas dropped: idle past --replica-idle-ms, over --max-replicas, their database deleted, or no owner to follow.",
             load(&self.counts.evictions),
+        );
+        counter(
+            out,
+            "corium_fleet_replica_owner_changes_total",
+            "Read replicas that went on following a new owner after an ownership move, their state kept (only the tail sent).",
+            load(&self.counts.owner_changes),
         );
     }
 
@@ -300,13 +299,16 @@ impl Replicas {
             tokio::spawn(async move { cache.invalidate(&db).await });
         });
         let (host, guard, db) = (Arc::clone(host), guard.clone(), db.to_owned());
-        let interval = self.settings.follow_interval;
+        let following = follow::Following {
+            interval: self.settings.follow_interval,
+            relay: Arc::clone(&self.relay),
+            counts: Arc::clone(&self.counts),
+            retire,
+        };
         // Its stream and probe are spawned where it connects: on the read
         // threads.
-        on_read_threads(async move {
-            Replica::connect(&host, guard, &db, &node, &endpoint, interval, retire).await
-        })
-        .await
+        on_read_threads(async move { Replica::connect(&host, guard, &db, &node, &endpoint, following).await })
+            .await
     }
 }
 
@@ -324,47 +326,4 @@ impl crate::host::DroppableMemory for ReplicaMemory {
     fn drop_all(&self) {
         self.0.invalidate_all();
     }
-}
-
-/// The node and endpoint holding `db`'s lease now; when nobody does, the
-/// database is activated at its candidates first (as a stock client's first
-/// call would).
-async fn owner(host: &Arc<Host>, db: &str) -> Result<(String, String), ReplicaError> {
-    let view = host.read_root(db).await?;
-    if !view.exists {
-        return Err(Refusal::UnknownDatabase(db.to_owned()).into());
-    }
-    if let Some(root) = view.live_owner(now_unix_ms()) {
-        return Ok((node_of(&root.owner).to_owned(), root.owner_endpoint.clone()));
-    }
-    if host.rank(db).is_some() {
-        // A candidate: the ownership decision activates it here, or names
-        // whoever took it meanwhile.
-        match host.owner(&tonic::metadata::MetadataMap::new(), db).await {
-            Ok(_) => return Ok((host.config.node_id.clone(), host.config.advertise.clone())),
-            Err(Refusal::NotOwner(hint)) if !hint.owner_id.is_empty() && !hint.route_endpoint.is_empty() => {
-                return Ok((hint.owner_id, hint.route_endpoint));
-            }
-            Err(refusal) => return Err(refusal.into()),
-        }
-    }
-    for candidate in host.candidate_list(db) {
-        if host
-            .peers
-            .activate(&candidate.endpoint, &candidate.node_id, db)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-    }
-    let view = host.read_root(db).await?;
-    view.live_owner(now_unix_ms())
-        .map(|root| (node_of(&root.owner).to_owned(), root.owner_endpoint.clone()))
-        .ok_or_else(|| {
-            ReplicaError::not_now(
-                format!("{db:?} has no owner to follow yet; retry"),
-                Duration::from_millis(500),
-            )
-        })
 }

@@ -15,6 +15,7 @@ pub(crate) mod catalog;
 pub(crate) mod node;
 pub(crate) mod peer_server;
 pub(crate) mod refused;
+pub(crate) mod relay;
 pub(crate) mod requests;
 pub(crate) mod status;
 pub(crate) mod subscribe;

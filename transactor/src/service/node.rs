@@ -40,11 +40,11 @@ pub struct Node {
 
 impl Node {
     /// A node over `host`, authorizing with `guard`, its limits from the
-    /// host's configuration.
+    /// host's configuration, its read replicas subscribing through `relay`.
     #[must_use]
-    pub fn new(host: Arc<Host>, guard: Guard) -> Arc<Self> {
+    pub(crate) fn new(host: Arc<Host>, guard: Guard, relay: Arc<crate::replica::Relay>) -> Arc<Self> {
         let config = &host.config;
-        let replicas = Replicas::new(config.read_replicas);
+        let replicas = Replicas::new(config.read_replicas, relay);
         // The memory budget charges the replicas and drops them first.
         let _ = host.droppable.set(replicas.memory());
         Arc::new(Self {

@@ -146,6 +146,8 @@ fn replica_status(error: &ReplicaError) -> Status {
                 *retry_after,
             )
         }
+        ReplicaError::NotAReplica => Status::unauthenticated(error.to_string()),
+        ReplicaError::Relayed(status) => status.as_ref().clone(),
         ReplicaError::Shared(error) => replica_status(error),
     }
 }

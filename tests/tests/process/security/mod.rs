@@ -17,6 +17,7 @@ mod before_activation;
 mod certificates;
 mod holds;
 mod not_owner_disclosure;
+mod replica_relay;
 mod request_ids;
 mod roles;
 mod two_databases;
