@@ -8,7 +8,8 @@
 //! Three nodes (lease TTL 5 s), filesystem store, one database written by
 //! 16 clients through the ingress with ~200-byte items. The reader is the
 //! node that is neither of the database's two candidates; the database is
-//! handed back and forth between the candidates. Each repetition: hand off,
+//! handed back and forth between the candidates. Each repetition: 10 s to
+//! settle, hand off,
 //! then one write through the ingress, then reads at the reader with that
 //! write's basis as `corium-min-basis` until one answers — timed from the
 //! handoff's return.
@@ -28,6 +29,9 @@ use crate::load::{self, Shape};
 
 /// Concurrent writers of each history.
 const WRITERS: usize = 16;
+
+/// The pause before each move.
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// The count of items, the read every measurement makes.
 const COUNT: &str = "[:find (count ?e) :where [?e :item/name _]]";
@@ -130,6 +134,10 @@ pub(crate) async fn run(lengths: &[usize], reps: usize) -> anyhow::Result<Vec<Po
 
         let (mut follow_after_move_ms, mut handoff_ms) = (Vec::new(), Vec::new());
         for rep in 0..reps {
+            // Each move starts from a settled fleet: a database opened a
+            // moment ago is still busy (its first index publication), and
+            // handing it on at once measures that, not the move.
+            tokio::time::sleep(SETTLE).await;
             let owner = fleet.index(&corium::placement(&address, &db).await.owner_id);
             let target = candidates
                 .iter()

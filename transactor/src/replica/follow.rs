@@ -47,10 +47,14 @@ const LAPSE_PERIODS: u32 = 3;
 /// the lease now (one `NotOwner` is enough).
 const LOOK_UP_AFTER_FAILURES: u32 = 2;
 
-/// Consecutive failed probes after which a replica that found no owner to
-/// follow is retired (the next read builds one): longer than a failover
-/// (a lease TTL and the successor's open) at the default period.
-const RETIRE_AFTER_FAILURES: u32 = 40;
+/// Follow periods without an owner's answer after which a replica is
+/// retired (the next read builds one): longer than a failover (a lease TTL
+/// and the successor's open) at the default period.
+const RETIRE_AFTER_PERIODS: u32 = 40;
+
+/// How soon the probe asks again while no owner answers (a move in
+/// progress), when that is sooner than a period.
+const PROBE_WHILE_MOVING: Duration = Duration::from_millis(100);
 
 /// What the follow probe last learned.
 #[derive(Clone, Copy, Debug)]
@@ -435,26 +439,38 @@ impl Replica {
     }
 }
 
-/// The follow probe: every period, the owner's basis. A `NotOwner`, or
+/// The follow probe: every period (every [`PROBE_WHILE_MOVING`] while no
+/// owner answers), the owner's basis. A `NotOwner`, or
 /// [`LOOK_UP_AFTER_FAILURES`] failures in a row, look up who holds the lease
 /// now and follow it; a `NOT_FOUND` (the database was deleted), or
-/// [`RETIRE_AFTER_FAILURES`] failures with no owner to follow, retire the
+/// [`RETIRE_AFTER_PERIODS`] periods with no owner answering, retire the
 /// replica. Ends when the replica is dropped or retired.
 async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
     let mut failures = 0;
+    // Since when no owner has answered (`None` while one does).
+    let mut failing_since: Option<Instant> = None;
     loop {
         let Some(interval) = replica.upgrade().map(|replica| replica.follow_interval) else {
             return;
         };
-        tokio::time::sleep(interval).await;
+        // While the owner does not answer (a move in progress), ask again
+        // sooner: the replica serves again as soon as the new owner answers.
+        let pause = if failing_since.is_some() {
+            interval.min(PROBE_WHILE_MOVING)
+        } else {
+            interval
+        };
+        tokio::time::sleep(pause).await;
         let (Some(this), Some(host)) = (replica.upgrade(), host.upgrade()) else {
             return;
         };
         let Err(status) = this.owner_basis().await else {
             failures = 0;
+            failing_since = None;
             continue;
         };
         failures += 1;
+        let since = *failing_since.get_or_insert_with(Instant::now);
         if status.code() == tonic::Code::NotFound {
             this.retire(&retire, "the database was deleted", &status);
             return;
@@ -463,8 +479,13 @@ async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
         let moved = not_owner::from_status(&status).is_some();
         if moved || failures >= LOOK_UP_AFTER_FAILURES {
             match this.follow_the_holder(&host).await {
-                Ok(true) => failures = 0,
-                Ok(false) => {}
+                // Heard from the new owner at once, so reads need not wait
+                // a period for it (the staleness rule is unchanged).
+                Ok(true) if this.owner_basis().await.is_ok() => {
+                    failures = 0;
+                    failing_since = None;
+                }
+                Ok(_) => {}
                 Err(error) if error.is_about_the_name() => {
                     this.retire(&retire, "the database is gone", &status);
                     return;
@@ -474,7 +495,7 @@ async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
                 }
             }
         }
-        if failures >= RETIRE_AFTER_FAILURES {
+        if failing_since.is_some() && since.elapsed() >= interval * RETIRE_AFTER_PERIODS {
             this.retire(&retire, "no owner answered", &status);
             return;
         }
