@@ -78,10 +78,21 @@ impl Connections {
     }
 
     /// Connections open now.
-    #[cfg(test)]
     #[must_use]
     pub(crate) fn open(&self) -> usize {
         self.total.load(Ordering::Acquire)
+    }
+
+    /// Appends the open-connections gauge to a `/metrics` exposition (what
+    /// the chart's autoscaler can scale on: a long-lived HTTP/2 client
+    /// brings a connection, not CPU).
+    pub(crate) fn render(&self, out: &mut String) {
+        corium_fleet_common::prometheus::gauge(
+            out,
+            "corium_fleet_ingress_connections",
+            "Client connections open now, both listeners.",
+            u64::try_from(self.open()).unwrap_or(u64::MAX),
+        );
     }
 }
 

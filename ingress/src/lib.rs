@@ -183,6 +183,8 @@ pub async fn run(
         Arc::clone(&metrics),
         upstream_tls,
     ));
+    // One set of caps over both listeners.
+    let connections = connections::Connections::new(caps.total, caps.per_client, preface_timeout);
     tokio::spawn(corium_fleet_common::admin_http::serve(
         listeners.admin,
         admin_handler(
@@ -191,13 +193,12 @@ pub async fn run(
             material,
             status_page,
             proxy.failover_buffer(),
+            Arc::clone(&connections),
             gate,
         ),
         stop_rx,
     ));
     let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-    // One set of caps over both listeners.
-    let connections = connections::Connections::new(caps.total, caps.per_client, preface_timeout);
     let cleartext = server::serve(
         listeners.grpc,
         None,
@@ -363,6 +364,7 @@ fn admin_handler(
     material: Vec<Arc<dyn Reload>>,
     status_page: Arc<status_page::StatusPage>,
     failover: Arc<failover_buffer::FailoverBuffer>,
+    connections: Arc<connections::Connections>,
     gate: corium_fleet_common::admin_http::OperatorGate,
 ) -> corium_fleet_common::admin_http::Handler {
     let material = Arc::new(material);
@@ -374,6 +376,7 @@ fn admin_handler(
         let material = Arc::clone(&material);
         let status_page = Arc::clone(&status_page);
         let failover = Arc::clone(&failover);
+        let connections = Arc::clone(&connections);
         let refused = gate.check(&request).err();
         Box::pin(async move {
             if let Some(refusal) = refused {
@@ -383,6 +386,7 @@ fn admin_handler(
                 "/metrics" => {
                     let mut text = metrics.render();
                     failover.render(&mut text);
+                    connections.render(&mut text);
                     text.push_str(&corium_fleet_common::cert_reload::render(&material));
                     (200, text)
                 }

@@ -14,6 +14,7 @@ usage: check_monitoring.py MANIFEST --metrics DIR --selector transactor=MATCHERS
    real binaries (DIR/transactor.prom, DIR/ingress.prom; scripts/chart-tools/capture-metrics.sh),
    and in the right tier's: a name used with the transactor (or ingress) selector must be one the
    transactor (or ingress) exports. `up` is Prometheus's own.
+4. Every `Pods` metric the ingress's HorizontalPodAutoscaler scales on is one the ingress exports.
 Prints one line per check and exits non-zero on any failure.
 """
 from __future__ import annotations
@@ -225,6 +226,13 @@ def main() -> int:
             for rule in group["rules"]:
                 exprs.append((f"rule {rule.get('alert') or rule.get('record')}", str(rule["expr"])))
     check_names(report, exprs, tiers, selectors)
+    for doc in docs:
+        if doc.get("kind") != "HorizontalPodAutoscaler":
+            continue
+        pods = [m["pods"]["metric"]["name"] for m in doc["spec"].get("metrics", []) if m.get("type") == "Pods"]
+        report.check(bool(pods) and all(name in tiers["ingress"] for name in pods),
+                     f"the HPA's pods metrics {pods} are exported by the ingress",
+                     f"{pods} not all in the ingress's captured exposition")
     print(f"{report.passes} passed, {report.failures} failed")
     return 1 if report.failures else 0
 

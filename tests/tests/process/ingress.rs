@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use corium_client::Peer as _;
 use corium_fleet_tests::corium::{self, frame, raw_call};
-use corium_fleet_tests::{Backend, Fleet, http_get};
+use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::metadata;
 use prost::Message as _;
 
@@ -431,4 +431,51 @@ async fn a_create_sent_to_a_non_candidate_follows_the_candidates_it_names() {
     corium::transact(&address, &db, "after-create", &[])
         .await
         .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
+}
+
+/// `corium_fleet_ingress_connections` (what the chart's autoscaler can scale
+/// on) counts the client connections open now: three more while three
+/// clients hold theirs, back where it was once they close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ingress_exports_its_open_connections() {
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(1)
+        .start_with_ingress()
+        .await;
+    let admin = fleet.ingresses[0].admin;
+    let open = async || {
+        let (_, text) = http_get(admin, "/metrics").await.unwrap();
+        metric(&text, "corium_fleet_ingress_connections").expect("the gauge is exported")
+    };
+    let before = open().await;
+    let mut held = Vec::new();
+    for n in 0..3_u8 {
+        let channel = corium::channel(&address).await;
+        // A call, so the connection is surely accepted and counted.
+        corium_protocol::pb::catalog_client::CatalogClient::new(channel.clone())
+            .list_databases(corium_protocol::pb::ListDatabasesRequest {})
+            .await
+            .unwrap_or_else(|status| panic!("call {n}: {status:?}"));
+        held.push(channel);
+    }
+    let during = eventually(Duration::from_secs(10), "three more connections", async || {
+        let now = open().await;
+        if now >= before + 3.0 {
+            Ok(now)
+        } else {
+            Err(format!("{now} open, {before} before"))
+        }
+    })
+    .await;
+    assert!(during >= before + 3.0);
+    drop(held);
+    eventually(Duration::from_secs(10), "the connections closed", async || {
+        let now = open().await;
+        if now <= before {
+            Ok(())
+        } else {
+            Err(format!("{now} open, {before} before"))
+        }
+    })
+    .await;
 }
