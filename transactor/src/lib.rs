@@ -355,8 +355,8 @@ async fn sweep_replicas(node: Arc<service::node::Node>, mut stop: tokio::sync::w
 }
 
 /// Binds the read replicas' relay on loopback (`replica/relay.rs`).
-async fn bind_relay() -> Result<(Arc<replica::Relay>, tokio::net::TcpListener), Error> {
-    let relay = replica::Relay::new();
+async fn bind_relay(peers: &peer::Peers) -> Result<(Arc<replica::Relay>, tokio::net::TcpListener), Error> {
+    let relay = replica::Relay::new(peers.token());
     let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
         .await
         .map_err(Error::Relay)?;
@@ -420,7 +420,7 @@ pub async fn start(
         .guard(authorizer)
         .map_err(|error| Error::Config(error.to_string()))?;
     let host = host::Host::new(config, template, root_ops, peers, incarnation, after_commit);
-    let (relay, relay_listener) = bind_relay().await?;
+    let (relay, relay_listener) = bind_relay(&host.peers).await?;
     let node = service::node::Node::new(Arc::clone(&host), guard, Arc::clone(&relay));
     if let Some(policy) = policy {
         policy.follow(host.members.clone());
@@ -460,7 +460,7 @@ pub async fn start(
     follow_registry(&host, prefix_read, &stop_rx);
     tokio::spawn(sweep_replicas(Arc::clone(&node), stop_rx.clone()));
     // On the read threads, where the replicas' own work runs.
-    let relay = service::relay::serve(relay_listener, relay, Arc::clone(&host), stop_rx.clone());
+    let relay = service::relay::serve(relay_listener, relay, stop_rx.clone());
     replica::on_read_threads(async move { drop(tokio::spawn(relay)) }).await;
     tokio::spawn(Arc::clone(&host).keep_within_budget(stop_rx.clone()));
     tokio::spawn(Arc::clone(&host).balance_load(stop_rx.clone()));

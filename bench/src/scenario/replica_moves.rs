@@ -16,7 +16,6 @@
 
 use std::time::{Duration, Instant};
 
-use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use corium_fleet_wire::metadata;
 use corium_protocol::codec;
@@ -26,6 +25,7 @@ use corium_query::edn::{Edn, read_one};
 use serde::Serialize;
 
 use crate::load::{self, Shape};
+use crate::scenario::recovery::hand_off;
 
 /// Concurrent writers of each history.
 const WRITERS: usize = 16;
@@ -138,20 +138,7 @@ pub(crate) async fn run(lengths: &[usize], reps: usize) -> anyhow::Result<Vec<Po
             // moment ago is still busy (its first index publication), and
             // handing it on at once measures that, not the move.
             tokio::time::sleep(SETTLE).await;
-            let owner = fleet.index(&corium::placement(&address, &db).await.owner_id);
-            let target = candidates
-                .iter()
-                .copied()
-                .find(|candidate| *candidate != owner)
-                .ok_or_else(|| anyhow::anyhow!("no other candidate"))?;
-            let moved = corium::admin(&fleet.nodes[owner].endpoint())
-                .await
-                .handoff(HandoffRequest {
-                    database: db.clone(),
-                    target_node_id: fleet.nodes[target].id.clone(),
-                })
-                .await?
-                .into_inner();
+            let unavailable_ms = hand_off(&fleet, &address, &db).await?;
             let after_move = Instant::now();
             let basis = corium::transact(&address, &db, &format!("after-move-{rep}"), &[])
                 .await?
@@ -160,7 +147,7 @@ pub(crate) async fn run(lengths: &[usize], reps: usize) -> anyhow::Result<Vec<Po
             follow_after_move_ms.push(after_move.elapsed().as_secs_f64() * 1000.0);
             // Milliseconds of one handoff: far inside f64's exact integers.
             #[allow(clippy::cast_precision_loss)]
-            handoff_ms.push(moved.unavailable_ms as f64);
+            handoff_ms.push(unavailable_ms as f64);
         }
         points.push(Point {
             transactions,

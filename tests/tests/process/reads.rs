@@ -558,6 +558,20 @@ async fn replica_moves(fleet: &Fleet, index: usize) -> (u64, u64, u64) {
     )
 }
 
+/// [`replica_moves`] at node `index` once its replica followed a new owner
+/// (its probe notices a move within a few periods).
+async fn once_followed(fleet: &Fleet, index: usize) -> (u64, u64, u64) {
+    eventually(
+        Duration::from_secs(10),
+        format!("the replica at node {index} to follow the new owner"),
+        async || match replica_moves(fleet, index).await {
+            (built, followed, dropped) if followed >= 1 => Ok((built, followed, dropped)),
+            other => Err(format!("(built, followed, dropped) = {other:?}")),
+        },
+    )
+    .await
+}
+
 /// A read at node `index` directly, once the replica there has `min_basis`
 /// (within 20 s: it may be resubscribing to a new owner).
 async fn rows_at(fleet: &Fleet, index: usize, db: &str, min_basis: u64) -> Vec<String> {
@@ -612,15 +626,7 @@ async fn a_replica_follows_a_handed_off_database_without_a_rebuild() {
     );
     let rows = rows_at(&fleet, reader, "handed", after).await;
     assert_eq!(rows.len(), 25, "the replica has the writes made at the new owner");
-    let (built, followed, dropped) = eventually(
-        Duration::from_secs(10),
-        "the replica's probe to notice the move",
-        async || match replica_moves(&fleet, reader).await {
-            (built, followed, dropped) if followed >= 1 => Ok((built, followed, dropped)),
-            other => Err(format!("{other:?}")),
-        },
-    )
-    .await;
+    let (built, followed, dropped) = once_followed(&fleet, reader).await;
     assert_eq!(
         (built, followed, dropped),
         (1, 1, 0),
@@ -673,15 +679,7 @@ async fn after_a_takeover_the_replica_follows_the_new_owner_without_a_rebuild() 
     assert_eq!(rows.len(), 6, "the read sees the write made at the new owner");
     let rows = rows_at(&fleet, reader, "moving", after.basis_t).await;
     assert_eq!(rows.len(), 6, "the first replica sees it too");
-    let (built, followed, _) = eventually(
-        Duration::from_secs(10),
-        "the replica's probe to follow the new owner",
-        async || match replica_moves(&fleet, reader).await {
-            (built, followed, dropped) if followed >= 1 => Ok((built, followed, dropped)),
-            other => Err(format!("{other:?}")),
-        },
-    )
-    .await;
+    let (built, followed, _) = once_followed(&fleet, reader).await;
     fleet.nodes[owner].signal(nix::sys::signal::Signal::SIGCONT);
     assert_eq!(
         (built, followed),

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use corium_fleet_proto::fleet::NotOwner;
 use corium_fleet_wire::not_owner;
 use corium_peer::server::{PeerServerConfig, PeerServerSvc};
 use corium_peer::{ConnectConfig, Connection};
@@ -13,12 +14,11 @@ use corium_protocol::authz::Guard;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Status;
-use tonic::transport::Channel;
 
 use corium_fleet_common::names;
 
 use super::counts::ReadCounts;
-use super::relay::Relay;
+use super::relay::{Owner, Relay, Seat};
 use super::{ReplicaError, owner};
 use crate::host::Host;
 
@@ -69,21 +69,13 @@ struct Followed {
     before: u64,
 }
 
-/// The owner a replica follows now.
-struct Owner {
-    /// The node holding the lease (over mTLS its certificate was verified
-    /// to name it).
-    node: String,
-    /// A client for its `Sync`.
-    client: TransactorClient<Channel>,
-}
-
 /// One database's read replica on this node.
 pub(crate) struct Replica {
     db: String,
-    /// Whom the probe asks; changed when the lease moves (the connection
-    /// follows through the relay).
-    owner: Mutex<Owner>,
+    /// This replica's place at the relay, holding the owner it follows:
+    /// whom the probe asks and where the connection's subscription is
+    /// forwarded; changed when the lease moves.
+    seat: Seat,
     connection: Arc<Connection>,
     /// Stock Corium's peer server over `connection`, with the node's guard:
     /// authorization, views, fuel and chunking are Corium's.
@@ -95,11 +87,6 @@ pub(crate) struct Replica {
     /// For `lag`: the last probe's owner basis less the replica's.
     lag: AtomicU64,
     follow_interval: Duration,
-    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
-    /// The relay the connection subscribes through, and this replica's
-    /// place at it.
-    relay: Arc<Relay>,
-    relay_id: u64,
     counts: Arc<ReadCounts>,
     probe: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -114,13 +101,12 @@ impl Drop for Replica {
         {
             probe.abort();
         }
-        self.relay.forget(self.relay_id);
     }
 }
 
 impl Replica {
     /// Subscribes to `db` (through the relay, which forwards to `owner` at
-    /// `endpoint` now) and waits until the replica has applied the owner's
+    /// `endpoint`) and waits until the replica has applied the owner's
     /// basis, then starts the follow probe.
     pub(super) async fn connect(
         host: &Arc<Host>,
@@ -136,20 +122,23 @@ impl Replica {
             counts,
             retire,
         } = following;
-        let seat = relay.seat().ok_or_else(|| {
-            ReplicaError::not_now(
-                "this node's replica relay is not serving; try another".to_owned(),
-                follow_interval,
-            )
-        })?;
-        // Dropped with this guard unless the replica is built (which then
-        // forgets its seat when dropped).
-        let unseat = Unseat::new(&relay, seat.id);
-        let mut config = ConnectConfig::new(seat.endpoint, db.to_owned());
-        config.token = Some(seat.token);
-        // A lost stream (the owner moved: the probe cut it at the relay) is
-        // taken up again at once, from the replica's basis, at the relay,
-        // which forwards to the owner then.
+        let client = TransactorClient::new(host.peers.channel(endpoint, owner).await?);
+        let seat = relay
+            .seat(Owner {
+                node: owner.to_owned(),
+                client,
+            })
+            .ok_or_else(|| {
+                ReplicaError::not_now(
+                    "this node's replica relay is not serving; try another".to_owned(),
+                    follow_interval,
+                )
+            })?;
+        let mut config = ConnectConfig::new(seat.endpoint.clone(), db.to_owned());
+        config.token = Some(seat.token.clone());
+        // A lost stream (the probe followed a new owner, which ends the
+        // relayed stream) is taken up again at once, from the replica's
+        // basis, at the relay, which forwards to the owner then.
         config.reconnect_min = Duration::from_millis(50);
         config.reconnect_max = Duration::from_millis(250);
         let connection = Connection::connect(config).await.map_err(|error| {
@@ -158,18 +147,13 @@ impl Replica {
                 follow_interval,
             )
         })?;
-        let owner_client = TransactorClient::new(host.peers.channel(endpoint, owner).await?);
         let connection = Arc::new(connection);
-        let relay_id = unseat.keep();
         let service =
             PeerServerSvc::new(Arc::clone(&connection), PeerServerConfig::default()).with_guard(guard);
         let basis = connection.basis_t();
         let replica = Arc::new(Self {
             db: db.to_owned(),
-            owner: Mutex::new(Owner {
-                node: owner.to_owned(),
-                client: owner_client,
-            }),
+            seat,
             connection,
             service,
             // `connect` returned after applying the owner's basis at
@@ -182,12 +166,6 @@ impl Replica {
             retired: AtomicBool::new(false),
             lag: AtomicU64::new(0),
             follow_interval,
-            token: host
-                .peers
-                .token()
-                .and_then(|token| format!("Bearer {token}").parse().ok()),
-            relay,
-            relay_id,
             counts,
             probe: Mutex::new(None),
         });
@@ -353,16 +331,10 @@ impl Replica {
             t: 0,
         });
         request.set_timeout(self.follow_interval.max(Duration::from_secs(1)));
-        if let Some(token) = &self.token {
-            request.metadata_mut().insert("authorization", token.clone());
+        if let Some(token) = self.seat.node_token() {
+            request.metadata_mut().insert("authorization", token);
         }
-        let client = self
-            .owner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .client
-            .clone();
-        let answer = client.clone().sync(request).await?.into_inner();
+        let answer = self.seat.owner().client.sync(request).await?.into_inner();
         let mut followed = self
             .followed
             .lock()
@@ -381,44 +353,44 @@ impl Replica {
 impl Replica {
     /// The node this replica follows now.
     fn owner_node(&self) -> String {
-        self.owner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .node
-            .clone()
+        self.seat.owner().node
     }
 
-    /// Looks up who holds the lease now and, when it is another node,
-    /// follows it: the probe asks it from now on, and the relayed stream is
-    /// cut so the connection resubscribes there from its basis. Returns
-    /// whether the owner changed.
+    /// Who holds the lease now — the node a `NotOwner` from the old owner
+    /// named (`hint`; the named node checks its own lease when asked), else
+    /// the lease root — and, when it is another node, follows it: the probe
+    /// asks it from now on, and the relayed stream ends so the connection
+    /// resubscribes there from its basis. Returns whether the owner changed.
     ///
     /// Nothing the replica holds is wrong for the new owner: it applied only
     /// what an owner streamed, which is what that owner acknowledged, and
     /// every later lease holder's log holds every acknowledged transaction
     /// (the fencing invariant). Until it has applied what the new owner had
     /// one period ago, its reads are refused as before (`check_following`).
-    async fn follow_the_holder(&self, host: &Arc<Host>) -> Result<bool, ReplicaError> {
-        let (node, endpoint) = owner::holder(host, names::home(&self.db)).await?;
-        if node == self.owner_node() {
+    async fn follow_the_holder(
+        &self,
+        host: &Arc<Host>,
+        hint: Option<NotOwner>,
+    ) -> Result<bool, ReplicaError> {
+        let (node, endpoint) = match hint {
+            Some(hint) if !hint.owner_id.is_empty() && !hint.route_endpoint.is_empty() => {
+                (hint.owner_id, hint.route_endpoint)
+            }
+            _ => owner::holder(host, names::home(&self.db)).await?,
+        };
+        let before = self.owner_node();
+        if node == before {
             return Ok(false);
         }
         let client = TransactorClient::new(host.peers.channel(&endpoint, &node).await?);
-        let before = std::mem::replace(
-            &mut *self
-                .owner
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-            Owner {
-                node: node.clone(),
-                client,
-            },
-        );
-        self.relay.cut(self.relay_id);
+        self.seat.follow(Owner {
+            node: node.clone(),
+            client,
+        });
         self.counts.owner_changes.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             db = %self.db,
-            from = %before.node,
+            from = %before,
             to = %node,
             basis_t = self.basis_t(),
             "read replica follows the database's new owner"
@@ -476,9 +448,9 @@ async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
             return;
         }
         // The lease moved (at once), or the owner stopped answering.
-        let moved = not_owner::from_status(&status).is_some();
-        if moved || failures >= LOOK_UP_AFTER_FAILURES {
-            match this.follow_the_holder(&host).await {
+        let moved = not_owner::from_status(&status);
+        if moved.is_some() || failures >= LOOK_UP_AFTER_FAILURES {
+            match this.follow_the_holder(&host, moved).await {
                 // Heard from the new owner at once, so reads need not wait
                 // a period for it (the staleness rule is unchanged).
                 Ok(true) if this.owner_basis().await.is_ok() => {
@@ -498,31 +470,6 @@ async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
         if failing_since.is_some() && since.elapsed() >= interval * RETIRE_AFTER_PERIODS {
             this.retire(&retire, "no owner answered", &status);
             return;
-        }
-    }
-}
-
-/// Forgets a replica's place at the relay unless [`keep`](Self::keep) is
-/// called (the replica was built and forgets it when dropped).
-struct Unseat<'a> {
-    relay: &'a Relay,
-    id: Option<u64>,
-}
-
-impl<'a> Unseat<'a> {
-    fn new(relay: &'a Relay, id: u64) -> Self {
-        Self { relay, id: Some(id) }
-    }
-
-    fn keep(mut self) -> u64 {
-        self.id.take().unwrap_or_default()
-    }
-}
-
-impl Drop for Unseat<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.id {
-            self.relay.forget(id);
         }
     }
 }

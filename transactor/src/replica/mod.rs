@@ -15,8 +15,12 @@
 //! - that it still follows: [`Replica`] asks the owner for its basis every
 //!   `--replica-follow-interval-ms` and refuses reads once it has not heard
 //!   from it in three periods or has not applied what the owner had one
-//!   period ago; a `NotOwner` (the lease moved) retires it at once, and the
-//!   next read builds one that follows the new holder;
+//!   period ago; when the lease moves (a `NotOwner`, or an owner that stops
+//!   answering and another holder in the lease root) it follows the new
+//!   holder with what it holds — its subscription goes through this node's
+//!   relay, which resubscribes it there from its basis (design note 0023) —
+//!   and it is retired only when the database is gone or no owner answers
+//!   for 40 periods;
 //! - how far it must be: a read waits, within its deadline, until the
 //!   replica has applied the `corium-min-basis` the client sent and the
 //!   basis its view names (an as-of or since `t`, as far as the owner has
@@ -30,8 +34,10 @@
 //!   CPU work on the calling thread) never starves the node's writes.
 //!
 //! Layout: this file holds [`Replicas`], the node's set; `follow.rs` one
-//! [`Replica`] and its follow probe; `error.rs` why a replica cannot serve
-//! a read now ([`ReplicaError`]).
+//! [`Replica`] and its follow probe; `owner.rs` who holds the lease;
+//! `relay.rs` the loopback relay the replicas subscribe through and each
+//! one's seat at it; `counts.rs` the metrics; `error.rs` why a replica
+//! cannot serve a read now ([`ReplicaError`]).
 
 mod counts;
 mod error;

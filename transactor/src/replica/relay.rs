@@ -7,12 +7,14 @@
 //! do so at the endpoints it was built with, under one TLS configuration
 //! (design note 0017, alternative 2: one configuration cannot check that
 //! each node's certificate names *that* node). So the connection is pointed
-//! here instead: each subscription is forwarded to the database's current
-//! owner over the node-to-node mTLS, that owner's certificate checked to
-//! name it, as the replica's own probe does. When the probe finds that the
-//! owner changed it [`cut`](Relay::cut)s the relayed stream; the connection
-//! resubscribes from its basis and the new owner sends only the tail
-//! (design note 0023). Nothing is rebuilt and no history is replayed.
+//! here instead. Each replica has a [`Seat`] holding the owner it follows —
+//! the one decision, made by the replica's probe — and a subscription
+//! through its seat is forwarded to that owner over the client the probe
+//! already holds (the node-to-node mTLS, the owner's certificate checked to
+//! name it): no lookup and no new connection per subscription. When the
+//! probe [`follow`](Seat::follow)s a new owner, the relayed stream ends; the
+//! connection resubscribes from its basis and the new owner sends only the
+//! tail (design note 0023). Nothing is rebuilt and no history is replayed.
 //!
 //! The endpoint listens on loopback only and answers only callers that
 //! present this process's relay secret (random, never written anywhere)
@@ -24,21 +26,30 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use corium_fleet_common::names;
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use futures::StreamExt;
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::Status;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::Channel;
 
-use super::{ReplicaError, owner};
-use crate::host::Host;
+use super::ReplicaError;
 
-/// A relayed subscription: the owner's items until the replica's probe cuts
-/// it (then it ends, and the replica resubscribes).
+/// A relayed subscription: the owner's items until the replica follows
+/// another owner (then it ends, and the replica resubscribes).
 pub(crate) type RelayedStream = Pin<Box<dyn Stream<Item = Result<pb::SubscribeItem, Status>> + Send>>;
+
+/// The owner a replica follows now.
+#[derive(Clone)]
+pub(crate) struct Owner {
+    /// The node holding the lease (over mTLS its certificate was verified
+    /// to name it).
+    pub node: String,
+    /// A client of it: the probe's `Sync` and the relayed subscription.
+    pub client: TransactorClient<Channel>,
+}
 
 /// The node's relay: where its replicas subscribe, and the secret they
 /// present.
@@ -48,30 +59,57 @@ pub(crate) struct Relay {
     /// Presented by replicas as `Bearer <secret>.<replica id>`: 256 random
     /// bits per process.
     secret: String,
-    /// Per live replica, what ends its relayed streams when its owner
-    /// changed. An id not here is refused: a replica's id is forgotten when
-    /// it is dropped.
-    cuts: Mutex<HashMap<u64, watch::Sender<u64>>>,
+    /// `Bearer <node token>`, as this node presents itself to its peers
+    /// (`None` with `--serve-open`).
+    node_token: Option<MetadataValue<Ascii>>,
+    /// Per live replica, the owner it follows. An id not here is refused:
+    /// a seat leaves when its replica is dropped.
+    seats: Mutex<HashMap<u64, watch::Receiver<Owner>>>,
     next_id: AtomicU64,
 }
 
-/// One replica's place at the relay: what its connection is configured with.
+/// One replica's place at the relay; dropping it forgets the replica (its
+/// token is refused and its relayed streams end).
 pub(crate) struct Seat {
-    /// The relay's endpoint.
+    /// The relay's endpoint, for the replica's connection.
     pub endpoint: String,
     /// The bearer token (`<secret>.<id>`, without the `Bearer ` scheme,
     /// which the connection adds).
     pub token: String,
-    /// The replica's id at the relay (for [`Relay::cut`] and
-    /// [`Relay::forget`]).
-    pub id: u64,
+    id: u64,
+    owner: watch::Sender<Owner>,
+    relay: Arc<Relay>,
+}
+
+impl Seat {
+    /// The owner this replica follows now.
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner.borrow().clone()
+    }
+
+    /// Follows `owner` from now on: the relayed streams to the previous one
+    /// end, and the next subscription goes to `owner`.
+    pub(crate) fn follow(&self, owner: Owner) {
+        self.owner.send_replace(owner);
+    }
+
+    /// `Bearer <node token>`: how this node presents itself to the owner.
+    pub(crate) fn node_token(&self) -> Option<MetadataValue<Ascii>> {
+        self.relay.node_token.clone()
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.relay.seats().remove(&self.id);
+    }
 }
 
 impl Relay {
-    /// A relay with a fresh secret; it serves once [`serving_at`](Self::serving_at)
-    /// names its listener.
+    /// A relay with a fresh secret, forwarding under `node_token`; it
+    /// serves once [`serving_at`](Self::serving_at) names its listener.
     #[must_use]
-    pub(crate) fn new() -> Arc<Self> {
+    pub(crate) fn new(node_token: Option<&str>) -> Arc<Self> {
         Arc::new(Self {
             endpoint: OnceLock::new(),
             secret: format!(
@@ -79,7 +117,8 @@ impl Relay {
                 uuid::Uuid::new_v4().simple(),
                 uuid::Uuid::new_v4().simple()
             ),
-            cuts: Mutex::new(HashMap::new()),
+            node_token: node_token.and_then(|token| format!("Bearer {token}").parse().ok()),
+            seats: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         })
     }
@@ -89,48 +128,37 @@ impl Relay {
         let _ = self.endpoint.set(format!("http://{address}"));
     }
 
-    fn cuts(&self) -> std::sync::MutexGuard<'_, HashMap<u64, watch::Sender<u64>>> {
-        self.cuts
+    fn seats(&self) -> std::sync::MutexGuard<'_, HashMap<u64, watch::Receiver<Owner>>> {
+        self.seats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A place for a new replica, or `None` when the relay is not serving
-    /// (the replica then cannot be built here).
-    pub(crate) fn seat(&self) -> Option<Seat> {
+    /// A seat for a new replica following `owner`, or `None` when the relay
+    /// is not serving (the replica then cannot be built here).
+    pub(crate) fn seat(self: &Arc<Self>, owner: Owner) -> Option<Seat> {
         let endpoint = self.endpoint.get()?.clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.cuts().insert(id, watch::channel(0).0);
+        let (sender, receiver) = watch::channel(owner);
+        self.seats().insert(id, receiver);
         Some(Seat {
             endpoint,
             token: format!("{}.{id}", self.secret),
             id,
+            owner: sender,
+            relay: Arc::clone(self),
         })
     }
 
-    /// Ends replica `id`'s relayed streams: its owner changed, and its
-    /// connection must resubscribe (to the new one).
-    pub(crate) fn cut(&self, id: u64) {
-        if let Some(cut) = self.cuts().get(&id) {
-            cut.send_modify(|generation| *generation += 1);
-        }
-    }
-
-    /// Forgets replica `id` (it was dropped): its streams end and its token
-    /// is refused from now on.
-    pub(crate) fn forget(&self, id: u64) {
-        self.cuts().remove(&id);
-    }
-
-    /// The live replica presenting `metadata`'s bearer token, with what
-    /// ends its streams.
+    /// The owner followed by the live replica presenting `metadata`'s bearer
+    /// token, watched (it changes when the replica follows another).
     ///
     /// # Errors
     /// [`ReplicaError::NotAReplica`] for anything else.
     pub(crate) fn admit(
         &self,
         metadata: &tonic::metadata::MetadataMap,
-    ) -> Result<watch::Receiver<u64>, ReplicaError> {
+    ) -> Result<watch::Receiver<Owner>, ReplicaError> {
         let presented = metadata
             .get("authorization")
             .and_then(|value| value.to_str().ok())
@@ -139,89 +167,44 @@ impl Relay {
             .filter(|(secret, _)| same_secret(secret.as_bytes(), self.secret.as_bytes()))
             .and_then(|(_, id)| id.parse::<u64>().ok());
         presented
-            .and_then(|id| self.cuts().get(&id).map(watch::Sender::subscribe))
+            .and_then(|id| self.seats().get(&id).cloned())
             .ok_or(ReplicaError::NotAReplica)
     }
 
-    /// Forwards a replica's subscription to `db`'s owner now; the stream
-    /// ends when `cut` changes (or its replica is forgotten).
+    /// Forwards a replica's subscription to the owner it follows; the
+    /// stream ends when the replica follows another (or is dropped).
     ///
     /// # Errors
-    /// No owner now, or the owner unreachable or refusing: the replica's
-    /// connection tries again.
+    /// The replica followed another owner meanwhile, or the owner refused
+    /// or could not be reached: the replica's connection tries again.
     pub(crate) async fn subscribe(
         &self,
-        host: &Arc<Host>,
         request: pb::SubscribeRequest,
-        mut cut: watch::Receiver<u64>,
+        mut following: watch::Receiver<Owner>,
     ) -> Result<RelayedStream, ReplicaError> {
-        let mut owner = owner_client(host, &request.db).await?;
-        let items = owner
-            .subscribe(with_node_token(host, request))
-            .await
+        let mut owner = following.borrow_and_update().clone();
+        let mut request = tonic::Request::new(request);
+        if let Some(token) = &self.node_token {
+            request.metadata_mut().insert("authorization", token.clone());
+        }
+        // A change, or the seat gone (the replica was dropped).
+        let mut moved = Box::pin(async move {
+            let _ = following.changed().await;
+        });
+        let answered = tokio::select! {
+            answered = owner.client.subscribe(request) => answered,
+            () = &mut moved => {
+                return Err(ReplicaError::not_now(
+                    format!("the replica now follows another owner than {}; resubscribe", owner.node),
+                    std::time::Duration::ZERO,
+                ));
+            }
+        };
+        let items = answered
             .map_err(|status| ReplicaError::Relayed(Box::new(status)))?
             .into_inner();
-        cut.mark_unchanged();
-        let cut = async move {
-            // A change, or the sender gone (the replica was dropped).
-            let _ = cut.changed().await;
-        };
-        Ok(Box::pin(items.take_until(cut)))
+        Ok(Box::pin(items.take_until(moved)))
     }
-
-    /// Forwards a replica connection's `Sync` to `db`'s owner now.
-    ///
-    /// # Errors
-    /// As [`subscribe`](Self::subscribe).
-    pub(crate) async fn sync(
-        &self,
-        host: &Arc<Host>,
-        request: pb::SyncRequest,
-    ) -> Result<pb::SyncResponse, ReplicaError> {
-        owner_client(host, &request.db)
-            .await?
-            .sync(with_node_token(host, request))
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| ReplicaError::Relayed(Box::new(status)))
-    }
-
-    /// Forwards a replica connection's `Status` to `db`'s owner now.
-    ///
-    /// # Errors
-    /// As [`subscribe`](Self::subscribe).
-    pub(crate) async fn status(
-        &self,
-        host: &Arc<Host>,
-        request: pb::StatusRequest,
-    ) -> Result<pb::StatusResponse, ReplicaError> {
-        owner_client(host, &request.db)
-            .await?
-            .status(with_node_token(host, request))
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| ReplicaError::Relayed(Box::new(status)))
-    }
-}
-
-/// A client of `db`'s owner now, over the node-to-node mTLS (its
-/// certificate checked to name it).
-async fn owner_client(host: &Arc<Host>, db: &str) -> Result<TransactorClient<Channel>, ReplicaError> {
-    let (node, endpoint) = owner::holder(host, names::home(db)).await?;
-    Ok(TransactorClient::new(host.peers.channel(&endpoint, &node).await?))
-}
-
-/// `message` as this node sends it to a peer: under its own token.
-fn with_node_token<T>(host: &Host, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(token) = host
-        .peers
-        .token()
-        .and_then(|token| format!("Bearer {token}").parse().ok())
-    {
-        request.metadata_mut().insert("authorization", token);
-    }
-    request
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
@@ -244,15 +227,28 @@ mod tests {
         metadata
     }
 
-    #[test]
-    fn only_a_live_replica_with_the_secret_is_admitted() {
-        let relay = Relay::new();
-        assert!(relay.seat().is_none(), "no seat before the relay serves");
+    /// An owner at an address nothing listens on (the client connects
+    /// lazily: nothing is dialled here).
+    fn owner(node: &str) -> Owner {
+        let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1:9").connect_lazy();
+        Owner {
+            node: node.to_owned(),
+            client: TransactorClient::new(channel),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_live_replica_with_the_secret_is_admitted() {
+        let relay = Relay::new(None);
+        assert!(
+            relay.seat(owner("node-1")).is_none(),
+            "no seat before the relay serves"
+        );
         relay.serving_at("127.0.0.1:9".parse().unwrap());
-        let seat = relay.seat().unwrap();
+        let seat = relay.seat(owner("node-1")).unwrap();
         assert_eq!(seat.endpoint, "http://127.0.0.1:9");
         assert!(relay.admit(&bearer(&seat.token)).is_ok());
-        let other = relay.seat().unwrap();
+        let other = relay.seat(owner("node-2")).unwrap();
         assert_ne!(other.id, seat.id);
         for refused in [
             String::new(),
@@ -270,27 +266,35 @@ mod tests {
             relay.admit(&tonic::metadata::MetadataMap::new()),
             Err(ReplicaError::NotAReplica)
         ));
-        relay.forget(seat.id);
+        let token = seat.token.clone();
+        drop(seat);
         assert!(
-            matches!(relay.admit(&bearer(&seat.token)), Err(ReplicaError::NotAReplica)),
-            "a forgotten replica's token is refused"
+            matches!(relay.admit(&bearer(&token)), Err(ReplicaError::NotAReplica)),
+            "a dropped replica's token is refused"
         );
         assert!(relay.admit(&bearer(&other.token)).is_ok());
     }
 
     #[tokio::test]
-    async fn a_cut_reaches_only_its_replica() {
-        let relay = Relay::new();
+    async fn following_another_owner_reaches_only_that_replica() {
+        let relay = Relay::new(None);
         relay.serving_at("127.0.0.1:9".parse().unwrap());
-        let (one, two) = (relay.seat().unwrap(), relay.seat().unwrap());
+        let (one, two) = (
+            relay.seat(owner("node-1")).unwrap(),
+            relay.seat(owner("node-1")).unwrap(),
+        );
         let mut first = relay.admit(&bearer(&one.token)).unwrap();
         let second = relay.admit(&bearer(&two.token)).unwrap();
-        relay.cut(one.id);
+        one.follow(owner("node-2"));
         assert!(first.has_changed().unwrap());
         assert!(!second.has_changed().unwrap());
-        first.mark_unchanged();
-        relay.forget(one.id);
-        assert!(first.changed().await.is_err(), "forgetting ends the streams too");
+        assert_eq!(first.borrow_and_update().node, "node-2");
+        assert_eq!(two.owner().node, "node-1");
+        drop(one);
+        assert!(
+            first.changed().await.is_err(),
+            "dropping the seat ends the streams too"
+        );
     }
 
     #[test]

@@ -1,31 +1,26 @@
 //! The replicas' relay as a gRPC service (`replica/relay.rs` says what it
-//! is for): `corium.v1.Transactor`'s `Subscribe`, `Sync` and `Status` on a
-//! loopback listener, forwarded to the database's owner now. Its front door
+//! is for): `corium.v1.Transactor`'s `Subscribe` on a loopback listener,
+//! forwarded to the owner the subscribing replica follows. Its front door
 //! is the relay's own and comes first: only a caller presenting this
-//! process's relay secret and a live replica's id gets any work done; writes
-//! are not relayed at all.
+//! process's relay secret and a live replica's id gets any work done. A
+//! replica's connection subscribes and nothing else (the fleet's replicas
+//! never write, sync or ask status through it), so nothing else is relayed.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_server::{Transactor, TransactorServer};
 use tonic::{Request, Response, Status};
 
-use crate::host::Host;
 use crate::replica::{Relay, RelayedStream};
-
-/// A relayed call that is not a subscription gets no longer than this.
-const RELAYED_CALL_DEADLINE: Duration = Duration::from_secs(30);
 
 /// The relay's `corium.v1.Transactor`.
 pub(crate) struct RelaySvc {
     relay: Arc<Relay>,
-    host: Arc<Host>,
 }
 
 fn not_relayed() -> Status {
-    Status::unimplemented("the replica relay relays reads only")
+    Status::unimplemented("the replica relay relays subscriptions only")
 }
 
 #[tonic::async_trait]
@@ -57,23 +52,14 @@ impl Transactor for RelaySvc {
         &self,
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<Self::SubscribeStream>, Status> {
-        let cut = self.relay.admit(request.metadata())?;
-        let stream = self
-            .relay
-            .subscribe(&self.host, request.into_inner(), cut)
-            .await?;
+        let following = self.relay.admit(request.metadata())?;
+        let stream = self.relay.subscribe(request.into_inner(), following).await?;
         Ok(Response::new(stream))
     }
 
     async fn sync(&self, request: Request<pb::SyncRequest>) -> Result<Response<pb::SyncResponse>, Status> {
         self.relay.admit(request.metadata())?;
-        let answer = tokio::time::timeout(
-            RELAYED_CALL_DEADLINE,
-            self.relay.sync(&self.host, request.into_inner()),
-        )
-        .await
-        .map_err(|_| Status::deadline_exceeded("the owner did not answer the relayed sync in time"))??;
-        Ok(Response::new(answer))
+        Err(not_relayed())
     }
 
     async fn status(
@@ -81,13 +67,7 @@ impl Transactor for RelaySvc {
         request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         self.relay.admit(request.metadata())?;
-        let answer = tokio::time::timeout(
-            RELAYED_CALL_DEADLINE,
-            self.relay.status(&self.host, request.into_inner()),
-        )
-        .await
-        .map_err(|_| Status::deadline_exceeded("the owner did not answer the relayed status in time"))??;
-        Ok(Response::new(answer))
+        Err(not_relayed())
     }
 }
 
@@ -95,10 +75,9 @@ impl Transactor for RelaySvc {
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     relay: Arc<Relay>,
-    host: Arc<Host>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let service = TransactorServer::new(RelaySvc { relay, host })
+    let service = TransactorServer::new(RelaySvc { relay })
         .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
     let stopped = async move {
