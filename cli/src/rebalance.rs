@@ -36,8 +36,11 @@ fn loads(fleet: &FleetStatusResponse) -> (Vec<NodeLoad>, Vec<DatabaseLoad>) {
         nodes.push(NodeLoad {
             node_id: member.node_id.clone(),
             calls_per_second: load.calls_per_second,
-            memory_room: (load.memory_budget_bytes > 0)
-                .then(|| load.memory_budget_bytes.saturating_sub(load.memory_used_bytes)),
+            // Caches are dropped before a node refuses an activation.
+            memory_room: (load.memory_budget_bytes > 0).then(|| {
+                let firm = load.memory_used_bytes.saturating_sub(load.memory_cache_bytes);
+                load.memory_budget_bytes.saturating_sub(firm)
+            }),
         });
         databases.extend(
             status

@@ -279,6 +279,7 @@ fn member_json(member: &FleetMember) -> serde_json::Value {
         })),
         "memory_budget_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_budget_bytes),
         "memory_used_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_used_bytes),
+        "memory_cache_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_cache_bytes),
         "memory_resident_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_resident_bytes),
         "calls_per_second": status.and_then(|status| status.load.as_ref()).map(|load| load.calls_per_second),
         "cpu_percent": status.and_then(|status| status.load.as_ref()).map(|load| load.cpu_percent),
@@ -323,14 +324,20 @@ fn relative(at_ms: i64, now_ms: i64) -> String {
     }
 }
 
-/// A node's memory for people: estimate of budget, in MiB.
+/// A node's memory for people: estimate of budget, in MiB, and the part
+/// of it that is caches.
 fn memory_text(load: &corium_fleet_proto::fleet::NodeLoad) -> String {
     let mib = |bytes: u64| bytes / (1024 * 1024);
+    let caches = if load.memory_cache_bytes >= 1024 * 1024 {
+        format!(" ({} MiB caches)", mib(load.memory_cache_bytes))
+    } else {
+        String::new()
+    };
     if load.memory_budget_bytes == 0 {
-        format!("{} MiB (no budget)", mib(load.memory_used_bytes))
+        format!("{} MiB (no budget){caches}", mib(load.memory_used_bytes))
     } else {
         format!(
-            "{}/{} MiB",
+            "{}/{} MiB{caches}",
             mib(load.memory_used_bytes),
             mib(load.memory_budget_bytes)
         )

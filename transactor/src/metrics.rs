@@ -65,6 +65,10 @@ pub struct Metrics {
     pub memory_used_bytes: AtomicU64,
     /// The part of it its read replicas hold.
     pub memory_replica_bytes: AtomicU64,
+    /// The part of it that is not a cache (used less warm standbys and read
+    /// replicas): what the node publishes to its peers as used, so that a
+    /// cache never makes it look full.
+    pub memory_firm_bytes: AtomicU64,
     /// Activations refused for memory (over budget, or a database too
     /// large for it).
     pub memory_refusals: AtomicU64,
@@ -114,8 +118,14 @@ impl Metrics {
         gauge(
             &mut out,
             "corium_fleet_memory_used_bytes",
-            "What the node is estimated to hold against its budget: base, open databases by history, read-ahead.",
+            "What the node is estimated to hold against its budget: base, open databases by history, read-ahead, warm standbys, read replicas.",
             load(&self.memory_used_bytes),
+        );
+        gauge(
+            &mut out,
+            "corium_fleet_memory_firm_bytes",
+            "The part of the estimate that is not a cache (used less warm standbys and read replicas): the load published to peers.",
+            load(&self.memory_firm_bytes),
         );
         gauge(
             &mut out,

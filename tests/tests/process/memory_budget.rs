@@ -264,6 +264,79 @@ async fn two_nodes_share_the_memory() {
     busy.stop().await;
 }
 
+/// A node's warm standbys are a cache: they fill at most half the room its
+/// firm memory leaves under the budget, never make the node look full to
+/// its peers or to `status`, and a database activated there is taken, not
+/// sent away or refused. (Before they were told apart, the warm set had its
+/// own 64 MiB and made a node with 1 MiB of room publish "over budget".)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_standbys_never_make_a_node_look_full() {
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(2)
+        .node_flags(&["--memory-budget-mib", "41", "--warm-standby-interval-ms", "200"])
+        .start_with_ingress()
+        .await;
+    let kept_warm = first_at(&fleet, 0, "warm");
+    corium::create(&address, &kept_warm).await.unwrap();
+    // ~4 MB of log in 20 transactions: four times node-2's whole room (the
+    // 1 MiB over its base), a few hundred KiB of estimate at node-1.
+    let long = "x".repeat(200_000);
+    for n in 0..20 {
+        corium::transact(&address, &kept_warm, &format!("{n}-{long}"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("write {n}: {status:?}"));
+    }
+    eventually(
+        Duration::from_secs(30),
+        fleet.with_logs("node-2 keeps the database warm"),
+        async || match memory_counter(&fleet, 1, "corium_fleet_warm_standby_bytes").await {
+            bytes if bytes > 0.0 => Ok(()),
+            _ => Err("nothing warm yet".to_owned()),
+        },
+    )
+    .await;
+    // Ten refresh intervals: never past half the room, never over.
+    let budget = memory_counter(&fleet, 1, "corium_fleet_memory_budget_bytes").await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let warm = memory_counter(&fleet, 1, "corium_fleet_warm_standby_bytes").await;
+        let firm = memory_counter(&fleet, 1, "corium_fleet_memory_firm_bytes").await;
+        let used = memory_counter(&fleet, 1, "corium_fleet_memory_used_bytes").await;
+        assert!(
+            warm <= (budget - firm) / 2.0,
+            "{warm} warm bytes past half of the {} left",
+            budget - firm
+        );
+        assert!(
+            used <= budget,
+            "node-2 over its budget from its cache: {used} > {budget}"
+        );
+    }
+    let node = node_status(&address, 1).await.unwrap();
+    assert!(over_budget(&address, 1).await.is_err(), "{node}");
+    assert!(
+        node["memory_cache_bytes"].as_u64().is_some_and(|bytes| bytes > 0),
+        "{node}"
+    );
+
+    // A database whose first candidate is node-2 opens there.
+    let fresh = first_at(&fleet, 1, "fresh");
+    corium::create(&address, &fresh).await.unwrap();
+    corium::transact(&address, &fresh, "first", &[]).await.unwrap();
+    assert_eq!(
+        owner(&address, &fresh).await,
+        "node-2",
+        "{}",
+        fleet.with_logs("fresh at node-2")
+    );
+    let refused_or_sent = memory_counter(&fleet, 1, "corium_fleet_memory_refusals_total").await
+        + memory_counter(&fleet, 1, "corium_fleet_memory_redirects_total").await;
+    assert!(
+        refused_or_sent < 0.5,
+        "{refused_or_sent} refused or sent away for memory"
+    );
+}
+
 /// Writes to `dbs` through `address` every 300 ms (a call each), so none
 /// of them is ever idle, until stopped.
 struct KeepBusy {

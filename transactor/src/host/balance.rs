@@ -164,7 +164,7 @@ impl Host {
         let own_room = self
             .config
             .memory_budget
-            .map(|budget| budget.saturating_sub(self.metrics.memory_used_bytes.load(Ordering::Relaxed)));
+            .map(|budget| budget.saturating_sub(self.metrics.memory_firm_bytes.load(Ordering::Relaxed)));
         let nodes = self
             .members
             .get()

@@ -11,9 +11,16 @@
 //! does not fall when a database is evicted and a loop driven by it would
 //! evict everything. The resident set is reported beside the estimate.
 //!
-//! Order, as issue 37 asks: read-ahead and warm memory are already bounded
-//! by their own budgets and drop on their own; past the budget, read
-//! replicas (caches, rebuilt on the next read) are dropped first, then idle
+//! Caches are told apart from firm memory: warm standbys (log records and
+//! index blobs kept for a takeover) and read replicas are rebuilt on
+//! demand, so they are dropped first past the budget, warm standbys fill
+//! at most half the room firm memory leaves, and the load a node publishes
+//! to its peers counts only its firm memory — a node whose caches fill it
+//! still takes activations, dropping them (design note 0021).
+//!
+//! Order, as issue 37 asks: the activations' read-ahead is bounded by its
+//! own budget and drops on its own; past the budget, warm standbys and read
+//! replicas (caches) are dropped first, then idle
 //! databases go (least recently used, then the largest), then the
 //! largest database is handed to another candidate (whose own activation
 //! refuses it if that node has no room, so nothing cascades); an
@@ -65,12 +72,15 @@ pub(crate) trait DroppableMemory: Send + Sync {
 pub struct MemoryUse {
     /// The budget in bytes (`None`: no budget).
     pub budget: Option<u64>,
-    /// The estimate of what the node holds: base + databases + read-ahead.
+    /// The estimate of what the node holds: base + databases + read-ahead
+    /// + warm standbys + read replicas.
     pub used: u64,
     /// The process's resident set, when the system tells it.
     pub resident: Option<u64>,
-    /// What the read replicas hold (part of `used`).
+    /// What the read replicas hold (part of `used`; a cache).
     pub replicas: u64,
+    /// What warm standbys hold (part of `used`; a cache).
+    pub warm: u64,
     /// Each open database's estimate.
     pub databases: HashMap<String, u64>,
 }
@@ -80,6 +90,19 @@ impl MemoryUse {
     #[must_use]
     pub fn over(&self) -> bool {
         self.budget.is_some_and(|budget| self.used > budget)
+    }
+
+    /// What the node holds that is not a cache: `used` less warm standbys
+    /// and read replicas (what it publishes to its peers as used).
+    #[must_use]
+    pub fn firm(&self) -> u64 {
+        self.used.saturating_sub(self.replicas).saturating_sub(self.warm)
+    }
+
+    /// The budget's room left by firm memory (`None`: no budget).
+    #[must_use]
+    pub fn room_for_caches(&self) -> Option<u64> {
+        self.budget.map(|budget| budget.saturating_sub(self.firm()))
     }
 }
 
@@ -128,9 +151,11 @@ impl Host {
             .droppable
             .get()
             .map_or(0, |droppable| droppable.datoms().saturating_mul(BYTES_PER_DATOM));
+        let warm = u64::try_from(self.template.read_ahead.warm.usage().1).unwrap_or(u64::MAX);
         let used = BASE_BYTES
             .saturating_add(databases.values().sum())
             .saturating_add(self.template.read_ahead.held_bytes())
+            .saturating_add(warm)
             .saturating_add(replicas);
         MemoryUse {
             budget: self.config.memory_budget,
@@ -138,6 +163,43 @@ impl Host {
             resident: corium_fleet_common::memory::resident_bytes(),
             databases,
             replicas,
+            warm,
+        }
+    }
+
+    /// Drops the node's caches (warm standbys, read replicas) when `usage`
+    /// says it is over its budget and they hold anything; returns whether
+    /// it dropped any.
+    fn drop_caches(&self, usage: &MemoryUse, budget: u64) -> bool {
+        if !usage.over() || usage.warm.saturating_add(usage.replicas) == 0 {
+            return false;
+        }
+        tracing::info!(
+            warm_mib = usage.warm / MIB,
+            replicas_mib = usage.replicas / MIB,
+            used_mib = usage.used / MIB,
+            budget_mib = budget / MIB,
+            "over the memory budget; dropping caches (warm standbys, read replicas)"
+        );
+        self.template.read_ahead.warm.drop_all();
+        if usage.replicas > 0
+            && let Some(droppable) = self.droppable.get()
+        {
+            droppable.drop_all();
+        }
+        true
+    }
+
+    /// Stores `usage` in the node's gauges (the firm part is what the
+    /// registry record publishes).
+    fn record(&self, usage: &MemoryUse) {
+        let gauges = [
+            (&self.metrics.memory_used_bytes, usage.used),
+            (&self.metrics.memory_firm_bytes, usage.firm()),
+            (&self.metrics.memory_replica_bytes, usage.replicas),
+        ];
+        for (gauge, value) in gauges {
+            gauge.store(value, Ordering::Relaxed);
         }
     }
 
@@ -173,7 +235,11 @@ impl Host {
             self.metrics.memory_refusals.fetch_add(1, Ordering::Relaxed);
             return Err(self.too_large(db, needs));
         }
-        let usage = self.memory_use().await;
+        let mut usage = self.memory_use().await;
+        if self.drop_caches(&usage, budget) {
+            usage = self.memory_use().await;
+            self.record(&usage);
+        }
         if !usage.over() {
             return Ok(());
         }
@@ -307,26 +373,17 @@ impl Host {
                 return;
             }
             let usage = self.memory_use().await;
-            self.metrics
-                .memory_used_bytes
-                .store(usage.used, Ordering::Relaxed);
-            self.metrics
-                .memory_replica_bytes
-                .store(usage.replicas, Ordering::Relaxed);
+            self.record(&usage);
+            self.template
+                .read_ahead
+                .warm
+                .limit_to_room(usage.room_for_caches());
             let Some(budget) = budget.filter(|_| usage.over()) else {
                 continue;
             };
-            if usage.replicas > 0
-                && let Some(droppable) = self.droppable.get()
-            {
-                // Caches first: replicas are rebuilt on the next read.
-                tracing::info!(
-                    replicas_mib = usage.replicas / MIB,
-                    used_mib = usage.used / MIB,
-                    budget_mib = budget / MIB,
-                    "over the memory budget; dropping the read replicas"
-                );
-                droppable.drop_all();
+            // Caches first: warm standbys are read again by the next
+            // refresh, replicas rebuilt on the next read.
+            if self.drop_caches(&usage, budget) {
                 continue;
             }
             let excess = usage.used.saturating_sub(budget);
@@ -372,5 +429,26 @@ mod tests {
         assert!(usage.over());
         usage.budget = None;
         assert!(!usage.over(), "no budget is never over");
+    }
+
+    #[test]
+    fn caches_are_not_firm_and_leave_their_room_to_the_rest() {
+        let usage = MemoryUse {
+            budget: Some(100),
+            used: 90,
+            warm: 20,
+            replicas: 10,
+            ..MemoryUse::default()
+        };
+        assert_eq!(usage.firm(), 60);
+        assert_eq!(usage.room_for_caches(), Some(40));
+        let over_on_firm = MemoryUse {
+            budget: Some(100),
+            used: 130,
+            warm: 10,
+            ..MemoryUse::default()
+        };
+        assert_eq!(over_on_firm.room_for_caches(), Some(0));
+        assert_eq!(MemoryUse::default().room_for_caches(), None);
     }
 }

@@ -84,13 +84,14 @@ impl Budget {
         }
     }
 
-    /// The bytes read-ahead and warm standbys hold now (what counts
-    /// against the node's memory budget).
+    /// The bytes the activations' read-aheads and prepared logs hold now
+    /// (firm memory under the node's budget; the warm set's bytes are a
+    /// cache, counted apart: [`WarmSet::usage`]).
     #[must_use]
     pub fn held_bytes(&self) -> u64 {
         let free_kib = self.pool.kib.as_ref().map_or(0, |kib| kib.available_permits());
         let read_ahead = self.total_kib.saturating_sub(free_kib).saturating_mul(1024);
-        u64::try_from(read_ahead.saturating_add(self.warm.usage().1)).unwrap_or(u64::MAX)
+        u64::try_from(read_ahead).unwrap_or(u64::MAX)
     }
 
     /// KiB of the budget free now (tests).

@@ -486,6 +486,41 @@ async fn warm_records_go_with_their_database_and_stop_at_the_budget() {
     assert_eq!(off.warm.usage(), (0, 0));
 }
 
+#[tokio::test]
+async fn warm_records_fill_at_most_half_the_nodes_room_and_go_when_dropped() {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    for t in 1..=8 {
+        store
+            .cas_root(&record("a", 1, t), None, &vec![7; 100 << 10])
+            .await
+            .unwrap();
+    }
+    let budget = Budget::new(1, 4, Arc::new(ListThenRead(Arc::clone(&store))));
+    let warm = Arc::clone(&budget.warm);
+    // 500 KiB of room under the node's budget: at most 250 KiB warm.
+    warm.limit_to_room(Some(500 << 10));
+    warm.refresh("a", store.as_ref()).await.unwrap();
+    let (_, held) = warm.usage();
+    assert!(held > 0, "something is kept");
+    assert!(held <= 250 << 10, "{held} bytes held past half the room");
+    assert_eq!(warm.counts.records_read.load(Ordering::Relaxed), 2);
+    assert_eq!(warm.counts.budget_full.load(Ordering::Relaxed), 1);
+    // No room at all: nothing more is read, and what is held stays until
+    // dropped.
+    warm.limit_to_room(Some(0));
+    warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(warm.counts.records_read.load(Ordering::Relaxed), 2);
+    assert_eq!(warm.usage().1, held);
+    warm.drop_all();
+    assert_eq!(warm.usage(), (0, 0), "dropped, with its budget");
+    // No node budget: only the warm budget bounds it (all 800 KiB fit).
+    warm.limit_to_room(None);
+    warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(warm.usage(), (1, 8 * (100 << 10)));
+    // The firm part of the read-ahead budget never counts warm bytes.
+    assert_eq!(budget.held_bytes(), 0);
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_opens_records_are_kept_for_the_first_whole_log_reads_then_dropped() {
     let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());

@@ -17,9 +17,16 @@
 //! activations' read-ahead budget so that warming never takes memory an
 //! activation needs. A refresh that cannot reserve stops where it is: the
 //! takeover reads the rest as usual.
+//!
+//! A cache under the node's memory budget too: the warm bytes may fill at
+//! most half of the room the node's firm memory leaves
+//! ([`WarmSet::limit_to_room`], set before every refresh), they are the
+//! first thing dropped when the node is over its budget
+//! ([`WarmSet::drop_all`]), and the load a node publishes to its peers
+//! leaves them out, so a cache never makes a node look full.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use corium_store::{BlobId, DbRoot, FullStore, StoreError};
@@ -85,6 +92,10 @@ pub struct WarmSet {
     kib: Option<Arc<Semaphore>>,
     /// Its size in KiB.
     total_kib: usize,
+    /// The most KiB the set may hold now (≤ `total_kib`): half the room the
+    /// node's memory budget leaves, set by the refresh loop
+    /// ([`WarmSet::limit_to_room`]); reservations past it are refused.
+    ceiling_kib: AtomicUsize,
     dbs: Mutex<HashMap<String, Warm>>,
     /// Databases handed to an activation, and when: not warmed again for
     /// [`TAKEN_FOR`] (a refresh would read the log beside the takeover).
@@ -105,6 +116,7 @@ impl WarmSet {
         Self {
             kib: (mib > 0).then(|| Arc::new(Semaphore::new(total_kib))),
             total_kib,
+            ceiling_kib: AtomicUsize::new(total_kib),
             dbs: Mutex::default(),
             taken: Mutex::default(),
             counts: WarmCounts::default(),
@@ -134,6 +146,41 @@ impl WarmSet {
     #[must_use]
     pub fn budget_bytes(&self) -> usize {
         self.total_kib.saturating_mul(1024)
+    }
+
+    /// KiB of the budget held now (records and blobs kept, and those handed
+    /// to activations that still use them).
+    fn held_kib(&self) -> usize {
+        self.kib
+            .as_ref()
+            .map_or(0, |kib| self.total_kib.saturating_sub(kib.available_permits()))
+    }
+
+    /// Bytes that may still be reserved: what is free of the budget, under
+    /// the ceiling.
+    fn free_bytes(&self) -> usize {
+        let ceiling = self.ceiling_kib.load(Ordering::Relaxed).min(self.total_kib);
+        ceiling.saturating_sub(self.held_kib()).saturating_mul(1024)
+    }
+
+    /// Lets the set hold at most half of `room` bytes (the node's budget
+    /// less its firm memory; `None`: no node budget, only the warm budget
+    /// bounds it). What is held already stays until dropped; only new
+    /// reservations are refused past it.
+    pub fn limit_to_room(&self, room: Option<u64>) {
+        let ceiling = room.map_or(self.total_kib, |room| {
+            usize::try_from(room / 2 / 1024)
+                .unwrap_or(usize::MAX)
+                .min(self.total_kib)
+        });
+        self.ceiling_kib.store(ceiling, Ordering::Relaxed);
+    }
+
+    /// Drops every warm database, with its budget (the node is over its
+    /// memory budget: caches go first). The next refresh reads again
+    /// within the room there is then.
+    pub fn drop_all(&self) {
+        self.lock().clear();
     }
 
     /// Keeps only `dbs` warm: the others are dropped, with their budget.
@@ -183,10 +230,16 @@ impl WarmSet {
             .is_some_and(|at| at.elapsed() < TAKEN_FOR)
     }
 
-    /// Reserves the budget for `bytes`, or `None` when it is spent.
+    /// Reserves the budget for `bytes`, or `None` when it is spent or the
+    /// ceiling is reached.
     fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let kib = u32::try_from(bytes.div_ceil(1024).max(1)).ok()?;
-        Arc::clone(self.kib.as_ref()?).try_acquire_many_owned(kib).ok()
+        let kib = bytes.div_ceil(1024).max(1);
+        if self.held_kib().saturating_add(kib) > self.ceiling_kib.load(Ordering::Relaxed) {
+            return None;
+        }
+        Arc::clone(self.kib.as_ref()?)
+            .try_acquire_many_owned(u32::try_from(kib).ok()?)
+            .ok()
     }
 
     /// Brings `db` up to date from `base`: the log records listed now that
@@ -203,6 +256,12 @@ impl WarmSet {
             return Ok(());
         }
         if self.recently_taken(db) {
+            return Ok(());
+        }
+        if self.free_bytes() == 0 {
+            // No room under the node's budget (or the warm one): not even
+            // the listing is read.
+            self.counts.budget_full.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
         let prefix = log_prefix(db);
@@ -283,11 +342,7 @@ impl WarmSet {
         if unchanged {
             return Ok(());
         }
-        let free = self
-            .kib
-            .as_ref()
-            .map_or(0, |kib| kib.available_permits().saturating_mul(1024));
-        let IndexRead { blobs, .. } = read_index(base, db, free, &HashMap::new()).await?;
+        let IndexRead { blobs, .. } = read_index(base, db, self.free_bytes(), &HashMap::new()).await?;
         let mut held = Held::default();
         for (id, bytes) in blobs {
             let Some(permit) = self.reserve(bytes.len()) else {

@@ -101,6 +101,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
             replica_lag: node.replicas.max_lag(),
             memory_budget_bytes: memory.budget.unwrap_or(0),
             memory_used_bytes: memory.used,
+            memory_cache_bytes: memory.used.saturating_sub(memory.firm()),
             memory_resident_bytes: memory.resident.unwrap_or(0),
             calls_per_second: rates.node,
             cpu_percent: rates.cpu_percent,

@@ -74,10 +74,12 @@ impl Node {
             calls_waiting: count(self.work.waiting()),
             subscriptions: count(self.subscriptions.open()),
             calls_total: self.work.admitted(),
+            // Firm memory only: caches are dropped before this node refuses
+            // an activation, so they must not make it look full to peers.
             memory_used_bytes: self
                 .host
                 .metrics
-                .memory_used_bytes
+                .memory_firm_bytes
                 .load(std::sync::atomic::Ordering::Relaxed),
             memory_budget_bytes: self.host.config.memory_budget.unwrap_or(0),
             calls_per_second: {
