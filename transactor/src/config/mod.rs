@@ -160,7 +160,7 @@ impl Args {
             self.postgres_read_only_url,
             self.s3_read_only_access_key_id
                 .zip(self.s3_read_only_secret_access_key),
-        );
+        )?;
         Ok(Config {
             node_id,
             zone,
@@ -263,11 +263,28 @@ impl Args {
 /// The read-only access `GetStorageInfo` describes: the given `PostgreSQL`
 /// URL; for S3, the given static key with the fleet's own endpoint and
 /// region (where clients find the same bucket).
+///
+/// # Errors
+/// Read-only access for another kind of storage than the fleet's: it would
+/// be ignored, and a backup the operator believes configured would fail.
 fn storage_info(
     storage: &corium_fleet_store::StorageSettings,
     postgres_read_only_url: Option<String>,
     s3_read_only_key: Option<(String, String)>,
-) -> corium_transactor::StorageInfoConfig {
+) -> Result<corium_transactor::StorageInfoConfig, ConfigError> {
+    let kind = storage.backend.describe();
+    if postgres_read_only_url.is_some()
+        && !matches!(storage.backend, corium_fleet_store::Storage::Postgres { .. })
+    {
+        return Err(ConfigError::from(format!(
+            "--postgres-read-only-url (CORIUM_POSTGRES_READ_ONLY_URL) is for a PostgreSQL fleet; this node's storage is {kind}"
+        )));
+    }
+    if s3_read_only_key.is_some() && !matches!(storage.backend, corium_fleet_store::Storage::S3 { .. }) {
+        return Err(ConfigError::from(format!(
+            "--s3-read-only-access-key-id (CORIUM_S3_READ_ONLY_ACCESS_KEY_ID) is for an S3 fleet; this node's storage is {kind}"
+        )));
+    }
     let s3 = match (&storage.backend, s3_read_only_key) {
         (
             corium_fleet_store::Storage::S3 { endpoint, region, .. },
@@ -283,11 +300,11 @@ fn storage_info(
         )),
         _ => None,
     };
-    corium_transactor::StorageInfoConfig {
+    Ok(corium_transactor::StorageInfoConfig {
         postgres_connection_string: postgres_read_only_url,
         s3,
         plugin_config: None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -354,6 +371,48 @@ mod tests {
             .unwrap_err()
             .contains("twice")
         );
+    }
+
+    #[test]
+    fn read_only_access_for_another_kind_of_storage_is_refused() {
+        let refused = parse(&[
+            "--node-id",
+            "n1",
+            "--postgres-read-only-url",
+            "postgres://ro@db/x",
+        ])
+        .unwrap_err();
+        assert!(
+            refused.contains("--postgres-read-only-url") && refused.contains("filesystem"),
+            "{refused}"
+        );
+        let s3_key = [
+            "--s3-read-only-access-key-id",
+            "id",
+            "--s3-read-only-secret-access-key",
+            "secret",
+        ];
+        let mut args = vec!["--node-id", "n1", "--storage", "postgres://fleet@db/x"];
+        args.extend_from_slice(&s3_key);
+        let refused = parse(&args).unwrap_err();
+        assert!(
+            refused.contains("--s3-read-only-access-key-id") && refused.contains("postgres://"),
+            "{refused}"
+        );
+        let mut args = vec!["--node-id", "n1", "--storage", "s3://bucket/fleet"];
+        args.extend_from_slice(&s3_key);
+        let config = parse(&args).unwrap();
+        assert!(config.storage_info.s3.is_some());
+        let config = parse(&[
+            "--node-id",
+            "n1",
+            "--storage",
+            "postgres://fleet@db/x",
+            "--postgres-read-only-url",
+            "postgres://ro@db/x",
+        ])
+        .unwrap();
+        assert!(config.storage_info.postgres_connection_string.is_some());
     }
 
     #[test]
