@@ -11,9 +11,10 @@
 //! exactly-once (`exactly_once`, `stock_exactly_once`, `stock_statuses`,
 //! `retention`),
 //! reads (`reads`, `sdk`), operating it (`dev_fleet`, `fleet_status`,
-//! `status_page`, `observability`, `stock_cli`, `storage_setup`,
+//! `status_page`, `observability`, `stock_cli`, `backup`, `storage_setup`,
 //! `docker_context`), and the hostile clients (`bounds`, `security`).
 
+mod backup;
 mod bounds;
 mod dev_fleet;
 mod docker_context;

@@ -11,11 +11,18 @@ use corium_fleet_tests::{Backend, Fleet, corium, stock};
 
 /// Runs `corium <args>` against `address` (with `stdin` on its standard
 /// input), within 60 s; its exit status, standard output and error.
-async fn run_cli(address: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
+pub(crate) async fn run_cli(address: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut all = args.to_vec();
+    all.extend(["--transactor", address]);
+    run_stock(&all, stdin).await
+}
+
+/// Runs `corium <args>` (with `stdin` on its standard input), within 60 s;
+/// its exit status, standard output and error.
+pub(crate) async fn run_stock(args: &[&str], stdin: &str) -> (bool, String, String) {
     let mut command = Command::new(stock::binary());
     command
         .args(args)
-        .args(["--transactor", address])
         .env_remove("CORIUM_TOKEN")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,0 +1,277 @@
+//! Backups on every store, taken through the fleet's address while the
+//! database is written and moved, and restored: the stock `corium backup`
+//! and `corium restore` on the filesystem (restored into the fleet's own
+//! storage under a new name and served by it), and on `PostgreSQL` and S3
+//! Corium's own backup code (`corium_transactor::backup`, what the stock
+//! CLI built with those backends runs) discovering the storage through the
+//! fleet's `GetStorageInfo`, restored into a filesystem fleet. Every
+//! acknowledged transaction is read back once, and nothing else.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use corium_fleet_tests::{Backend, Fleet, corium, eventually};
+
+use super::stock_cli::{run_cli, run_stock};
+
+/// Writes `w-N` items to `db` through `address` one after another, every
+/// 20 ms, until stopped (at most 3,000); the names acknowledged.
+struct Writer {
+    running: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+}
+
+impl Writer {
+    fn start(address: &str, db: &str) -> Self {
+        let running = Arc::new(AtomicBool::new(true));
+        let (still, address, db) = (Arc::clone(&running), address.to_owned(), db.to_owned());
+        let task = tokio::spawn(async move {
+            let mut acknowledged = Vec::new();
+            for n in 0..3_000 {
+                if !still.load(Ordering::Relaxed) {
+                    break;
+                }
+                let name = format!("w-{n}");
+                // A failed write (the owner killed under it) may or may not
+                // be in the log; only acknowledged ones must be.
+                if corium::transact(&address, &db, &name, &[]).await.is_ok() {
+                    acknowledged.push(name);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            acknowledged
+        });
+        Self { running, task }
+    }
+
+    async fn stop(self) -> Vec<String> {
+        self.running.store(false, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// Every item name in `db`'s log read through `address`, with how many
+/// times each was asserted.
+async fn names_in(address: &str, db: &str) -> HashMap<String, usize> {
+    let mut names = HashMap::new();
+    for (_, asserted) in corium::log(address, db).await.unwrap() {
+        for name in asserted {
+            *names.entry(name).or_insert(0) += 1;
+        }
+    }
+    names
+}
+
+/// A backup's round trip through the fleet on the filesystem, with the
+/// stock CLI: `corium backup` through the fleet's address while the
+/// database is written, then incrementally into the same file after a
+/// handoff and after the owner was killed, then `corium restore` into the
+/// fleet's storage under a new name — which the fleet then serves, with
+/// every acknowledged transaction once and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_through_the_fleet_across_moves_restores_under_a_new_name() {
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(2)
+        .lease_ttl(Duration::from_secs(2))
+        .start_with_ingress()
+        .await;
+    corium::create(&address, "ledger").await.unwrap();
+    let archive = fleet.path("ledger.backup");
+    let archive = archive.to_str().unwrap();
+    let backup_to = async |fleet: &Fleet, archive: &str, step: &str| {
+        let (ok, out, err) = run_cli(&address, &["backup", "ledger", archive], "").await;
+        assert!(ok, "backup {step}: {out}{err}\n{}", fleet.logs());
+        eprintln!("backup {step}: {out}");
+        out
+    };
+    let backup = async |fleet: &Fleet, step: &str| backup_to(fleet, archive, step).await;
+    let writer = Writer::start(&address, "ledger");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let first = backup(&fleet, "while written").await;
+    assert!(first.contains(":basis-t"), "{first}");
+
+    // Indexes published (an incremental backup keeps its first root and
+    // adds log frames; a new archive below copies the index blobs).
+    let (ok, out, err) = run_cli(&address, &["db", "request-index", "ledger"], "").await;
+    assert!(ok, "request-index: {out}{err}");
+
+    // An incremental backup after a handoff.
+    let from = corium::placement(&address, "ledger").await.owner_id;
+    let to = if from == "node-1" { "node-2" } else { "node-1" };
+    let handoff = corium_fleet_tests::cli::run(&["handoff", "ledger", "--to", to], &address).await;
+    assert!(handoff.success, "{handoff:?}\n{}", fleet.logs());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    backup(&fleet, "after a handoff").await;
+
+    // And after a failover: the owner killed, the other node takes over.
+    let owner = fleet.index(to);
+    fleet.nodes[owner].kill();
+    eventually(
+        Duration::from_secs(30),
+        fleet.with_logs("the survivor owns ledger"),
+        async || match corium::transact(&address, "ledger", "after-failover", &[]).await {
+            Ok(_) => Ok(()),
+            Err(status) => Err(format!("{status:?}")),
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut acknowledged = writer.stop().await;
+    acknowledged.push("after-failover".to_owned());
+    let last = backup(&fleet, "after a failover").await;
+    assert!(!last.contains(":replayed-transactions 0 "), "{last}");
+    let full_archive = fleet.path("ledger-full.backup");
+    let full_archive = full_archive.to_str().unwrap();
+    let full = backup_to(&fleet, full_archive, "anew after it all").await;
+    assert!(
+        !full.contains(":index-basis-t 0 ") && !full.contains(":copied-blobs 0 "),
+        "a new archive copies the published index: {full}"
+    );
+    assert!(
+        acknowledged.len() > 20,
+        "only {} writes acknowledged",
+        acknowledged.len()
+    );
+
+    // Restored into the fleet's own storage under a new name, and served.
+    let data_dir = fleet.path("data");
+    let source = names_in(&address, "ledger").await;
+    for (archive, copy) in [(archive, "ledger-copy"), (full_archive, "ledger-full")] {
+        let (ok, out, err) = run_stock(
+            &[
+                "restore",
+                archive,
+                "--data-dir",
+                data_dir.to_str().unwrap(),
+                "--as-db",
+                copy,
+            ],
+            "",
+        )
+        .await;
+        assert!(ok, "restore {copy}: {out}{err}");
+        let names = names_in(&address, copy).await;
+        for name in &acknowledged {
+            assert_eq!(
+                names.get(name),
+                Some(&1),
+                "{name} acknowledged, not once in {copy}"
+            );
+        }
+        assert_eq!(names, source, "{copy} holds what the source holds, each once");
+        corium::transact(&address, copy, "written to the copy", &[])
+            .await
+            .unwrap_or_else(|status| panic!("a write to {copy}: {status:?}\n{}", fleet.logs()));
+    }
+}
+
+/// `GetStorageInfo` through `address`, then Corium's backup of `db` into
+/// `archive` (a new file, or a checkpoint appended to an existing one).
+async fn backup_with_corium(
+    address: &str,
+    db: &str,
+    archive: &std::path::Path,
+) -> corium_transactor::backup::BackupReport {
+    use corium_protocol::pb;
+    use corium_protocol::pb::catalog_client::CatalogClient;
+    let info = CatalogClient::with_interceptor(corium::channel(address).await, corium::with_dev_token)
+        .get_storage_info(pb::GetStorageInfoRequest { db: db.into() })
+        .await
+        .unwrap_or_else(|status| panic!("storage discovery: {status:?}"))
+        .into_inner();
+    let source = corium_transactor::backup::BackupSource::from_info(info).unwrap();
+    tokio::time::timeout(
+        Duration::from_mins(1),
+        corium_transactor::backup::backup(&source, db, archive, None),
+    )
+    .await
+    .expect("a backup within a minute")
+    .unwrap_or_else(|error| panic!("backup of {db}: {error}"))
+}
+
+/// On `PostgreSQL` and S3: a backup through the fleet's address (the nodes
+/// given the stock transactor's read-only flags) while the database is
+/// written, an incremental one after a handoff, restored into a filesystem
+/// fleet with every acknowledged transaction once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    for backend in Backend::all() {
+        let read_only: Vec<String> = match &backend {
+            Backend::Filesystem => continue,
+            // The suite's own URL: a real deployment gives a read-only role.
+            Backend::Postgres { url } => vec!["--postgres-read-only-url".into(), url.clone()],
+            // The suite's S3 server checks no keys; the nodes' own are used.
+            Backend::S3 { .. } => {
+                let key = |name: &str| std::env::var(name).unwrap_or_else(|_| "fleet-test".to_owned());
+                vec![
+                    "--s3-read-only-access-key-id".into(),
+                    key("AWS_ACCESS_KEY_ID"),
+                    "--s3-read-only-secret-access-key".into(),
+                    key("AWS_SECRET_ACCESS_KEY"),
+                ]
+            }
+        };
+        let flags: Vec<&str> = read_only.iter().map(String::as_str).collect();
+        let kind = if matches!(backend, Backend::Postgres { .. }) {
+            "postgres"
+        } else {
+            "s3"
+        };
+        let (fleet, address) = Fleet::builder(backend)
+            .nodes(2)
+            .node_flags(&flags)
+            .start_with_ingress()
+            .await;
+        corium::create(&address, "ledger").await.unwrap();
+        let archive = dir
+            .path()
+            .join(format!("ledger-{}.backup", uuid::Uuid::new_v4().simple()));
+        let writer = Writer::start(&address, "ledger");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Indexes published first: the new archive copies their blobs out
+        // of the fleet's storage.
+        let (ok, out, err) = run_cli(&address, &["db", "request-index", "ledger"], "").await;
+        assert!(ok, "{kind}: request-index: {out}{err}");
+        let first = backup_with_corium(&address, "ledger", &archive).await;
+        assert!(
+            first.basis_t > 0 && first.index_basis_t > 0 && first.copied_blobs > 0,
+            "{kind}: {first:?}"
+        );
+
+        let from = corium::placement(&address, "ledger").await.owner_id;
+        let to = if from == "node-1" { "node-2" } else { "node-1" };
+        let handoff = corium_fleet_tests::cli::run(&["handoff", "ledger", "--to", to], &address).await;
+        assert!(handoff.success, "{kind}: {handoff:?}\n{}", fleet.logs());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let acknowledged = writer.stop().await;
+        let last = backup_with_corium(&address, "ledger", &archive).await;
+        assert!(
+            last.basis_t > first.basis_t && last.replayed_transactions > 0,
+            "{kind}: an incremental backup after the handoff: {last:?}"
+        );
+        eprintln!("{kind}: first {first:?}, after the handoff {last:?}");
+        let source = names_in(&address, "ledger").await;
+        drop(fleet);
+
+        let (restored, restored_address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
+        let report = corium_transactor::backup::restore(&archive, restored.path("data"), "ledger", None)
+            .await
+            .unwrap_or_else(|error| panic!("{kind}: restore: {error}"));
+        assert_eq!(report.basis_t, last.basis_t, "{kind}");
+        let names = names_in(&restored_address, "ledger").await;
+        for name in &acknowledged {
+            assert_eq!(
+                names.get(name),
+                Some(&1),
+                "{kind}: {name} acknowledged, not once in the restore"
+            );
+        }
+        assert_eq!(
+            names, source,
+            "{kind}: the restore holds what the source held, each once"
+        );
+    }
+}
