@@ -9,16 +9,19 @@
 //! - `corium-fleet rebalance --dry-run` prints what load-aware placement
 //!   would move now, and why;
 //! - `corium-fleet request-status` tells whether a request id committed;
+//! - `corium-fleet backup` backs databases up through the fleet (stock
+//!   `corium backup` archives, by Corium's own backup code);
 //! - `corium-fleet certs` writes a development CA and mTLS certificates;
 //! - `corium-fleet completions SHELL` prints a shell completion script.
 //!
-//! `status`, `where`, `handoff`, `rebalance` and `request-status` present a bearer token on every
+//! `status`, `where`, `handoff`, `rebalance`, `request-status` and `backup` present a bearer token on every
 //! call (`--token` / `CORIUM_TOKEN`, resolved as stock `corium` resolves it;
 //! see `auth.rs`).
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 mod auth;
+mod backup;
 mod certs;
 mod dev;
 mod handoff;
@@ -54,6 +57,9 @@ enum Command {
     /// Did the transaction sent under a request id commit? (The answer to
     /// an unknown outcome; "not committed" fences the id for good.)
     RequestStatus(request_status::RequestStatusArgs),
+    /// Back databases up through the fleet (stock `corium backup`'s
+    /// archives, one per database in --dir, incremental when one is there).
+    Backup(backup::BackupArgs),
     /// Generate a development CA and mTLS certificates for a fleet.
     Certs(certs::CertsArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish,
@@ -83,6 +89,7 @@ fn main() -> std::process::ExitCode {
             Command::Handoff(args) => handoff::run(args).await,
             Command::Rebalance(args) => rebalance::run(args).await,
             Command::RequestStatus(args) => request_status::run(args).await,
+            Command::Backup(args) => backup::run(args).await,
             Command::Certs(args) => certs::run(&args),
             Command::Completions { shell } => {
                 clap_complete::generate(shell, &mut Cli::command(), "corium-fleet", &mut std::io::stdout());

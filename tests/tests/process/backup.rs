@@ -167,34 +167,42 @@ async fn a_backup_taken_through_the_fleet_across_moves_restores_under_a_new_name
     }
 }
 
-/// `GetStorageInfo` through `address`, then Corium's backup of `db` into
-/// `archive` (a new file, or a checkpoint appended to an existing one).
-async fn backup_with_corium(
-    address: &str,
-    db: &str,
-    archive: &std::path::Path,
-) -> corium_transactor::backup::BackupReport {
-    use corium_protocol::pb;
-    use corium_protocol::pb::catalog_client::CatalogClient;
-    let info = CatalogClient::with_interceptor(corium::channel(address).await, corium::with_dev_token)
-        .get_storage_info(pb::GetStorageInfoRequest { db: db.into() })
-        .await
-        .unwrap_or_else(|status| panic!("storage discovery: {status:?}"))
-        .into_inner();
-    let source = corium_transactor::backup::BackupSource::from_info(info).unwrap();
-    tokio::time::timeout(
-        Duration::from_mins(1),
-        corium_transactor::backup::backup(&source, db, archive, None),
-    )
-    .await
-    .expect("a backup within a minute")
-    .unwrap_or_else(|error| panic!("backup of {db}: {error}"))
+/// What `corium-fleet backup` reported for one database.
+#[derive(Debug)]
+struct Backed {
+    basis_t: u64,
+    index_basis_t: u64,
+    transactions: u64,
+    blobs: u64,
 }
 
-/// On `PostgreSQL` and S3: a backup through the fleet's address (the nodes
-/// given the stock transactor's read-only flags) while the database is
-/// written, an incremental one after a handoff, restored into a filesystem
-/// fleet with every acknowledged transaction once.
+/// `corium-fleet backup DB --dir DIR` through `address` (the real binary);
+/// its report line read back.
+async fn backup_with_fleet_cli(fleet: &Fleet, address: &str, db: &str, dir: &std::path::Path) -> Backed {
+    let run = corium_fleet_tests::cli::run(&["backup", db, "--dir", dir.to_str().unwrap()], address).await;
+    assert!(run.success, "backup of {db}: {run:?}\n{}", fleet.logs());
+    let numbers: Vec<u64> = run
+        .stdout
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|part| part.parse().ok())
+        .collect();
+    // "DB: backed up to t=B (index at t=I): T transactions and N index blobs copied into …"
+    match numbers[..] {
+        [basis_t, index_basis_t, transactions, blobs, ..] => Backed {
+            basis_t,
+            index_basis_t,
+            transactions,
+            blobs,
+        },
+        _ => panic!("unexpected report: {run:?}"),
+    }
+}
+
+/// On `PostgreSQL` and S3: `corium-fleet backup` through the fleet's
+/// address (the nodes given the stock transactor's read-only flags) while
+/// the database is written, an incremental one after a handoff, restored by
+/// Corium's restore into a filesystem fleet with every acknowledged
+/// transaction once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transaction() {
     let dir = tempfile::tempdir().unwrap();
@@ -226,18 +234,17 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
             .start_with_ingress()
             .await;
         corium::create(&address, "ledger").await.unwrap();
-        let archive = dir
-            .path()
-            .join(format!("ledger-{}.backup", uuid::Uuid::new_v4().simple()));
+        let backups = dir.path().join(kind);
+        let archive = backups.join("ledger.backup");
         let writer = Writer::start(&address, "ledger");
         tokio::time::sleep(Duration::from_secs(1)).await;
         // Indexes published first: the new archive copies their blobs out
         // of the fleet's storage.
         let (ok, out, err) = run_cli(&address, &["db", "request-index", "ledger"], "").await;
         assert!(ok, "{kind}: request-index: {out}{err}");
-        let first = backup_with_corium(&address, "ledger", &archive).await;
+        let first = backup_with_fleet_cli(&fleet, &address, "ledger", &backups).await;
         assert!(
-            first.basis_t > 0 && first.index_basis_t > 0 && first.copied_blobs > 0,
+            first.basis_t > 0 && first.index_basis_t > 0 && first.blobs > 0,
             "{kind}: {first:?}"
         );
 
@@ -247,9 +254,9 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
         assert!(handoff.success, "{kind}: {handoff:?}\n{}", fleet.logs());
         tokio::time::sleep(Duration::from_millis(500)).await;
         let acknowledged = writer.stop().await;
-        let last = backup_with_corium(&address, "ledger", &archive).await;
+        let last = backup_with_fleet_cli(&fleet, &address, "ledger", &backups).await;
         assert!(
-            last.basis_t > first.basis_t && last.replayed_transactions > 0,
+            last.basis_t > first.basis_t && last.transactions > 0,
             "{kind}: an incremental backup after the handoff: {last:?}"
         );
         eprintln!("{kind}: first {first:?}, after the handoff {last:?}");
