@@ -430,7 +430,8 @@ def test_storage_from_values_and_secrets(values_file):
         for ref in refs:
             assert ref["name"] in rendered_secrets or ref["name"] in (
                 storage["postgres"]["existingSecret"], storage["s3"]["existingSecret"],
-                values["auth"]["existingSecret"])
+                values["auth"]["existingSecret"], storage["readOnly"]["postgresUrlSecret"],
+                storage["readOnly"]["s3Secret"])
         # storage_pool_size only when set, and only for PostgreSQL (S3 has no pool)
         component = pod_labels(w)["app.kubernetes.io/component"]
         pool_size = storage["postgres"]["poolSize"].get(component)
@@ -1565,3 +1566,65 @@ def test_readme_documents_every_value():
     undocumented = sorted(k for k in schema_keys if k not in rows and k != "global"
                           and not any(r.startswith(k + ".") for r in rows))
     assert not undocumented, f"in the schema but not in README.md: {undocumented}"
+
+
+# --- backups -------------------------------------------------------------------------------------
+
+BACKUP = [*POSTGRES, "--set", "storage.readOnly.postgresUrlSecret=corium-read-only",
+          "--set", "backup.enabled=true", "--set", "backup.persistentVolumeClaim=corium-backups"]
+
+
+def test_no_backup_cronjob_unless_enabled():
+    assert not kind(template(*POSTGRES), "CronJob")
+
+
+def test_the_backup_cronjob_backs_up_through_the_client_service_with_the_fleets_token():
+    docs = template(*BACKUP, "--set", "backup.databases={orders,ledger}")
+    job = one(docs, "CronJob", f"{FULL}-backup")["spec"]
+    assert job["concurrencyPolicy"] == "Forbid", "two runs would append to the same archives"
+    spec = job["jobTemplate"]["spec"]
+    assert spec["activeDeadlineSeconds"] >= 3600
+    pod = spec["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (c,) = pod["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    command = c["command"]
+    assert command[:4] == ["/usr/local/bin/corium-fleet", "backup", "orders", "ledger"]
+    assert command[command.index("--dir") + 1] == "/backups"
+    assert command[command.index("--endpoint") + 1] == f"http://{FULL}.{NS}.svc:4334"
+    assert command[command.index("--timeout-secs") + 1] == "3600"
+    token = env_of(c)["CORIUM_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token == {"name": f"{FULL}-token", "key": "token"}
+    # The job holds no storage credentials: the fleet describes read-only access.
+    assert not {"PG_PASSWORD", "AWS_ACCESS_KEY_ID", "CORIUM_FLEET_STORAGE"} & set(env_of(c))
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/backups")
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["persistentVolumeClaim"]["claimName"] == "corium-backups"
+
+
+def test_read_only_access_reaches_the_transactors_only():
+    docs = template(*BACKUP)
+    transactor, ingress = pool(docs, "transactor"), pool(docs, "ingress")
+    ref = env_of(container(transactor, "transactor"))["CORIUM_POSTGRES_READ_ONLY_URL"]
+    assert ref["valueFrom"]["secretKeyRef"] == {"name": "corium-read-only", "key": "url"}
+    assert "CORIUM_POSTGRES_READ_ONLY_URL" not in env_of(container(ingress, "ingress"))
+    s3 = template("--set", "storage.type=s3", "--set", "storage.s3.bucket=bucket",
+                  "--set", "storage.s3.accessKeyId=a", "--set", "storage.s3.secretAccessKey=b",
+                  "--set", "storage.readOnly.s3Secret=s3-read-only")
+    env = env_of(container(pool(s3, "transactor"), "transactor"))
+    assert env["CORIUM_S3_READ_ONLY_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "s3-read-only"
+    assert "CORIUM_S3_READ_ONLY_SECRET_ACCESS_KEY" in env
+    assert "CORIUM_POSTGRES_READ_ONLY_URL" not in env
+
+
+def test_a_restricted_client_port_still_admits_the_backup_pods():
+    docs = template(*BACKUP, "--set-json",
+                    'networkPolicy.clientFrom=[{"namespaceSelector":{"matchLabels":{"team":"apps"}}}]')
+    ingress = pool(docs, "ingress")
+    policy = next(p for p in kind(docs, "NetworkPolicy")
+                  if selects(p["spec"]["podSelector"]["matchLabels"], pod_labels(ingress)))
+    client_rule = next(r for r in policy["spec"]["ingress"] if _covers(r, 4334, "grpc"))
+    job_labels = one(docs, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+    assert any(selects(peer.get("podSelector", {}).get("matchLabels", {"x": "never"}), job_labels)
+               for peer in client_rule["from"]), client_rule

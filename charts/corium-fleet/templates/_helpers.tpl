@@ -673,6 +673,34 @@ signs them all). selfSigned and existingSecret: one Secret, mounted whole.
 {{- end }}
 {{- end }}
 
+{{/* Read-only storage access the transactors describe (storage.readOnly), for the storage type in use. */}}
+{{- define "corium-fleet.storage.readOnlyEnv" -}}
+{{- $ro := .Values.storage.readOnly }}
+{{- if and (eq .Values.storage.type "postgres") $ro.postgresUrlSecret }}
+- name: CORIUM_POSTGRES_READ_ONLY_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ro.postgresUrlSecret | quote }}
+      key: {{ $ro.postgresUrlSecretKey | quote }}
+{{- else if and (eq .Values.storage.type "s3") $ro.s3Secret }}
+- name: CORIUM_S3_READ_ONLY_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ro.s3Secret | quote }}
+      key: {{ $ro.s3AccessKeyIdKey | quote }}
+- name: CORIUM_S3_READ_ONLY_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ro.s3Secret | quote }}
+      key: {{ $ro.s3SecretAccessKeyKey | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.backup.selectorLabels" -}}
+{{ include "corium-fleet.selectorLabels" . }}
+app.kubernetes.io/component: backup
+{{- end }}
+
 {{/*
 preStop hook: sleep so the pod's endpoints are removed before SIGTERM starts the drain.
 The image ships /usr/bin/sleep (distroless has no shell); nothing when the value is 0.
@@ -735,6 +763,25 @@ topologySpreadConstraints:
 {{- $s3 := .Values.storage.s3 }}
 {{- if and (eq .Values.storage.type "s3") (eq $s3.credentials "workloadIdentity") (or $s3.existingSecret $s3.accessKeyId $s3.secretAccessKey) }}
 {{- fail "storage.s3.credentials is workloadIdentity: the pods get no static keys, so leave storage.s3.existingSecret, accessKeyId and secretAccessKey empty (or set credentials: secret)" }}
+{{- end }}
+{{- $ro := .Values.storage.readOnly }}
+{{- if and (eq .Values.storage.type "postgres") $ro.s3Secret }}
+{{- fail "storage.readOnly.s3Secret is for storage.type s3; a PostgreSQL fleet takes storage.readOnly.postgresUrlSecret (the transactors refuse to start with the other kind)" }}
+{{- end }}
+{{- if and (eq .Values.storage.type "s3") $ro.postgresUrlSecret }}
+{{- fail "storage.readOnly.postgresUrlSecret is for storage.type postgres; an S3 fleet takes storage.readOnly.s3Secret (the transactors refuse to start with the other kind)" }}
+{{- end }}
+{{- $b := .Values.backup }}
+{{- if $b.enabled }}
+{{- if not $b.persistentVolumeClaim }}
+{{- fail "backup.persistentVolumeClaim is required when backup.enabled: the archives are kept on it (each run appends to them)" }}
+{{- end }}
+{{- if not (or (and (eq .Values.storage.type "postgres") $ro.postgresUrlSecret) (and (eq .Values.storage.type "s3") $ro.s3Secret)) }}
+{{- fail "backup.enabled needs read-only storage access for the backups to read with: storage.readOnly.postgresUrlSecret (postgres) or storage.readOnly.s3Secret (s3)" }}
+{{- end }}
+{{- if lt (int64 $b.activeDeadlineSeconds) (int64 $b.timeoutSeconds) }}
+{{- fail (printf "backup.activeDeadlineSeconds (%d) must be at least backup.timeoutSeconds (%d), one database's limit" (int64 $b.activeDeadlineSeconds) (int64 $b.timeoutSeconds)) }}
+{{- end }}
 {{- end }}
 {{- $tr := .Values.tracing }}
 {{- if and (not $tr.otlpEndpoint) (or $tr.sampler $tr.samplerArg $tr.resourceAttributes) }}
