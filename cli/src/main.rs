@@ -11,6 +11,8 @@
 //! - `corium-fleet request-status` tells whether a request id committed;
 //! - `corium-fleet backup` backs databases up through the fleet (stock
 //!   `corium backup` archives, by Corium's own backup code);
+//! - `corium-fleet restore` restores an archive into the fleet's storage
+//!   under a new name, on every store;
 //! - `corium-fleet certs` writes a development CA and mTLS certificates;
 //! - `corium-fleet completions SHELL` prints a shell completion script.
 //!
@@ -27,6 +29,7 @@ mod dev;
 mod handoff;
 mod rebalance;
 mod request_status;
+mod restore;
 mod status;
 mod where_;
 
@@ -60,6 +63,9 @@ enum Command {
     /// Back databases up through the fleet (stock `corium backup`'s
     /// archives, one per database in --dir, incremental when one is there).
     Backup(backup::BackupArgs),
+    /// Restore a backup archive into the fleet's storage under a new name
+    /// (on the filesystem, `PostgreSQL` or S3; the fleet may be running).
+    Restore(restore::RestoreArgs),
     /// Generate a development CA and mTLS certificates for a fleet.
     Certs(certs::CertsArgs),
     /// Print the shell completion script for SHELL (bash, zsh, fish,
@@ -90,6 +96,7 @@ fn main() -> std::process::ExitCode {
             Command::Rebalance(args) => rebalance::run(args).await,
             Command::RequestStatus(args) => request_status::run(args).await,
             Command::Backup(args) => backup::run(args).await,
+            Command::Restore(args) => restore::run(args).await,
             Command::Certs(args) => certs::run(&args),
             Command::Completions { shell } => {
                 clap_complete::generate(shell, &mut Cli::command(), "corium-fleet", &mut std::io::stdout());

@@ -130,6 +130,26 @@ impl Backend {
         }
     }
 
+    /// `--storage` and the flags besides it a process needs to reach this
+    /// storage, with `data_dir` for the filesystem's (as a node gets them).
+    #[must_use]
+    pub fn storage_args(&self, data_dir: &std::path::Path) -> Vec<String> {
+        let mut args = vec!["--storage".to_owned(), self.flag()];
+        if matches!(self, Self::Filesystem) {
+            args.extend(["--data-dir".to_owned(), data_dir.display().to_string()]);
+        }
+        for (flag, value) in self.flags() {
+            args.extend([flag.to_owned(), value]);
+        }
+        args
+    }
+
+    /// The environment a process needs to reach this storage (S3's keys).
+    #[must_use]
+    pub fn process_env(&self) -> Vec<(String, String)> {
+        self.env()
+    }
+
     /// The flags besides `--storage` a process needs to reach this storage.
     pub(crate) fn flags(&self) -> Vec<(&'static str, String)> {
         match self {

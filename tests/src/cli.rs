@@ -23,10 +23,21 @@ pub struct Run {
 /// # Panics
 /// When the binary cannot run or does not finish within a minute.
 pub async fn run(args: &[&str], endpoint: &str) -> Run {
+    let mut all = args.to_vec();
+    all.extend(["--endpoint", endpoint]);
+    run_on_storage(&all, &[]).await
+}
+
+/// Runs `corium-fleet ARGS` with `env` and no endpoint (a command that
+/// reaches the storage itself: `restore`).
+///
+/// # Panics
+/// When the binary cannot run or does not finish within a minute.
+pub async fn run_on_storage(args: &[&str], env: &[(String, String)]) -> Run {
     let mut command = tokio::process::Command::new(bin_dir().join("corium-fleet"));
     command
         .args(args)
-        .args(["--endpoint", endpoint])
+        .envs(env.iter().map(|(key, value)| (key, value)))
         .env_remove("CORIUM_TOKEN")
         .env_remove("CORIUM_FLEET_ENDPOINT")
         .kill_on_drop(true);

@@ -2,10 +2,10 @@
 //! database is written and moved, and restored: the stock `corium backup`
 //! and `corium restore` on the filesystem (restored into the fleet's own
 //! storage under a new name and served by it), and on `PostgreSQL` and S3
-//! Corium's own backup code (`corium_transactor::backup`, what the stock
-//! CLI built with those backends runs) discovering the storage through the
-//! fleet's `GetStorageInfo`, restored into a filesystem fleet. Every
-//! acknowledged transaction is read back once, and nothing else.
+//! `corium-fleet backup` (Corium's own backup code, what the stock CLI built
+//! with those backends runs) discovering the storage through the fleet's
+//! `GetStorageInfo`, and `corium-fleet restore` into the fleet's storage.
+//! Every acknowledged transaction is read back once, and nothing else.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -138,19 +138,33 @@ async fn a_backup_taken_through_the_fleet_across_moves_restores_under_a_new_name
     // Restored into the fleet's own storage under a new name, and served.
     let data_dir = fleet.path("data");
     let source = names_in(&address, "ledger").await;
-    for (archive, copy) in [(archive, "ledger-copy"), (full_archive, "ledger-full")] {
-        let (ok, out, err) = run_stock(
-            &[
-                "restore",
-                archive,
-                "--data-dir",
-                data_dir.to_str().unwrap(),
-                "--as-db",
-                copy,
-            ],
-            "",
-        )
-        .await;
+    // The first by stock `corium restore`, the second by `corium-fleet
+    // restore` (the same Corium restore, then moved through the storage
+    // backend: what PostgreSQL and S3 fleets use).
+    for (archive, copy, stock_cli) in [
+        (archive, "ledger-copy", true),
+        (full_archive, "ledger-full", false),
+    ] {
+        let data_dir = data_dir.to_str().unwrap();
+        let (ok, out, err) = if stock_cli {
+            run_stock(&["restore", archive, "--data-dir", data_dir, "--as-db", copy], "").await
+        } else {
+            let run = corium_fleet_tests::cli::run_on_storage(
+                &[
+                    "restore",
+                    archive,
+                    "--as-db",
+                    copy,
+                    "--storage",
+                    "filesystem",
+                    "--data-dir",
+                    data_dir,
+                ],
+                &[],
+            )
+            .await;
+            (run.success, run.stdout, run.stderr)
+        };
         assert!(ok, "restore {copy}: {out}{err}");
         let names = names_in(&address, copy).await;
         for name in &acknowledged {
@@ -200,9 +214,10 @@ async fn backup_with_fleet_cli(fleet: &Fleet, address: &str, db: &str, dir: &std
 
 /// On `PostgreSQL` and S3: `corium-fleet backup` through the fleet's
 /// address (the nodes given the stock transactor's read-only flags) while
-/// the database is written, an incremental one after a handoff, restored by
-/// Corium's restore into a filesystem fleet with every acknowledged
-/// transaction once.
+/// the database is written, an incremental one after a handoff, then
+/// `corium-fleet restore` into the fleet's own storage under a new name
+/// while it runs: served with every acknowledged transaction once, and
+/// writable; a restore over an existing name is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transaction() {
     let dir = tempfile::tempdir().unwrap();
@@ -223,6 +238,8 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
             }
         };
         let flags: Vec<&str> = read_only.iter().map(String::as_str).collect();
+        let storage = backend.storage_args(dir.path());
+        let env = backend.process_env();
         let kind = if matches!(backend, Backend::Postgres { .. }) {
             "postgres"
         } else {
@@ -261,24 +278,53 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
         );
         eprintln!("{kind}: first {first:?}, after the handoff {last:?}");
         let source = names_in(&address, "ledger").await;
-        drop(fleet);
 
-        let (restored, restored_address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
-        let report = corium_transactor::backup::restore(&archive, restored.path("data"), "ledger", None)
-            .await
-            .unwrap_or_else(|error| panic!("{kind}: restore: {error}"));
-        assert_eq!(report.basis_t, last.basis_t, "{kind}");
-        let names = names_in(&restored_address, "ledger").await;
+        // Restored into the fleet's own storage under a new name, while it
+        // runs, and served by it.
+        let restore = corium_fleet_tests::cli::run_on_storage(
+            &[
+                &["restore", archive.to_str().unwrap(), "--as-db", "ledger-copy"][..],
+                &storage.iter().map(String::as_str).collect::<Vec<_>>(),
+            ]
+            .concat(),
+            &env,
+        )
+        .await;
+        assert!(restore.success, "{kind}: {restore:?}");
+        eprintln!("{kind}: {}", restore.stdout);
+        let names = names_in(&address, "ledger-copy").await;
         for name in &acknowledged {
             assert_eq!(
                 names.get(name),
                 Some(&1),
-                "{kind}: {name} acknowledged, not once in the restore"
+                "{kind}: {name} acknowledged, not once in the copy"
             );
         }
         assert_eq!(
             names, source,
-            "{kind}: the restore holds what the source held, each once"
+            "{kind}: the copy holds what the source held, each once"
+        );
+        corium::transact(&address, "ledger-copy", "written to the copy", &[])
+            .await
+            .unwrap_or_else(|status| panic!("{kind}: a write to the copy: {status:?}\n{}", fleet.logs()));
+        // Never over an existing database.
+        let again = corium_fleet_tests::cli::run_on_storage(
+            &[
+                &["restore", archive.to_str().unwrap(), "--as-db", "ledger"][..],
+                &storage.iter().map(String::as_str).collect::<Vec<_>>(),
+            ]
+            .concat(),
+            &env,
+        )
+        .await;
+        assert!(
+            !again.success && again.stderr.contains("exists"),
+            "{kind}: {again:?}"
+        );
+        assert_eq!(
+            names_in(&address, "ledger").await,
+            source,
+            "{kind}: the original untouched"
         );
     }
 }
