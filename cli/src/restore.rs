@@ -25,6 +25,11 @@ use corium_store::{FsStore, FullStore, RootStore as _};
 
 /// How long opening the fleet's storage may take.
 const OPEN_DEADLINE: Duration = Duration::from_secs(30);
+/// Transactions read and appended at a time (bounds the memory a long log
+/// takes to move).
+const LOG_BATCH: u64 = 5_000;
+/// Blobs written at once.
+const BLOB_WRITES: usize = 8;
 
 /// `corium-fleet restore` flags.
 #[derive(clap::Args)]
@@ -74,29 +79,27 @@ pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     if logs.exists(db).await {
         bail!("{db:?} has log records in the fleet's storage; restore under another name");
     }
-    let blobs = copy_blobs(&scratch.path().join("store"), store.as_ref()).await?;
-    let restored = corium_transactor::LogBackend::Fs(scratch.path().join("logs"));
-    let records = restored
-        .open_read_only(db, None)
-        .await?
-        .tx_range_async(0, None)
-        .await?;
-    let log = logs.open(db, 0, None).await?;
-    log.append_batch_async(&records).await?;
-    let scratch_store = FsStore::open(scratch.path().join("store"))?;
-    // Keys, then the root, then the catalog entry: a database is found
-    // only once it is whole (as Corium's own restore publishes).
-    for name in names.all().into_iter().rev() {
-        if let Some(bytes) = scratch_store.get_root(name).await? {
-            store.cas_root(name, None, &bytes).await?;
+    let moved = move_into(scratch.path(), db, report.basis_t, &names, store.as_ref(), &logs).await;
+    let (blobs, transactions) = match moved {
+        Ok(counts) => counts,
+        Err(error) => {
+            // Nothing half-restored stays behind to block a retry under
+            // this name: its log records and any root written go (blobs
+            // are content-addressed and shared; unreferenced ones are
+            // Corium's garbage collection's).
+            for name in names.all() {
+                let _ = store.delete_root(name).await;
+            }
+            let _ = logs.delete_all(db).await;
+            return Err(error.context(format!("restore of {db:?} undone")));
         }
-    }
+    };
     println!(
         "restored {} (from {:?}) as {db:?} at t={}: {} transactions and {blobs} blobs into {}",
         args.archive.display(),
         report.source_db,
         report.basis_t,
-        records.len(),
+        transactions,
         settings.backend.describe()
     );
     Ok(())
@@ -119,24 +122,68 @@ impl Roots {
     }
 }
 
+/// Moves the database Corium restored under `scratch` into `store`: its
+/// blobs, its log up to `basis_t` (in batches of [`LOG_BATCH`]
+/// transactions), then its roots with the catalog entry last. Returns the
+/// blobs and transactions moved.
+async fn move_into(
+    scratch: &Path,
+    db: &str,
+    basis_t: u64,
+    names: &Roots,
+    store: &dyn FullStore,
+    logs: &corium_transactor::LogBackend,
+) -> anyhow::Result<(usize, usize)> {
+    let blobs = copy_blobs(&scratch.join("store"), store).await?;
+    let restored = corium_transactor::LogBackend::Fs(scratch.join("logs"))
+        .open_read_only(db, None)
+        .await?;
+    // Log version 0: before any lease, as Corium's own restore writes a
+    // filesystem log; the first owner's version comes after it.
+    let log = logs.open(db, 0, None).await?;
+    let mut transactions = 0;
+    let mut start = 0;
+    while start <= basis_t {
+        let end = start.saturating_add(LOG_BATCH);
+        let records = restored.tx_range_async(start, Some(end)).await?;
+        log.append_batch_async(&records).await?;
+        transactions += records.len();
+        start = end;
+    }
+    let scratch_store = FsStore::open(scratch.join("store"))?;
+    // Keys, then the root, then the catalog entry: a database is found
+    // only once it is whole (as Corium's own restore publishes).
+    for name in names.all().into_iter().rev() {
+        if let Some(bytes) = scratch_store.get_root(name).await? {
+            store.cas_root(name, None, &bytes).await?;
+        }
+    }
+    Ok((blobs, transactions))
+}
+
 /// Copies every blob of the scratch store (the archive's, one file each
 /// under `blobs/`) into `target`; returns how many. Each is stored by its
 /// content, so an id that does not match its bytes is refused.
 async fn copy_blobs(scratch: &Path, target: &dyn FullStore) -> anyhow::Result<usize> {
-    let mut copied = 0;
+    use futures::{StreamExt as _, TryStreamExt as _};
     let dir = scratch.join("blobs");
-    for entry in std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))? {
-        let entry = entry?;
-        let bytes = std::fs::read(entry.path())?;
-        let id = target.put(&bytes).await?;
-        let name = entry.file_name();
-        if id.as_str() != name.to_string_lossy() {
-            bail!(
-                "blob {} does not match its content ({id})",
-                name.to_string_lossy()
-            );
-        }
-        copied += 1;
-    }
+    let paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .map(|entry| entry.map(|entry| entry.path()))
+        .collect::<Result<_, _>>()?;
+    let copied = paths.len();
+    futures::stream::iter(paths)
+        .map(|path| async move {
+            let bytes = tokio::fs::read(&path).await?;
+            let id = target.put(&bytes).await?;
+            let name = path.file_name().map(|name| name.to_string_lossy().into_owned());
+            if name.as_deref() != Some(id.as_str()) {
+                bail!("blob {} does not match its content ({id})", path.display());
+            }
+            Ok(())
+        })
+        .buffer_unordered(BLOB_WRITES)
+        .try_collect::<()>()
+        .await?;
     Ok(copied)
 }

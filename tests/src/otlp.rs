@@ -1,4 +1,4 @@
-//! A real OTLP/gRPC trace receiver on loopback: the collector's
+//! A real OTLP/gRPC trace receiver on loopback (plaintext, TLS or mTLS): the collector's
 //! `TraceService` (the protocol's own generated server), keeping every span
 //! it is sent so a test can ask what arrived.
 
@@ -105,13 +105,38 @@ impl Receiver {
     /// # Panics
     /// When no port can be bound.
     pub async fn start() -> Self {
+        Self::serve(None).await
+    }
+
+    /// Starts a receiver serving TLS with `identity` (a certificate and key,
+    /// PEM) on a free loopback port, asking for a client certificate signed
+    /// by `client_ca` when given (mTLS); its endpoint is `https://…`.
+    ///
+    /// # Panics
+    /// When no port can be bound or the TLS settings are refused.
+    pub async fn start_tls(identity: (Vec<u8>, Vec<u8>), client_ca: Option<Vec<u8>>) -> Self {
+        corium_fleet_common::tls::install_default_provider();
+        let mut tls = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(identity.0, identity.1));
+        if let Some(ca) = client_ca {
+            tls = tls.client_ca_root(tonic::transport::Certificate::from_pem(ca));
+        }
+        Self::serve(Some(tls)).await
+    }
+
+    async fn serve(tls: Option<tonic::transport::ServerTlsConfig>) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let endpoint = format!("{scheme}://{}", listener.local_addr().unwrap());
         let collector = Collector::default();
         let spans = Arc::clone(&collector.0);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let mut server = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            server = server.tls_config(tls).expect("the receiver's TLS settings");
+        }
         tokio::spawn(
-            tonic::transport::Server::builder()
+            server
                 .add_service(TraceServiceServer::new(collector))
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),

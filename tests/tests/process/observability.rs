@@ -336,3 +336,75 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
         "{ingress}"
     );
 }
+
+/// Span export over TLS: a node given an `https://` collector, the CA that
+/// signed the collector's certificate (`OTEL_EXPORTER_OTLP_CERTIFICATE`)
+/// and a client certificate for a collector that asks for one (mTLS) sends
+/// its spans there; without the client certificate the collector admits
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_to_a_collector_over_mtls() {
+    let certs = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
+        .args(["certs", "--out"])
+        .arg(certs.path())
+        .args(["--node", "collector", "--node", "exporter", "--ingress", "unused"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let read = |name: &str| std::fs::read(certs.path().join(name)).unwrap();
+    let path = |name: &str| certs.path().join(name).display().to_string();
+    let receiver = Receiver::start_tls(
+        (read("collector.pem"), read("collector.key")),
+        Some(read("ca.pem")),
+    )
+    .await;
+    let export = |client: bool| {
+        let mut env = vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.clone()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", path("ca.pem")),
+        ];
+        if client {
+            env.push(("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", path("exporter.pem")));
+            env.push(("OTEL_EXPORTER_OTLP_CLIENT_KEY", path("exporter.key")));
+        }
+        env
+    };
+    // Without a client certificate: refused at the handshake, nothing lands.
+    let env = export(false);
+    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let (anonymous, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(1)
+        .env(&env)
+        .start_with_ingress()
+        .await;
+    assert!(corium::create(&address, "untraced").await.unwrap());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(receiver.spans().is_empty(), "{:#?}", receiver.spans());
+    drop(anonymous);
+
+    let env = export(true);
+    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(1)
+        .env(&env)
+        .start_with_ingress()
+        .await;
+    assert!(corium::create(&address, "traced").await.unwrap());
+    corium::transact(&address, "traced", "one", &[]).await.unwrap();
+    corium_fleet_tests::eventually(
+        Duration::from_secs(20),
+        fleet.with_logs("spans over mTLS"),
+        async || {
+            let services: std::collections::HashSet<String> =
+                receiver.spans().into_iter().map(|span| span.service).collect();
+            if services.contains("corium-fleet-transactor") {
+                Ok(())
+            } else {
+                Err(format!("from {services:?}"))
+            }
+        },
+    )
+    .await;
+}
