@@ -521,7 +521,8 @@ def test_tls_secrets_are_mounted_and_provided(values_file):
     existing = set(values["tls"]["existingSecret"].values()) | {values["ingress"]["publicTls"]["secretName"]}
     for w in workloads(docs):
         component = pod_labels(w)["app.kubernetes.io/component"]
-        extra = {v["name"] for v in values[component]["extraVolumes"]}
+        # The user's own volumes, and the collector's Secret (the user's too).
+        extra = {v["name"] for v in values[component]["extraVolumes"]} | {"otlp-tls"}
         for volume in w["spec"]["template"]["spec"]["volumes"]:
             if volume["name"] in extra:
                 continue
@@ -1628,3 +1629,29 @@ def test_a_restricted_client_port_still_admits_the_backup_pods():
     job_labels = one(docs, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
     assert any(selects(peer.get("podSelector", {}).get("matchLabels", {"x": "never"}), job_labels)
                for peer in client_rule["from"]), client_rule
+
+
+# --- span export over TLS ------------------------------------------------------------------------
+
+def test_an_https_collector_gets_the_ca_and_the_client_certificate_in_both_pools():
+    docs = template(*POSTGRES, "--set", "tracing.otlpEndpoint=https://collector.obs.svc:4317",
+                    "--set", "tracing.tls.secret=otel-client-tls",
+                    "--set", "tracing.tls.clientCertificate=true")
+    for component, name in (("transactor", "transactor"), ("ingress", "ingress")):
+        workload = pool(docs, component)
+        env = env_of(container(workload, name))
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "https://collector.obs.svc:4317"
+        files = {key: env[key]["value"] for key in ("OTEL_EXPORTER_OTLP_CERTIFICATE",
+                                                     "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                                                     "OTEL_EXPORTER_OTLP_CLIENT_KEY")}
+        mount = next(m for m in container(workload, name)["volumeMounts"] if m["name"] == "otlp-tls")
+        assert mount["readOnly"] is True
+        assert all(path.startswith(mount["mountPath"] + "/") for path in files.values()), files
+        volume = next(v for v in workload["spec"]["template"]["spec"]["volumes"]
+                      if v["name"] == "otlp-tls")
+        assert volume["secret"]["secretName"] == "otel-client-tls"
+    # Without the Secret: the system's roots, nothing mounted.
+    plain = template(*POSTGRES, "--set", "tracing.otlpEndpoint=https://collector.obs.svc:4317")
+    env = env_of(container(pool(plain, "ingress"), "ingress"))
+    assert "OTEL_EXPORTER_OTLP_CERTIFICATE" not in env
+    assert all(v["name"] != "otlp-tls" for v in pool(plain, "ingress")["spec"]["template"]["spec"]["volumes"])

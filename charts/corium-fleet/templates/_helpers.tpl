@@ -784,6 +784,12 @@ topologySpreadConstraints:
 {{- end }}
 {{- end }}
 {{- $tr := .Values.tracing }}
+{{- if and (or $tr.tls.secret $tr.tls.clientCertificate) (not (hasPrefix "https://" $tr.otlpEndpoint)) }}
+{{- fail "tracing.tls.secret and tracing.tls.clientCertificate need an https:// tracing.otlpEndpoint (the nodes refuse TLS files for a plaintext collector)" }}
+{{- end }}
+{{- if and $tr.tls.clientCertificate (not $tr.tls.secret) }}
+{{- fail "tracing.tls.clientCertificate needs tracing.tls.secret (its tls.crt and tls.key)" }}
+{{- end }}
 {{- if and (not $tr.otlpEndpoint) (or $tr.sampler $tr.samplerArg $tr.resourceAttributes) }}
 {{- fail "tracing.sampler, tracing.samplerArg and tracing.resourceAttributes need tracing.otlpEndpoint: without it no span is exported" }}
 {{- end }}
@@ -899,6 +905,24 @@ OpenTelemetry span export (both pools): the standard OTEL_* variables the binari
 tracing.otlpEndpoint is set. The pod name reaches OTEL_RESOURCE_ATTRIBUTES through the downward
 API (Kubernetes substitutes $(CORIUM_FLEET_POD_NAME) when the container starts).
 */}}
+{{/* The collector's TLS Secret (tracing.tls.secret), in both pools. */}}
+{{- define "corium-fleet.tracing.volumeMounts" -}}
+{{- if and .Values.tracing.otlpEndpoint .Values.tracing.tls.secret -}}
+- name: otlp-tls
+  mountPath: /etc/corium-fleet/otlp-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.tracing.volumes" -}}
+{{- if and .Values.tracing.otlpEndpoint .Values.tracing.tls.secret -}}
+- name: otlp-tls
+  secret:
+    secretName: {{ .Values.tracing.tls.secret | quote }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
 {{- define "corium-fleet.tracing.env" -}}
 {{- $tr := .Values.tracing }}
 {{- if $tr.otlpEndpoint -}}
@@ -912,6 +936,16 @@ API (Kubernetes substitutes $(CORIUM_FLEET_POD_NAME) when the container starts).
       fieldPath: metadata.name
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ $tr.otlpEndpoint | quote }}
+{{- if $tr.tls.secret }}
+- name: OTEL_EXPORTER_OTLP_CERTIFICATE
+  value: /etc/corium-fleet/otlp-tls/ca.crt
+{{- end }}
+{{- if $tr.tls.clientCertificate }}
+- name: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE
+  value: /etc/corium-fleet/otlp-tls/tls.crt
+- name: OTEL_EXPORTER_OTLP_CLIENT_KEY
+  value: /etc/corium-fleet/otlp-tls/tls.key
+{{- end }}
 - name: OTEL_RESOURCE_ATTRIBUTES
   value: {{ join "," $attrs | quote }}
 {{- with $tr.sampler }}
