@@ -214,7 +214,8 @@ async fn backup_with_fleet_cli(fleet: &Fleet, address: &str, db: &str, dir: &std
 
 /// On `PostgreSQL` and S3: `corium-fleet backup` through the fleet's
 /// address (the nodes given the stock transactor's read-only flags) while
-/// the database is written, an incremental one after a handoff, then
+/// the database is written, incremental ones after a handoff and after the
+/// owner's SIGKILL, then
 /// `corium-fleet restore` into the fleet's own storage under a new name
 /// while it runs: served with every acknowledged transaction once, and
 /// writable; a restore over an existing name is refused.
@@ -245,8 +246,9 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
         } else {
             "s3"
         };
-        let (fleet, address) = Fleet::builder(backend)
+        let (mut fleet, address) = Fleet::builder(backend)
             .nodes(2)
+            .lease_ttl(Duration::from_secs(2))
             .node_flags(&flags)
             .start_with_ingress()
             .await;
@@ -270,26 +272,43 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
         let handoff = corium_fleet_tests::cli::run(&["handoff", "ledger", "--to", to], &address).await;
         assert!(handoff.success, "{kind}: {handoff:?}\n{}", fleet.logs());
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let acknowledged = writer.stop().await;
+        let handed = backup_with_fleet_cli(&fleet, &address, "ledger", &backups).await;
+        assert!(
+            handed.basis_t > first.basis_t && handed.transactions > 0,
+            "{kind}: an incremental backup after the handoff: {handed:?}"
+        );
+
+        // And after a failover: the owner killed, the other node takes over.
+        let owner = fleet.index(to);
+        fleet.nodes[owner].kill();
+        eventually(
+            Duration::from_secs(30),
+            fleet.with_logs(format!("{kind}: the survivor owns ledger")),
+            async || match corium::transact(&address, "ledger", "after-failover", &[]).await {
+                Ok(_) => Ok(()),
+                Err(status) => Err(format!("{status:?}")),
+            },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut acknowledged = writer.stop().await;
+        acknowledged.push("after-failover".to_owned());
         let last = backup_with_fleet_cli(&fleet, &address, "ledger", &backups).await;
         assert!(
-            last.basis_t > first.basis_t && last.transactions > 0,
-            "{kind}: an incremental backup after the handoff: {last:?}"
+            last.basis_t > handed.basis_t && last.transactions > 0,
+            "{kind}: an incremental backup after the failover: {last:?}"
         );
-        eprintln!("{kind}: first {first:?}, after the handoff {last:?}");
+        eprintln!("{kind}: first {first:?}, after the handoff {handed:?}, after the failover {last:?}");
         let source = names_in(&address, "ledger").await;
 
         // Restored into the fleet's own storage under a new name, while it
         // runs, and served by it.
-        let restore = corium_fleet_tests::cli::run_on_storage(
-            &[
-                &["restore", archive.to_str().unwrap(), "--as-db", "ledger-copy"][..],
-                &storage.iter().map(String::as_str).collect::<Vec<_>>(),
-            ]
-            .concat(),
-            &env,
-        )
-        .await;
+        let restore_as = async |name: &str| {
+            let mut args = vec!["restore", archive.to_str().unwrap(), "--as-db", name];
+            args.extend(storage.iter().map(String::as_str));
+            corium_fleet_tests::cli::run_on_storage(&args, &env).await
+        };
+        let restore = restore_as("ledger-copy").await;
         assert!(restore.success, "{kind}: {restore:?}");
         eprintln!("{kind}: {}", restore.stdout);
         let names = names_in(&address, "ledger-copy").await;
@@ -308,15 +327,7 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
             .await
             .unwrap_or_else(|status| panic!("{kind}: a write to the copy: {status:?}\n{}", fleet.logs()));
         // Never over an existing database.
-        let again = corium_fleet_tests::cli::run_on_storage(
-            &[
-                &["restore", archive.to_str().unwrap(), "--as-db", "ledger"][..],
-                &storage.iter().map(String::as_str).collect::<Vec<_>>(),
-            ]
-            .concat(),
-            &env,
-        )
-        .await;
+        let again = restore_as("ledger").await;
         assert!(
             !again.success && again.stderr.contains("exists"),
             "{kind}: {again:?}"

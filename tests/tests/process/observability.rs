@@ -371,26 +371,23 @@ async fn spans_are_exported_to_a_collector_over_mtls() {
         }
         env
     };
+    let start = async |client: bool| {
+        let env = export(client);
+        let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+        Fleet::builder(Backend::Filesystem)
+            .nodes(1)
+            .env(&env)
+            .start_with_ingress()
+            .await
+    };
     // Without a client certificate: refused at the handshake, nothing lands.
-    let env = export(false);
-    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
-    let (anonymous, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(1)
-        .env(&env)
-        .start_with_ingress()
-        .await;
+    let (anonymous, address) = start(false).await;
     assert!(corium::create(&address, "untraced").await.unwrap());
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(receiver.spans().is_empty(), "{:#?}", receiver.spans());
     drop(anonymous);
 
-    let env = export(true);
-    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(1)
-        .env(&env)
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = start(true).await;
     assert!(corium::create(&address, "traced").await.unwrap());
     corium::transact(&address, "traced", "one", &[]).await.unwrap();
     corium_fleet_tests::eventually(
