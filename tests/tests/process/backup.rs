@@ -212,6 +212,26 @@ async fn backup_with_fleet_cli(fleet: &Fleet, address: &str, db: &str, dir: &std
     }
 }
 
+/// The stock transactor's read-only flags for `backend` (`None` for the
+/// filesystem, which needs none): the suite's own URL on `PostgreSQL` (a
+/// real deployment gives a read-only role), the nodes' own keys on S3 (the
+/// suite's server checks none).
+fn read_only_flags(backend: &Backend) -> Option<Vec<String>> {
+    match backend {
+        Backend::Filesystem => None,
+        Backend::Postgres { url } => Some(vec!["--postgres-read-only-url".into(), url.clone()]),
+        Backend::S3 { .. } => {
+            let key = |name: &str| std::env::var(name).unwrap_or_else(|_| "fleet-test".to_owned());
+            Some(vec![
+                "--s3-read-only-access-key-id".into(),
+                key("AWS_ACCESS_KEY_ID"),
+                "--s3-read-only-secret-access-key".into(),
+                key("AWS_SECRET_ACCESS_KEY"),
+            ])
+        }
+    }
+}
+
 /// On `PostgreSQL` and S3: `corium-fleet backup` through the fleet's
 /// address (the nodes given the stock transactor's read-only flags) while
 /// the database is written, incremental ones after a handoff and after the
@@ -223,20 +243,8 @@ async fn backup_with_fleet_cli(fleet: &Fleet, address: &str, db: &str, dir: &std
 async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transaction() {
     let dir = tempfile::tempdir().unwrap();
     for backend in Backend::all() {
-        let read_only: Vec<String> = match &backend {
-            Backend::Filesystem => continue,
-            // The suite's own URL: a real deployment gives a read-only role.
-            Backend::Postgres { url } => vec!["--postgres-read-only-url".into(), url.clone()],
-            // The suite's S3 server checks no keys; the nodes' own are used.
-            Backend::S3 { .. } => {
-                let key = |name: &str| std::env::var(name).unwrap_or_else(|_| "fleet-test".to_owned());
-                vec![
-                    "--s3-read-only-access-key-id".into(),
-                    key("AWS_ACCESS_KEY_ID"),
-                    "--s3-read-only-secret-access-key".into(),
-                    key("AWS_SECRET_ACCESS_KEY"),
-                ]
-            }
+        let Some(read_only) = read_only_flags(&backend) else {
+            continue;
         };
         let flags: Vec<&str> = read_only.iter().map(String::as_str).collect();
         let storage = backend.storage_args(dir.path());
