@@ -52,6 +52,27 @@ impl Writer {
     }
 }
 
+/// SIGKILLs node `owner` (which owns `ledger`), waits until a write to
+/// `ledger` through `address` is acknowledged by the survivor, then stops
+/// `writer`: every name acknowledged, that write's among them.
+async fn fail_over(fleet: &mut Fleet, address: &str, owner: &str, writer: Writer) -> Vec<String> {
+    let index = fleet.index(owner);
+    fleet.nodes[index].kill();
+    eventually(
+        Duration::from_secs(30),
+        fleet.with_logs(format!("the survivor of {owner} owns ledger")),
+        async || match corium::transact(address, "ledger", "after-failover", &[]).await {
+            Ok(_) => Ok(()),
+            Err(status) => Err(format!("{status:?}")),
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut acknowledged = writer.stop().await;
+    acknowledged.push("after-failover".to_owned());
+    acknowledged
+}
+
 /// Every item name in `db`'s log read through `address`, with how many
 /// times each was asserted.
 async fn names_in(address: &str, db: &str) -> HashMap<String, usize> {
@@ -106,20 +127,7 @@ async fn a_backup_taken_through_the_fleet_across_moves_restores_under_a_new_name
     backup(&fleet, "after a handoff").await;
 
     // And after a failover: the owner killed, the other node takes over.
-    let owner = fleet.index(to);
-    fleet.nodes[owner].kill();
-    eventually(
-        Duration::from_secs(30),
-        fleet.with_logs("the survivor owns ledger"),
-        async || match corium::transact(&address, "ledger", "after-failover", &[]).await {
-            Ok(_) => Ok(()),
-            Err(status) => Err(format!("{status:?}")),
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut acknowledged = writer.stop().await;
-    acknowledged.push("after-failover".to_owned());
+    let acknowledged = fail_over(&mut fleet, &address, to, writer).await;
     let last = backup(&fleet, "after a failover").await;
     assert!(!last.contains(":replayed-transactions 0 "), "{last}");
     let full_archive = fleet.path("ledger-full.backup");
@@ -287,20 +295,7 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
         );
 
         // And after a failover: the owner killed, the other node takes over.
-        let owner = fleet.index(to);
-        fleet.nodes[owner].kill();
-        eventually(
-            Duration::from_secs(30),
-            fleet.with_logs(format!("{kind}: the survivor owns ledger")),
-            async || match corium::transact(&address, "ledger", "after-failover", &[]).await {
-                Ok(_) => Ok(()),
-                Err(status) => Err(format!("{status:?}")),
-            },
-        )
-        .await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let mut acknowledged = writer.stop().await;
-        acknowledged.push("after-failover".to_owned());
+        let acknowledged = fail_over(&mut fleet, &address, to, writer).await;
         let last = backup_with_fleet_cli(&fleet, &address, "ledger", &backups).await;
         assert!(
             last.basis_t > handed.basis_t && last.transactions > 0,
