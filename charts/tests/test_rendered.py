@@ -1655,3 +1655,17 @@ def test_an_https_collector_gets_the_ca_and_the_client_certificate_in_both_pools
     env = env_of(container(pool(plain, "ingress"), "ingress"))
     assert "OTEL_EXPORTER_OTLP_CERTIFICATE" not in env
     assert all(v["name"] != "otlp-tls" for v in pool(plain, "ingress")["spec"]["template"]["spec"]["volumes"])
+
+
+# --- rollouts ------------------------------------------------------------------------------------
+
+def test_rollouts_wait_between_pods_and_a_partition_holds_pods_back():
+    docs = template(*POSTGRES)
+    sts = one(docs, "StatefulSet")["spec"]
+    assert sts["minReadySeconds"] == 10
+    assert sts["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+    deployment = one(docs, "Deployment")["spec"]
+    assert deployment["minReadySeconds"] == 5
+    assert deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    canary = one(template(*POSTGRES, "--set", "transactor.updatePartition=2"), "StatefulSet")["spec"]
+    assert canary["updateStrategy"]["rollingUpdate"]["partition"] == 2

@@ -741,6 +741,9 @@ topologySpreadConstraints:
 {{- fail (printf "fleet.replicas (%d candidates per database) cannot exceed transactor.replicas (%d pods)" (int .Values.fleet.replicas) (int .Values.transactor.replicas)) }}
 {{- end }}
 {{- $t := .Values.transactor }}
+{{- if gt (int $t.updatePartition) (int $t.replicas) }}
+{{- fail (printf "transactor.updatePartition (%d) is past transactor.replicas (%d): at most replicas (which pauses the rollout), or lower to update pods" (int $t.updatePartition) (int $t.replicas)) }}
+{{- end }}
 {{- if lt (int $t.terminationGracePeriodSeconds) (add (int $t.preStopSleepSeconds) 10 | int) }}
 {{- fail (printf "transactor.terminationGracePeriodSeconds (%d) must be at least transactor.preStopSleepSeconds (%d) + 10 so the SIGTERM drain has time to release the leases" (int $t.terminationGracePeriodSeconds) (int $t.preStopSleepSeconds)) }}
 {{- end }}
