@@ -1,4 +1,5 @@
-//! A real OTLP/gRPC trace receiver on loopback (plaintext, TLS or mTLS): the collector's
+//! A real OTLP trace receiver on loopback — gRPC (plaintext, TLS or mTLS)
+//! or HTTP with protobuf bodies: the collector's
 //! `TraceService` (the protocol's own generated server), keeping every span
 //! it is sent so a test can ask what arrived.
 
@@ -50,14 +51,11 @@ fn text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> Str
     }
 }
 
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+impl Collector {
+    /// Keeps every span of `request`.
+    fn record(&self, request: ExportTraceServiceRequest) {
         let mut received = Vec::new();
-        for resource_spans in request.into_inner().resource_spans {
+        for resource_spans in request.resource_spans {
             let service = resource_spans
                 .resource
                 .as_ref()
@@ -87,6 +85,16 @@ impl TraceService for Collector {
             }
         }
         self.0.lock().unwrap().extend(received);
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.record(request.into_inner());
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
@@ -145,6 +153,65 @@ impl Receiver {
                     },
                 ),
         );
+        Self {
+            endpoint,
+            spans,
+            _stop: stop,
+        }
+    }
+
+    /// Starts an OTLP/HTTP receiver (`POST /v1/traces`, protobuf bodies) on
+    /// a free loopback port; its endpoint is `http://…` (the exporter adds
+    /// the path).
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    pub async fn start_http() -> Self {
+        use http_body_util::BodyExt as _;
+        use prost::Message as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let collector = Collector::default();
+        let spans = Arc::clone(&collector.0);
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = &mut stopped => return,
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let collector = collector.clone();
+                let serve =
+                    hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                        let collector = collector.clone();
+                        async move {
+                            let path_ok = request.method() == hyper::Method::POST
+                                && request.uri().path() == "/v1/traces";
+                            let body = request.into_body().collect().await?.to_bytes();
+                            let status = match ExportTraceServiceRequest::decode(body) {
+                                Ok(export) if path_ok => {
+                                    collector.record(export);
+                                    hyper::StatusCode::OK
+                                }
+                                _ => hyper::StatusCode::BAD_REQUEST,
+                            };
+                            let mut response = hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from(ExportTraceServiceResponse::default().encode_to_vec()),
+                            ));
+                            *response.status_mut() = status;
+                            response
+                                .headers_mut()
+                                .insert("content-type", "application/x-protobuf".parse().unwrap());
+                            Ok::<_, hyper::Error>(response)
+                        }
+                    });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), serve),
+                );
+            }
+        });
         Self {
             endpoint,
             spans,

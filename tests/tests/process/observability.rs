@@ -405,3 +405,38 @@ async fn spans_are_exported_to_a_collector_over_mtls() {
     )
     .await;
 }
+
+/// Span export over OTLP/HTTP (`OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`):
+/// both tiers' spans reach an HTTP collector at `/v1/traces`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_otlp_http() {
+    let receiver = Receiver::start_http().await;
+    let env = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .nodes(1)
+        .env(&env)
+        .start()
+        .await;
+    fleet.start_ingresses_with_env(1, &[], &env).await;
+    let address = fleet.ingresses[0].endpoint();
+    assert!(corium::create(&address, "traced").await.unwrap());
+    corium::transact(&address, "traced", "one", &[]).await.unwrap();
+    corium_fleet_tests::eventually(
+        Duration::from_secs(20),
+        fleet.with_logs("spans over OTLP/HTTP from both tiers"),
+        async || {
+            let services: std::collections::HashSet<String> =
+                receiver.spans().into_iter().map(|span| span.service).collect();
+            if services.contains("corium-fleet-transactor") && services.contains("corium-fleet-ingress") {
+                Ok(())
+            } else {
+                Err(format!("from {services:?}"))
+            }
+        },
+    )
+    .await;
+}
