@@ -1669,3 +1669,11 @@ def test_rollouts_wait_between_pods_and_a_partition_holds_pods_back():
     assert deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     canary = one(template(*POSTGRES, "--set", "transactor.updatePartition=2"), "StatefulSet")["spec"]
     assert canary["updateStrategy"]["rollingUpdate"]["partition"] == 2
+
+
+def test_the_otlp_protocol_reaches_both_pools():
+    docs = template(*POSTGRES, "--set", "tracing.otlpEndpoint=http://collector.obs.svc:4318",
+                    "--set", "tracing.protocol=http/protobuf")
+    for component in ("transactor", "ingress"):
+        env = env_of(container(pool(docs, component), component))
+        assert env["OTEL_EXPORTER_OTLP_PROTOCOL"]["value"] == "http/protobuf"

@@ -939,6 +939,8 @@ API (Kubernetes substitutes $(CORIUM_FLEET_POD_NAME) when the container starts).
       fieldPath: metadata.name
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ $tr.otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $tr.protocol | quote }}
 {{- if $tr.tls.secret }}
 - name: OTEL_EXPORTER_OTLP_CERTIFICATE
   value: /etc/corium-fleet/otlp-tls/ca.crt
