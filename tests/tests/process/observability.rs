@@ -390,20 +390,7 @@ async fn spans_are_exported_to_a_collector_over_mtls() {
     let (fleet, address) = start(true).await;
     assert!(corium::create(&address, "traced").await.unwrap());
     corium::transact(&address, "traced", "one", &[]).await.unwrap();
-    corium_fleet_tests::eventually(
-        Duration::from_secs(20),
-        fleet.with_logs("spans over mTLS"),
-        async || {
-            let services: std::collections::HashSet<String> =
-                receiver.spans().into_iter().map(|span| span.service).collect();
-            if services.contains("corium-fleet-transactor") {
-                Ok(())
-            } else {
-                Err(format!("from {services:?}"))
-            }
-        },
-    )
-    .await;
+    spans_arrive_from(&fleet, &receiver, &["corium-fleet-transactor"]).await;
 }
 
 /// Span export over OTLP/HTTP (`OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`):
@@ -425,16 +412,27 @@ async fn spans_are_exported_over_otlp_http() {
     let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "traced").await.unwrap());
     corium::transact(&address, "traced", "one", &[]).await.unwrap();
+    spans_arrive_from(
+        &fleet,
+        &receiver,
+        &["corium-fleet-transactor", "corium-fleet-ingress"],
+    )
+    .await;
+}
+
+/// Waits (20 s at most) until `receiver` holds spans from every one of
+/// `services`.
+async fn spans_arrive_from(fleet: &Fleet, receiver: &Receiver, services: &[&str]) {
     corium_fleet_tests::eventually(
         Duration::from_secs(20),
-        fleet.with_logs("spans over OTLP/HTTP from both tiers"),
+        fleet.with_logs(format!("spans from {services:?}")),
         async || {
-            let services: std::collections::HashSet<String> =
+            let from: std::collections::HashSet<String> =
                 receiver.spans().into_iter().map(|span| span.service).collect();
-            if services.contains("corium-fleet-transactor") && services.contains("corium-fleet-ingress") {
+            if services.iter().all(|service| from.contains(*service)) {
                 Ok(())
             } else {
-                Err(format!("from {services:?}"))
+                Err(format!("from {from:?}"))
             }
         },
     )
