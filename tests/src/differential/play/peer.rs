@@ -223,7 +223,14 @@ impl PeerServers {
                 let listing = self
                     .datoms(&mut client, spec(db, *view), "eavt", edn("[]"), 0, at_least)
                     .await
-                    .unwrap_or_default();
+                    .unwrap_or_else(|status| {
+                        // Uncorrected counts then differ: say why.
+                        eprintln!(
+                            "{:?}: the listing of {db:?} for DbStats failed: {status:?}",
+                            self.side
+                        );
+                        Vec::new()
+                    });
                 answer::stats(&response, &listing, names)
             }
             Op::PeerTransact { edn: text, .. } => {
