@@ -422,7 +422,10 @@ async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
     // Since when no owner has answered (`None` while one does).
     let mut failing_since: Option<Instant> = None;
     loop {
-        let Some(interval) = replica.upgrade().map(|replica| replica.follow_interval) else {
+        let Some((interval, nudged)) = replica
+            .upgrade()
+            .map(|replica| (replica.follow_interval, replica.seat.nudged()))
+        else {
             return;
         };
         // While the owner does not answer (a move in progress), ask again
@@ -432,7 +435,12 @@ async fn follow(replica: Weak<Replica>, host: Weak<Host>, retire: Retire) {
         } else {
             interval
         };
-        tokio::time::sleep(pause).await;
+        // Or at once when the owner refused or ended a relayed subscription
+        // (a move under way).
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = nudged.notified() => {}
+        }
         let (Some(this), Some(host)) = (replica.upgrade(), host.upgrade()) else {
             return;
         };

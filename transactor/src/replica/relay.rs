@@ -62,10 +62,22 @@ pub(crate) struct Relay {
     /// `Bearer <node token>`, as this node presents itself to its peers
     /// (`None` with `--serve-open`).
     node_token: Option<MetadataValue<Ascii>>,
-    /// Per live replica, the owner it follows. An id not here is refused:
-    /// a seat leaves when its replica is dropped.
-    seats: Mutex<HashMap<u64, watch::Receiver<Owner>>>,
+    /// Per live replica, the owner it follows and its probe's nudge. An id
+    /// not here is refused: a seat leaves when its replica is dropped.
+    seats: Mutex<HashMap<u64, Following>>,
     next_id: AtomicU64,
+}
+
+/// What the relay knows of one replica: the owner it follows (watched),
+/// and how to wake its probe.
+#[derive(Clone)]
+pub(crate) struct Following {
+    /// The owner; it changes when the probe follows another.
+    pub(crate) owner: watch::Receiver<Owner>,
+    /// Woken when the owner refused or ended a relayed subscription (a move
+    /// under way): the probe asks at once instead of at its next period, so
+    /// the replica's next subscription finds the new owner sooner.
+    pub(crate) nudge: Arc<tokio::sync::Notify>,
 }
 
 /// One replica's place at the relay; dropping it forgets the replica (its
@@ -78,6 +90,7 @@ pub(crate) struct Seat {
     pub token: String,
     id: u64,
     owner: watch::Sender<Owner>,
+    nudge: Arc<tokio::sync::Notify>,
     relay: Arc<Relay>,
 }
 
@@ -91,6 +104,12 @@ impl Seat {
     /// end, and the next subscription goes to `owner`.
     pub(crate) fn follow(&self, owner: Owner) {
         self.owner.send_replace(owner);
+    }
+
+    /// Wakes when a relayed subscription was refused or ended by its owner
+    /// (the probe then asks at once).
+    pub(crate) fn nudged(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.nudge)
     }
 
     /// `Bearer <node token>`: how this node presents itself to the owner.
@@ -128,7 +147,7 @@ impl Relay {
         let _ = self.endpoint.set(format!("http://{address}"));
     }
 
-    fn seats(&self) -> std::sync::MutexGuard<'_, HashMap<u64, watch::Receiver<Owner>>> {
+    fn seats(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Following>> {
         self.seats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -140,25 +159,30 @@ impl Relay {
         let endpoint = self.endpoint.get()?.clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (sender, receiver) = watch::channel(owner);
-        self.seats().insert(id, receiver);
+        let nudge = Arc::new(tokio::sync::Notify::new());
+        self.seats().insert(
+            id,
+            Following {
+                owner: receiver,
+                nudge: Arc::clone(&nudge),
+            },
+        );
         Some(Seat {
             endpoint,
             token: format!("{}.{id}", self.secret),
             id,
             owner: sender,
+            nudge,
             relay: Arc::clone(self),
         })
     }
 
-    /// The owner followed by the live replica presenting `metadata`'s bearer
-    /// token, watched (it changes when the replica follows another).
+    /// What the relay knows of the live replica presenting `metadata`'s
+    /// bearer token: the owner it follows, watched.
     ///
     /// # Errors
     /// [`ReplicaError::NotAReplica`] for anything else.
-    pub(crate) fn admit(
-        &self,
-        metadata: &tonic::metadata::MetadataMap,
-    ) -> Result<watch::Receiver<Owner>, ReplicaError> {
+    pub(crate) fn admit(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Following, ReplicaError> {
         let presented = metadata
             .get("authorization")
             .and_then(|value| value.to_str().ok())
@@ -180,7 +204,10 @@ impl Relay {
     pub(crate) async fn subscribe(
         &self,
         request: pb::SubscribeRequest,
-        mut following: watch::Receiver<Owner>,
+        Following {
+            owner: mut following,
+            nudge,
+        }: Following,
     ) -> Result<RelayedStream, ReplicaError> {
         let mut owner = following.borrow_and_update().clone();
         let mut request = tonic::Request::new(request);
@@ -200,9 +227,27 @@ impl Relay {
                 ));
             }
         };
-        let items = answered
-            .map_err(|status| ReplicaError::Relayed(Box::new(status)))?
-            .into_inner();
+        let items = match answered {
+            Ok(answer) => answer.into_inner(),
+            Err(status) => {
+                nudge.notify_one();
+                return Err(ReplicaError::Relayed(Box::new(status)));
+            }
+        };
+        // An owner that ends the stream (it drained, or refused mid-way) is
+        // likely moving the database: the probe asks at once. A move the
+        // probe made itself ends the stream through `moved` instead.
+        let on_error = Arc::clone(&nudge);
+        let items = items
+            .inspect(move |item| {
+                if item.is_err() {
+                    on_error.notify_one();
+                }
+            })
+            .chain(futures::stream::poll_fn(move |_| {
+                nudge.notify_one();
+                std::task::Poll::Ready(None)
+            }));
         Ok(Box::pin(items.take_until(moved)))
     }
 }
@@ -283,8 +328,8 @@ mod tests {
             relay.seat(owner("node-1")).unwrap(),
             relay.seat(owner("node-1")).unwrap(),
         );
-        let mut first = relay.admit(&bearer(&one.token)).unwrap();
-        let second = relay.admit(&bearer(&two.token)).unwrap();
+        let mut first = relay.admit(&bearer(&one.token)).unwrap().owner;
+        let second = relay.admit(&bearer(&two.token)).unwrap().owner;
         one.follow(owner("node-2"));
         assert!(first.has_changed().unwrap());
         assert!(!second.has_changed().unwrap());
@@ -295,6 +340,21 @@ mod tests {
             first.changed().await.is_err(),
             "dropping the seat ends the streams too"
         );
+    }
+
+    #[tokio::test]
+    async fn a_refused_subscription_wakes_the_replicas_probe() {
+        let relay = Relay::new(None);
+        relay.serving_at("127.0.0.1:9".parse().unwrap());
+        let seat = relay.seat(owner("node-1")).unwrap();
+        let nudged = seat.nudged();
+        let following = relay.admit(&bearer(&seat.token)).unwrap();
+        // Nothing listens at the owner's address: the subscription fails.
+        let answer = relay.subscribe(pb::SubscribeRequest::default(), following).await;
+        assert!(matches!(answer, Err(ReplicaError::Relayed(_))));
+        tokio::time::timeout(std::time::Duration::from_secs(1), nudged.notified())
+            .await
+            .expect("the probe is woken");
     }
 
     #[test]
