@@ -96,8 +96,8 @@ async fn back_up(
     archive: &Path,
     deadline: Duration,
 ) -> anyhow::Result<corium_transactor::backup::BackupReport> {
+    // The channel's deadline (DISCOVERY_DEADLINE) bounds the call.
     let mut request = tonic::Request::new(pb::GetStorageInfoRequest { db: db.to_owned() });
-    request.set_timeout(DISCOVERY_DEADLINE);
     if let Ok(route) = db.parse() {
         request
             .metadata_mut()

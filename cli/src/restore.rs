@@ -5,14 +5,16 @@
 //! Stock `corium restore` writes only a filesystem data directory. This
 //! command runs that same restore (Corium's `corium_transactor::backup::
 //! restore`: the archive checked, its index blobs verified, its log
-//! records written) into a scratch directory, then moves the result into
+//! records written) into a scratch directory (under `TMPDIR`: it needs
+//! about the archive's size on local disk), then moves the result into
 //! the fleet's storage through Corium's own storage and log backends: every
 //! blob (content-addressed, so each is checked against its id), the log
 //! records under log version 0 (before any lease; the first owner's
 //! version fences after them), then the key manifest and database root, and
 //! the catalog entry last — so no node can find a partly restored database.
 //! An existing database of that name, or any of its records, is never
-//! overwritten. Safe while the fleet runs: nobody owns a name that does not
+//! overwritten, and a restore that fails takes back what it wrote
+//! ([`undo`]). Safe while the fleet runs: nobody owns a name that does not
 //! exist yet.
 
 use std::path::{Path, PathBuf};
@@ -50,10 +52,6 @@ pub(crate) struct RestoreArgs {
 /// storage cannot be opened or written.
 pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     let settings = args.storage.validate()?;
-    let scratch = tempfile::tempdir().context("cannot make a scratch directory")?;
-    let report = corium_transactor::backup::restore(&args.archive, scratch.path(), &args.as_db, None)
-        .await
-        .with_context(|| format!("cannot restore {}", args.archive.display()))?;
     let store = corium_fleet_store::open_store(
         &settings.backend,
         &settings.data_dir,
@@ -71,6 +69,7 @@ pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     let logs = corium_transactor::LogBackend::for_spec(&spec, &settings.data_dir, Arc::clone(&store));
     let db = &args.as_db;
     let names = Roots::of(db);
+    // Checked before the archive is read: a taken name costs nothing.
     for name in names.all() {
         if store.get_root(name).await?.is_some() {
             bail!("{db:?} exists in the fleet's storage ({name}); restore under another name");
@@ -79,20 +78,24 @@ pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     if logs.exists(db).await {
         bail!("{db:?} has log records in the fleet's storage; restore under another name");
     }
-    let moved = move_into(scratch.path(), db, report.basis_t, &names, store.as_ref(), &logs).await;
+    let scratch = tempfile::tempdir().context("cannot make a scratch directory")?;
+    let report = corium_transactor::backup::restore(&args.archive, scratch.path(), db, None)
+        .await
+        .with_context(|| format!("cannot restore {}", args.archive.display()))?;
+    let mut created = Vec::new();
+    let moved = move_into(
+        scratch.path(),
+        db,
+        report.basis_t,
+        &names,
+        store.as_ref(),
+        &logs,
+        &mut created,
+    )
+    .await;
     let (blobs, transactions) = match moved {
         Ok(counts) => counts,
-        Err(error) => {
-            // Nothing half-restored stays behind to block a retry under
-            // this name: its log records and any root written go (blobs
-            // are content-addressed and shared; unreferenced ones are
-            // Corium's garbage collection's).
-            for name in names.all() {
-                let _ = store.delete_root(name).await;
-            }
-            let _ = logs.delete_all(db).await;
-            return Err(error.context(format!("restore of {db:?} undone")));
-        }
+        Err(error) => return Err(undo(db, &names, &created, store.as_ref(), &logs, error).await),
     };
     println!(
         "restored {} (from {:?}) as {db:?} at t={}: {} transactions and {blobs} blobs into {}",
@@ -103,6 +106,37 @@ pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
         settings.backend.describe()
     );
     Ok(())
+}
+
+/// Takes back what a failed restore wrote, so that nothing half-restored
+/// blocks a retry under `db`: the roots it created, and its log records
+/// unless another process has claimed the name meanwhile (a root it did
+/// not create exists now) — that log is then theirs too and is left alone.
+/// Blobs are content-addressed and shared; unreferenced ones are Corium's
+/// garbage collection's. Returns `error` with what was done.
+async fn undo(
+    db: &str,
+    names: &Roots,
+    created: &[String],
+    store: &dyn FullStore,
+    logs: &corium_transactor::LogBackend,
+    error: anyhow::Error,
+) -> anyhow::Error {
+    for name in created {
+        let _ = store.delete_root(name).await;
+    }
+    let mut claimed = false;
+    for name in names.all() {
+        claimed |=
+            !created.iter().any(|own| own == name) && matches!(store.get_root(name).await, Ok(Some(_)));
+    }
+    if claimed {
+        return error.context(format!(
+            "restore of {db:?} stopped: another database of that name appeared meanwhile; the restored log records were left beside it"
+        ));
+    }
+    let _ = logs.delete_all(db).await;
+    error.context(format!("restore of {db:?} undone"))
 }
 
 /// A database's roots, the catalog entry first.
@@ -124,8 +158,8 @@ impl Roots {
 
 /// Moves the database Corium restored under `scratch` into `store`: its
 /// blobs, its log up to `basis_t` (in batches of [`LOG_BATCH`]
-/// transactions), then its roots with the catalog entry last. Returns the
-/// blobs and transactions moved.
+/// transactions), then its roots with the catalog entry last, each root
+/// created noted in `created`. Returns the blobs and transactions moved.
 async fn move_into(
     scratch: &Path,
     db: &str,
@@ -133,6 +167,7 @@ async fn move_into(
     names: &Roots,
     store: &dyn FullStore,
     logs: &corium_transactor::LogBackend,
+    created: &mut Vec<String>,
 ) -> anyhow::Result<(usize, usize)> {
     let blobs = copy_blobs(&scratch.join("store"), store).await?;
     let restored = corium_transactor::LogBackend::Fs(scratch.join("logs"))
@@ -156,6 +191,7 @@ async fn move_into(
     for name in names.all().into_iter().rev() {
         if let Some(bytes) = scratch_store.get_root(name).await? {
             store.cas_root(name, None, &bytes).await?;
+            created.push(name.to_owned());
         }
     }
     Ok((blobs, transactions))
@@ -186,4 +222,49 @@ async fn copy_blobs(scratch: &Path, target: &dyn FullStore) -> anyhow::Result<us
         .try_collect::<()>()
         .await?;
     Ok(copied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_failed_restore_takes_back_only_what_it_wrote() {
+        let store = corium_store::MemoryStore::default();
+        let logs = corium_transactor::LogBackend::Mem(corium_log::MemLogRegistry::new());
+        let names = Roots::of("copy");
+        let [meta, root, _] = &names.0;
+        // Nobody else wrote: the root it created goes.
+        store.cas_root(root, None, b"restored").await.unwrap();
+        let error = undo(
+            "copy",
+            &names,
+            std::slice::from_ref(root),
+            &store,
+            &logs,
+            anyhow::anyhow!("boom"),
+        )
+        .await;
+        assert!(format!("{error:#}").contains("undone"), "{error:#}");
+        assert_eq!(store.get_root(root).await.unwrap(), None);
+        // Another process created the name meanwhile: its catalog entry
+        // stays, and so does the log; only the root this restore made goes.
+        store.cas_root(root, None, b"restored").await.unwrap();
+        store.cas_root(meta, None, b"theirs").await.unwrap();
+        let error = undo(
+            "copy",
+            &names,
+            std::slice::from_ref(root),
+            &store,
+            &logs,
+            anyhow::anyhow!("boom"),
+        )
+        .await;
+        assert!(format!("{error:#}").contains("appeared meanwhile"), "{error:#}");
+        assert_eq!(store.get_root(root).await.unwrap(), None);
+        assert_eq!(
+            store.get_root(meta).await.unwrap().as_deref(),
+            Some(&b"theirs"[..])
+        );
+    }
 }

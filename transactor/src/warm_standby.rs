@@ -8,7 +8,8 @@
 //! standby watcher's, the work follows the active databases: one that
 //! nobody owns is not kept warm. Each refresh lists the database's log and
 //! reads what is new (and the index blobs when the owner published again),
-//! every `--warm-standby-interval-ms`.
+//! every `--warm-standby-interval-ms`, within half the room the node's
+//! memory budget leaves (`WarmSet::limit_to_room`).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -47,6 +48,12 @@ pub(crate) async fn run(
         let records = Arc::clone(&registry.borrow());
         let dbs = first_standby_of(&host, &records);
         warm.retain(&dbs);
+        if dbs.is_empty() {
+            continue;
+        }
+        // A cache under the node's memory budget: at most half the room its
+        // firm memory leaves, measured now, before this round reads.
+        warm.limit_to_room(host.memory_use().await.room_for_caches());
         for db in &dbs {
             if host.cell(db).is_some() {
                 continue;

@@ -157,18 +157,20 @@ fn tonic_tls(tls: &Tls) -> Result<tonic::transport::ClientTlsConfig, String> {
 }
 
 /// HTTP's TLS: the same roots and identity as rustls settings (`None`:
-/// a plaintext endpoint, which the connector serves in the clear).
+/// a plaintext endpoint, which the connector serves in the clear, so no
+/// roots are read).
 fn rustls_config(tls: Option<&Tls>) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
-    match tls.and_then(|tls| tls.ca.as_deref()) {
-        Some(ca) => {
+    match tls.map(|tls| tls.ca.as_deref()) {
+        Some(Some(ca)) => {
             for cert in crate::tls::certificates(Path::new(ca)).map_err(|error| error.to_string())? {
                 roots.add(cert).map_err(|error| format!("{ca}: {error}"))?;
             }
         }
-        None => {
+        Some(None) => {
             roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
         }
+        None => {}
     }
     let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),

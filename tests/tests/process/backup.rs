@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use corium_fleet_tests::{Backend, Fleet, corium, eventually};
@@ -20,13 +20,17 @@ use super::stock_cli::{run_cli, run_stock};
 /// 20 ms, until stopped (at most 3,000); the names acknowledged.
 struct Writer {
     running: Arc<AtomicBool>,
+    /// Writes acknowledged so far.
+    count: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<Vec<String>>,
 }
 
 impl Writer {
     fn start(address: &str, db: &str) -> Self {
         let running = Arc::new(AtomicBool::new(true));
-        let (still, address, db) = (Arc::clone(&running), address.to_owned(), db.to_owned());
+        let count = Arc::new(AtomicUsize::new(0));
+        let (still, counted) = (Arc::clone(&running), Arc::clone(&count));
+        let (address, db) = (address.to_owned(), db.to_owned());
         let task = tokio::spawn(async move {
             let mut acknowledged = Vec::new();
             for n in 0..3_000 {
@@ -38,12 +42,33 @@ impl Writer {
                 // be in the log; only acknowledged ones must be.
                 if corium::transact(&address, &db, &name, &[]).await.is_ok() {
                     acknowledged.push(name);
+                    counted.fetch_add(1, Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             acknowledged
         });
-        Self { running, task }
+        Self { running, count, task }
+    }
+
+    /// Waits (a minute at most) until `more` writes beyond those
+    /// acknowledged now are acknowledged: each phase of a test has writes in
+    /// it however slow the machine, instead of however many a sleep allows.
+    async fn wrote(&self, more: usize) {
+        let target = self.count.load(Ordering::Relaxed) + more;
+        eventually(
+            Duration::from_mins(1),
+            format!("{target} writes acknowledged"),
+            async || {
+                let now = self.count.load(Ordering::Relaxed);
+                if now >= target {
+                    Ok(())
+                } else {
+                    Err(format!("{now} acknowledged"))
+                }
+            },
+        )
+        .await;
     }
 
     async fn stop(self) -> Vec<String> {
@@ -53,23 +78,30 @@ impl Writer {
 }
 
 /// SIGKILLs node `owner` (which owns `ledger`), waits until a write to
-/// `ledger` through `address` is acknowledged by the survivor, then stops
-/// `writer`: every name acknowledged, that write's among them.
+/// `ledger` through `address` is acknowledged by the survivor and the
+/// writer has written on, then stops `writer`: every name acknowledged, the
+/// survivor's first among them. Each attempt writes a name of its own: an
+/// attempt refused with an unknown outcome may have committed, and only
+/// acknowledged names must be in the log exactly once.
 async fn fail_over(fleet: &mut Fleet, address: &str, owner: &str, writer: Writer) -> Vec<String> {
     let index = fleet.index(owner);
     fleet.nodes[index].kill();
-    eventually(
+    let attempts = AtomicUsize::new(0);
+    let survivor = eventually(
         Duration::from_secs(30),
         fleet.with_logs(format!("the survivor of {owner} owns ledger")),
-        async || match corium::transact(address, "ledger", "after-failover", &[]).await {
-            Ok(_) => Ok(()),
-            Err(status) => Err(format!("{status:?}")),
+        async || {
+            let name = format!("after-failover-{}", attempts.fetch_add(1, Ordering::Relaxed));
+            match corium::transact(address, "ledger", &name, &[]).await {
+                Ok(_) => Ok(name),
+                Err(status) => Err(format!("{status:?}")),
+            }
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    writer.wrote(8).await;
     let mut acknowledged = writer.stop().await;
-    acknowledged.push("after-failover".to_owned());
+    acknowledged.push(survivor);
     acknowledged
 }
 
@@ -109,7 +141,7 @@ async fn a_backup_taken_through_the_fleet_across_moves_restores_under_a_new_name
     };
     let backup = async |fleet: &Fleet, step: &str| backup_to(fleet, archive, step).await;
     let writer = Writer::start(&address, "ledger");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    writer.wrote(8).await;
     let first = backup(&fleet, "while written").await;
     assert!(first.contains(":basis-t"), "{first}");
 
@@ -123,7 +155,7 @@ async fn a_backup_taken_through_the_fleet_across_moves_restores_under_a_new_name
     let to = if from == "node-1" { "node-2" } else { "node-1" };
     let handoff = corium_fleet_tests::cli::run(&["handoff", "ledger", "--to", to], &address).await;
     assert!(handoff.success, "{handoff:?}\n{}", fleet.logs());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    writer.wrote(8).await;
     backup(&fleet, "after a handoff").await;
 
     // And after a failover: the owner killed, the other node takes over.
@@ -272,7 +304,7 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
         let backups = dir.path().join(kind);
         let archive = backups.join("ledger.backup");
         let writer = Writer::start(&address, "ledger");
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        writer.wrote(8).await;
         // Indexes published first: the new archive copies their blobs out
         // of the fleet's storage.
         let (ok, out, err) = run_cli(&address, &["db", "request-index", "ledger"], "").await;
@@ -287,7 +319,7 @@ async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transact
         let to = if from == "node-1" { "node-2" } else { "node-1" };
         let handoff = corium_fleet_tests::cli::run(&["handoff", "ledger", "--to", to], &address).await;
         assert!(handoff.success, "{kind}: {handoff:?}\n{}", fleet.logs());
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        writer.wrote(8).await;
         let handed = backup_with_fleet_cli(&fleet, &address, "ledger", &backups).await;
         assert!(
             handed.basis_t > first.basis_t && handed.transactions > 0,

@@ -374,10 +374,6 @@ impl Host {
             }
             let usage = self.memory_use().await;
             self.record(&usage);
-            self.template
-                .read_ahead
-                .warm
-                .limit_to_room(usage.room_for_caches());
             let Some(budget) = budget.filter(|_| usage.over()) else {
                 continue;
             };
