@@ -234,33 +234,29 @@ mod tests {
         let logs = corium_transactor::LogBackend::Mem(corium_log::MemLogRegistry::new());
         let names = Roots::of("copy");
         let [meta, root, _] = &names.0;
+        // The restore created the database root, then failed.
+        let fail_after_the_root = async || {
+            store.cas_root(root, None, b"restored").await.unwrap();
+            let error = undo(
+                "copy",
+                &names,
+                std::slice::from_ref(root),
+                &store,
+                &logs,
+                anyhow::anyhow!("boom"),
+            )
+            .await;
+            format!("{error:#}")
+        };
         // Nobody else wrote: the root it created goes.
-        store.cas_root(root, None, b"restored").await.unwrap();
-        let error = undo(
-            "copy",
-            &names,
-            std::slice::from_ref(root),
-            &store,
-            &logs,
-            anyhow::anyhow!("boom"),
-        )
-        .await;
-        assert!(format!("{error:#}").contains("undone"), "{error:#}");
+        let error = fail_after_the_root().await;
+        assert!(error.contains("undone"), "{error}");
         assert_eq!(store.get_root(root).await.unwrap(), None);
         // Another process created the name meanwhile: its catalog entry
         // stays, and so does the log; only the root this restore made goes.
-        store.cas_root(root, None, b"restored").await.unwrap();
         store.cas_root(meta, None, b"theirs").await.unwrap();
-        let error = undo(
-            "copy",
-            &names,
-            std::slice::from_ref(root),
-            &store,
-            &logs,
-            anyhow::anyhow!("boom"),
-        )
-        .await;
-        assert!(format!("{error:#}").contains("appeared meanwhile"), "{error:#}");
+        let error = fail_after_the_root().await;
+        assert!(error.contains("appeared meanwhile"), "{error}");
         assert_eq!(store.get_root(root).await.unwrap(), None);
         assert_eq!(
             store.get_root(meta).await.unwrap().as_deref(),
