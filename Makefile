@@ -1,6 +1,7 @@
 # Corium Fleet — the two commands a fresh machine needs:
 #   make run    builds and runs a local fleet on loopback
-#   make test   installs what the tests need, starts PostgreSQL and SeaweedFS (S3), runs every test
+#   make test   installs what the tests need, builds the previous release's binaries (the upgrade
+#               test's starting point), starts PostgreSQL and SeaweedFS (S3), runs every test
 # Others: make bench, make soak, make differential, make lint, make fmt, make chart-test, make images, make clean-run.
 
 SHELL := /bin/bash
@@ -21,6 +22,7 @@ tools:
 	@bash scripts/install-tools.sh
 
 test: tools lint chart-test target/stock/bin/corium
+	@bash scripts/previous-release.sh >/dev/null
 	$(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg; scripts/seaweedfs.sh stop $(WORK)/s3' EXIT && \

@@ -8,6 +8,18 @@
 //! An idle connection costs a file descriptor and a slot under the
 //! connection caps; a client that opens one and never sends a request (or
 //! never finishes its headers) holds both only until the idle bound.
+//!
+//! A connection closed for its age or for shutdown *leaves* before its
+//! GOAWAY: its subscriptions are ended first (`leaving.rs`; a stock Corium
+//! peer resubscribes from its last basis on a new connection and moves its
+//! writes there), and the GOAWAY goes out once the connection has been
+//! quiet — no call open — for [`QUIET`], or at [`Life::settle`] at the
+//! latest. A GOAWAY that reaches a client while a stream is open on the
+//! connection makes tonic's client fail the *next* call it sends there
+//! with `CANCELLED` "operation was canceled: connection closed", unsent
+//! (hyper's HTTP/2 client drops it; measured: one failed stock write per
+//! ingress SIGTERM in the upgrade test) — and a stock peer always has its
+//! subscription open, and never resends a `CANCELLED` write.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,12 +29,23 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// How long a leaving connection must have had no call open before its
+/// GOAWAY: a stock peer whose subscription was ended resubscribes on a new
+/// connection after 100 ms and sends its writes there from then on.
+pub(crate) const QUIET: Duration = Duration::from_secs(1);
+
+/// How often a leaving connection with calls open looks again.
+const RECHECK: Duration = Duration::from_millis(100);
+
 /// Calls open on one connection, and when the last one ended.
 pub(crate) struct Activity {
     born: Instant,
     open: AtomicUsize,
     /// Milliseconds after `born` when the last call ended.
     last_ms: AtomicU64,
+    /// Turns true when the connection starts leaving (age or shutdown):
+    /// its subscriptions end then (`leaving.rs`).
+    leaving: tokio::sync::watch::Sender<bool>,
 }
 
 /// One open call; the connection is busy while it lives (with the
@@ -46,7 +69,18 @@ impl Activity {
             born: Instant::now(),
             open: AtomicUsize::new(0),
             last_ms: AtomicU64::new(0),
+            leaving: tokio::sync::watch::channel(false).0,
         })
+    }
+
+    /// Turns true when the connection starts leaving.
+    #[must_use]
+    pub(crate) fn leaving(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.leaving.subscribe()
+    }
+
+    fn leave(&self) {
+        self.leaving.send_replace(true);
     }
 
     /// Marks a call open until the guard drops.
@@ -73,6 +107,10 @@ pub(crate) struct Life {
     pub idle: Option<Duration>,
     /// Close at this age, ±10 %.
     pub age: Option<Duration>,
+    /// The longest a leaving connection waits to be quiet before its
+    /// GOAWAY (below the shutdown's drain period, so calls sent before the
+    /// GOAWAY still finish inside it).
+    pub settle: Duration,
 }
 
 /// Why the ingress closed a connection (if it did).
@@ -96,9 +134,11 @@ fn jittered(age: Duration) -> Duration {
 }
 
 /// Drives `connection` to its end, asking it to close (`close`: hyper's
-/// graceful shutdown) when `life` or `shutdown` says so. `close` is told
-/// why before the connection can send anything of it, so whatever it
-/// counts is counted before the client can see the close.
+/// graceful shutdown) when `life` or `shutdown` says so: an idle connection
+/// at once; one past its age or at shutdown leaves first (its subscriptions
+/// end), then closes once quiet for [`QUIET`] or after `life.settle`.
+/// `close` is told why before the connection can send anything of it, so
+/// whatever it counts is counted before the client can see the close.
 pub(crate) async fn run<C, E>(
     connection: C,
     close: impl Fn(Pin<&mut C>, Closed),
@@ -112,34 +152,55 @@ where
     let mut connection = std::pin::pin!(connection);
     let aged_at = life.age.map(|age| activity.born + jittered(age));
     let mut closed = Closed::ByClient;
+    // Leaving: the GOAWAY goes out when quiet, or at this instant.
+    let mut settle_by: Option<Instant> = None;
+    // The GOAWAY was sent: only the connection's end is awaited.
+    let mut sent = false;
     loop {
-        let idle_at = life.idle.map(|idle| {
-            activity
-                .idle_deadline(idle)
-                // Busy: look again one idle period from now.
-                .unwrap_or_else(|| Instant::now() + idle)
-        });
-        let wake = match (idle_at, aged_at) {
-            (Some(idle), Some(aged)) => Some(idle.min(aged)),
-            (idle, aged) => idle.or(aged),
+        let wake = if sent {
+            None
+        } else if let Some(by) = settle_by {
+            let quiet = activity
+                .idle_deadline(QUIET)
+                .unwrap_or_else(|| Instant::now() + RECHECK);
+            Some(quiet.min(by))
+        } else {
+            let idle_at = life.idle.map(|idle| {
+                activity
+                    .idle_deadline(idle)
+                    // Busy: look again one idle period from now.
+                    .unwrap_or_else(|| Instant::now() + idle)
+            });
+            match (idle_at, aged_at) {
+                (Some(idle), Some(aged)) => Some(idle.min(aged)),
+                (idle, aged) => idle.or(aged),
+            }
         };
-        let open = closed == Closed::ByClient;
         tokio::select! {
             result = connection.as_mut() => return (result, closed),
-            () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if open && wake.is_some() => {
+            () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 let now = Instant::now();
-                if aged_at.is_some_and(|aged| now >= aged) {
+                if let Some(by) = settle_by {
+                    let quiet = activity.idle_deadline(QUIET).is_some_and(|at| now >= at);
+                    if quiet || now >= by {
+                        close(connection.as_mut(), closed);
+                        sent = true;
+                    }
+                } else if aged_at.is_some_and(|aged| now >= aged) {
                     closed = Closed::Aged;
+                    activity.leave();
+                    settle_by = Some(now + life.settle);
                 } else if life.idle.and_then(|idle| activity.idle_deadline(idle)).is_some_and(|at| now >= at) {
                     closed = Closed::Idle;
-                }
-                if closed != Closed::ByClient {
                     close(connection.as_mut(), closed);
+                    sent = true;
                 }
             }
-            _ = shutdown.wait_for(|stop| *stop), if open => {
+            _ = shutdown.wait_for(|stop| *stop), if !sent && closed != Closed::Shutdown => {
                 closed = Closed::Shutdown;
-                close(connection.as_mut(), closed);
+                activity.leave();
+                let by = Instant::now() + life.settle;
+                settle_by = Some(settle_by.map_or(by, |earlier| earlier.min(by)));
             }
         }
     }
@@ -181,6 +242,7 @@ mod tests {
         let life = Life {
             idle: Some(Duration::from_secs(10)),
             age: None,
+            settle: Duration::from_secs(5),
         };
         // A call open for 25 s keeps it; the idle clock starts when it ends.
         let call = activity.call();
@@ -209,32 +271,82 @@ mod tests {
         let life = Life {
             idle: Some(Duration::from_secs(10)),
             age: Some(Duration::from_secs(100)),
+            settle: Duration::from_secs(5),
         };
+        let mut leaving = activity.leaving();
         let started = Instant::now();
         let (_, closed) = run(Fake { closing: None }, close, &activity, life, never()).await;
         assert_eq!(closed, Closed::Aged);
+        assert!(*leaving.borrow_and_update(), "its subscriptions were told to end");
+        // Busy all along: the GOAWAY waited the whole settle period.
         let lived = started.elapsed();
         assert!(
-            lived >= Duration::from_secs(90) && lived <= Duration::from_secs(111),
+            lived >= Duration::from_secs(95) && lived <= Duration::from_secs(116),
             "{lived:?}"
         );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn shutdown_closes_at_once() {
+    async fn a_leaving_connection_closes_once_quiet_and_not_while_a_call_is_open() {
         let activity = Activity::new();
         let (tx, rx) = tokio::sync::watch::channel(false);
         let life = Life {
             idle: None,
             age: None,
+            settle: Duration::from_secs(30),
+        };
+        // A subscription open at shutdown ends when told (at once here); a
+        // write in flight ends 2 s later; the GOAWAY follows one quiet
+        // second after it, long before the settle bound.
+        let subscription = activity.call();
+        let write = activity.call();
+        let mut leaving = activity.leaving();
+        let calls = tokio::spawn(async move {
+            leaving.wait_for(|leaving| *leaving).await.unwrap();
+            drop(subscription);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(write);
+        });
+        let started = Instant::now();
+        let stop = tokio::spawn(async move {
+            let _ = tx.send(true);
+            tokio::time::sleep(Duration::from_mins(1)).await;
+            tx
+        });
+        let (_, closed) = run(Fake { closing: None }, close, &activity, life, rx).await;
+        assert_eq!(closed, Closed::Shutdown);
+        let lived = started.elapsed();
+        assert!(
+            lived >= Duration::from_secs(3) && lived < Duration::from_millis(3_200),
+            "the GOAWAY goes one quiet second after the last call: {lived:?}"
+        );
+        calls.await.unwrap();
+        stop.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_closes_an_idle_connection_within_a_quiet_second() {
+        let activity = Activity::new();
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let life = Life {
+            idle: None,
+            age: None,
+            settle: Duration::from_secs(5),
         };
         let stop = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let _ = tx.send(true);
             tx
         });
+        let started = Instant::now();
         let (_, closed) = run(Fake { closing: None }, close, &activity, life, rx).await;
         assert_eq!(closed, Closed::Shutdown);
+        // Quiet since its start: the GOAWAY goes with the shutdown, at 1 s.
+        let lived = started.elapsed();
+        assert!(
+            lived >= Duration::from_secs(1) && lived < Duration::from_millis(1_200),
+            "{lived:?}"
+        );
         drop(stop.await);
     }
 

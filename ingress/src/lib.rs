@@ -18,6 +18,9 @@
 //! - [`retry_budget`] — the retries the ingress may add, as a fraction of calls;
 //! - [`connections`] — caps on client connections, in total and per address;
 //! - [`connection_life`] — idle and maximum-age closing of client connections;
+//!   one leaving for its age or shutdown ends its subscriptions, then sends
+//!   its GOAWAY once quiet;
+//! - [`leaving`] — a subscription ends `UNAVAILABLE` when its connection leaves;
 //! - [`storage_health`] — storage probed in the background; readiness;
 //! - [`stall`] — a stream whose client stops reading is ended;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
@@ -42,6 +45,7 @@ pub mod config;
 mod connection_life;
 mod connections;
 mod failover_buffer;
+mod leaving;
 mod limits;
 mod metrics;
 mod node_limits;
@@ -317,6 +321,9 @@ fn connection_settings(config: &Config) -> server::ConnectionSettings {
         life: connection_life::Life {
             idle: config.max_connection_idle,
             age: config.max_connection_age,
+            // Half the drain period, at most 5 s: a leaving connection's
+            // GOAWAY waits for quiet at most this long.
+            settle: (config.drain_timeout / 2).min(Duration::from_secs(5)),
         },
         drain: config.drain_timeout,
     }

@@ -67,6 +67,20 @@ impl Balancer {
     }
 }
 
+impl Balancer {
+    /// Takes a target out (a Kubernetes Service dropping a terminating
+    /// pod): later connections go to the others; open ones stay where they
+    /// are until either side closes them.
+    ///
+    /// # Panics
+    /// When it would leave no target.
+    pub fn remove(&self, port: u16) {
+        let mut targets = self.targets.lock().unwrap_or_else(PoisonError::into_inner);
+        targets.retain(|target| *target != port);
+        assert!(!targets.is_empty(), "a balancer needs a target");
+    }
+}
+
 impl Drop for Balancer {
     fn drop(&mut self) {
         self.accept.abort();

@@ -37,6 +37,9 @@ pub struct Fleet {
     pub backend: Backend,
     /// The nodes' lease TTL.
     pub lease_ttl: Duration,
+    /// Where new processes' binaries come from (`target/debug` unless
+    /// [`FleetBuilder::binaries`] or [`Fleet::run_binaries_from`] said).
+    binaries: PathBuf,
     /// Data directory, certificates and logs.
     dir: tempfile::TempDir,
 }
@@ -55,6 +58,8 @@ pub struct FleetBuilder {
     /// Node index → a loopback port in front of it that it advertises (a
     /// [`crate::scripted::ScriptedHop`]): routing reaches the node through it.
     fronts: Vec<(usize, u16)>,
+    /// Where the processes' binaries come from.
+    binaries: PathBuf,
 }
 
 impl FleetBuilder {
@@ -120,6 +125,14 @@ impl FleetBuilder {
     #[must_use]
     pub fn front(mut self, index: usize, port: u16) -> Self {
         self.fronts.push((index, port));
+        self
+    }
+
+    /// Runs every process from the binaries in `dir` instead of the
+    /// workspace's (an upgrade test's previous release).
+    #[must_use]
+    pub fn binaries(mut self, dir: &Path) -> Self {
+        dir.clone_into(&mut self.binaries);
         self
     }
 
@@ -209,6 +222,7 @@ impl Fleet {
             node_flags: Vec::new(),
             env: Vec::new(),
             fronts: Vec::new(),
+            binaries: bin_dir(),
         }
     }
 
@@ -328,6 +342,7 @@ impl Fleet {
             args.extend(plan.node_flags.iter().cloned());
             let mut node = Node {
                 binary: "corium-fleet-transactor",
+                binaries: plan.binaries.clone(),
                 id: member.node_id.clone(),
                 zone: member.zone.clone(),
                 grpc: *grpc,
@@ -355,12 +370,20 @@ impl Fleet {
             replicas: placement::DEFAULT_REPLICAS,
             backend: plan.backend,
             lease_ttl: plan.lease_ttl,
+            binaries: plan.binaries,
             dir,
         };
         for index in 0..fleet.nodes.len() {
             fleet.wait_ready(index).await;
         }
         fleet
+    }
+
+    /// Runs processes started from now (ingresses, added nodes) from the
+    /// binaries in `dir`; a running node moves with
+    /// [`Node::run_binaries_from`] and a restart.
+    pub fn run_binaries_from(&mut self, dir: &Path) {
+        dir.clone_into(&mut self.binaries);
     }
 
     /// Waits until node `index` answers `/readyz`, failing fast if it exits.
@@ -436,6 +459,7 @@ impl Fleet {
             args.extend(extra.iter().map(|flag| (*flag).to_owned()));
             let mut ingress = Node {
                 binary: "corium-fleet-ingress",
+                binaries: self.binaries.clone(),
                 log: self.dir.path().join(format!("{id}.log")),
                 id,
                 zone: String::new(),
@@ -497,6 +521,7 @@ impl Fleet {
         }
         let mut node = Node {
             binary: "corium-fleet-transactor",
+            binaries: self.binaries.clone(),
             id: member.node_id.clone(),
             zone: member.zone.clone(),
             grpc,

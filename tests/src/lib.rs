@@ -58,6 +58,7 @@ pub mod proxy;
 pub mod scripted;
 pub mod sim;
 pub mod stock;
+pub mod stock_load;
 
 pub use backend::Backend;
 pub use eventually::eventually;

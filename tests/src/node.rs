@@ -11,12 +11,16 @@ use tokio::io::AsyncReadExt as _;
 
 use crate::eventually::eventually;
 use crate::http::http_get;
-use crate::ports::{bin_dir, free_port};
+use crate::ports::free_port;
 
 /// One transactor (or ingress) process.
 pub struct Node {
     /// The binary this process runs.
     pub(crate) binary: &'static str,
+    /// The directory it runs the binary from: the workspace's own
+    /// (`target/debug`) unless [`Node::run_binaries_from`] changed it (an
+    /// upgrade test's previous release).
+    pub(crate) binaries: PathBuf,
     /// Its node id (`node-N`; `ingress-N` for an ingress).
     pub id: String,
     /// Its zone (`zone-N`; empty for an ingress).
@@ -50,7 +54,7 @@ impl Node {
 
     /// Starts the process, its standard error appended to its log.
     pub(crate) fn spawn(&mut self) {
-        let binary = bin_dir().join(self.binary);
+        let binary = self.binaries.join(self.binary);
         assert!(
             binary.exists(),
             "{} missing: build with `cargo build --bins` (make test does)",
@@ -184,7 +188,7 @@ impl Node {
                 None => args.extend([(*flag).to_owned(), (*value).to_owned()]),
             }
         }
-        let mut child = tokio::process::Command::new(bin_dir().join(self.binary))
+        let mut child = tokio::process::Command::new(self.binaries.join(self.binary))
             .args(&args)
             .envs(self.env.iter().map(|(key, value)| (key.as_str(), value.as_str())))
             .stdout(Stdio::null())
@@ -212,6 +216,18 @@ impl Node {
             .await
             .expect("standard error is readable");
         (status, stderr)
+    }
+
+    /// Runs the binary from `dir` at the next start (an upgrade: the same
+    /// identity, flags and data on another release's binary).
+    pub fn run_binaries_from(&mut self, dir: &Path) {
+        dir.clone_into(&mut self.binaries);
+    }
+
+    /// The directory this process's binary comes from.
+    #[must_use]
+    pub fn binaries(&self) -> &Path {
+        &self.binaries
     }
 
     /// Starts the process again with the same flags (a new incarnation) and

@@ -225,6 +225,7 @@ impl Proxy {
         request: Request<Incoming>,
     ) -> Result<Response<Body>, std::convert::Infallible> {
         let open_call = client.activity.call();
+        let subscribe = crate::route::is_subscribe(request.uri().path());
         let mut admitted = match self.limits.admit(client.ip) {
             Ok(admission) => admission,
             Err(status) => {
@@ -271,6 +272,14 @@ impl Proxy {
         // open-call place and its connection's activity live with the body.
         let stream = admitted.stream.take();
         drop(admitted);
+        // A subscription ends first when its connection leaves (age,
+        // shutdown): the client resumes it on a new connection.
+        let response = if subscribe {
+            let leaving = client.activity.leaving();
+            response.map(|body| crate::leaving::watched(body, leaving))
+        } else {
+            response
+        };
         Ok(crate::body::holding(response, (stream, open_call)))
     }
 

@@ -10,14 +10,13 @@
 //! and every exit and restart; the tests read those lines (and show all of
 //! stderr in any failure).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use corium_fleet_tests::stock_load::StockWriter;
 use corium_fleet_tests::{bin_dir, corium, eventually, http_get};
-use corium_peer::{ConnectConfig, Connection};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
@@ -194,69 +193,6 @@ fn restarted_pid(line: &str) -> u32 {
         .unwrap_or_else(|| panic!("no pid in {line:?}"))
 }
 
-/// What the stock writer saw: acknowledged items with their `t`, and
-/// errors (a stock client cannot safely resend a write, so it moves on).
-#[derive(Default)]
-struct Writes {
-    acked: BTreeMap<String, u64>,
-    errors: Vec<String>,
-}
-
-/// A stock `corium_peer::Connection` through `address` writing unique
-/// items into `db` until `stop`; each call bounded by 60 s.
-async fn stock_writer(
-    address: String,
-    db: String,
-    writes: Arc<Mutex<Writes>>,
-    stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let mut config = ConnectConfig::new(address, db);
-    config.failover_timeout = Duration::from_secs(30);
-    let connection = tokio::time::timeout(Duration::from_secs(30), Connection::connect(config))
-        .await
-        .expect("the stock client connects within 30 s")
-        .expect("the stock client connects");
-    for n in 0.. {
-        if *stop.borrow() {
-            break;
-        }
-        let item = format!("item-{n}");
-        let answer = tokio::time::timeout(
-            Duration::from_mins(1),
-            connection.transact(corium::item_forms(&item)),
-        )
-        .await;
-        {
-            let mut writes = writes.lock().unwrap();
-            match answer {
-                Ok(Ok(result)) => {
-                    writes.acked.insert(item, result.basis_t);
-                }
-                Ok(Err(error)) => writes.errors.push(format!("{item}: {error}")),
-                Err(_) => writes.errors.push(format!("{item}: no answer within 60 s")),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits until the writer has `count` acknowledgements (at most `within`).
-async fn acked_at_least(writes: &Mutex<Writes>, count: usize, within: Duration, what: &str) {
-    eventually(within, what, async || {
-        let writes = writes.lock().unwrap();
-        if writes.acked.len() >= count {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} acknowledged; errors: {:?}",
-                writes.acked.len(),
-                writes.errors
-            ))
-        }
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario: start, write, kill a node, kill the ingress, read back, stop.
 async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client_writes_and_nothing_is_lost()
@@ -273,15 +209,10 @@ async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client
         },
     )
     .await;
-    let writes = Arc::new(Mutex::new(Writes::default()));
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let writing = tokio::spawn(stock_writer(
-        address.clone(),
-        db.to_owned(),
-        Arc::clone(&writes),
-        stop,
-    ));
-    acked_at_least(&writes, 5, Duration::from_mins(1), "writes before the kill").await;
+    let writer = StockWriter::start(&address, db);
+    writer
+        .acked_at_least(5, Duration::from_mins(1), "writes before the kill")
+        .await;
 
     // The owner: the node to kill.
     let before = eventually(
@@ -307,7 +238,7 @@ async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client
         .filter(|id| *id != owner)
         .map(|id| dev.process(id).0)
         .collect();
-    let acked_at_kill = writes.lock().unwrap().acked.len();
+    let acked_at_kill = writer.acked();
     eprintln!("SIGKILL {owner} (pid {pid}) after {acked_at_kill} acknowledged writes");
     signal(pid, Signal::SIGKILL);
 
@@ -346,13 +277,13 @@ async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client
         }
     })
     .await;
-    acked_at_least(
-        &writes,
-        acked_at_kill + 20,
-        Duration::from_mins(1),
-        "writes after the kill",
-    )
-    .await;
+    writer
+        .acked_at_least(
+            acked_at_kill + 20,
+            Duration::from_mins(1),
+            "writes after the kill",
+        )
+        .await;
 
     // Only the killed node was restarted; the others and the ingress ran on.
     let stderr = dev.stderr();
@@ -364,7 +295,7 @@ async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client
 
     // The ingress too: killed, started again on the client address, and
     // the stock client writes on through it.
-    let acked_before = writes.lock().unwrap().acked.len();
+    let acked_before = writer.acked();
     signal(ingress_pid, Signal::SIGKILL);
     dev.line(
         Duration::from_secs(15),
@@ -376,45 +307,25 @@ async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client
         .await;
     let ingress_pid = restarted_pid(&restarted);
     dev.line(Duration::from_mins(1), "ingress-1 ready again").await;
-    acked_at_least(
-        &writes,
-        acked_before + 10,
-        Duration::from_mins(1),
-        "writes after the ingress came back",
-    )
-    .await;
-    let _ = stop_tx.send(true);
-    tokio::time::timeout(Duration::from_mins(2), writing)
-        .await
-        .expect("the writer stops within 2 min")
-        .unwrap();
+    writer
+        .acked_at_least(
+            acked_before + 10,
+            Duration::from_mins(1),
+            "writes after the ingress came back",
+        )
+        .await;
+    let seen = writer.stop().await;
 
     // Nothing acknowledged is lost: every acknowledged item is in the log
     // at its t, and no item is there twice.
     let log = corium::log(&address, db).await.unwrap();
-    let writes = writes.lock().unwrap();
-    let mut seen = BTreeSet::new();
-    for (t, names) in &log {
-        for name in names.iter().filter(|name| name.starts_with("item-")) {
-            assert!(
-                seen.insert(name.clone()),
-                "{name} committed twice (again at t={t})"
-            );
-        }
-    }
-    for (item, t) in &writes.acked {
-        assert!(
-            log.iter()
-                .any(|(logged, names)| logged == t && names.contains(item)),
-            "{item} was acknowledged at t={t} and is not in the log there"
-        );
-    }
+    seen.check(&log).unwrap_or_else(|error| panic!("{error}"));
     eprintln!(
         "{} acknowledged ({} after the kill), {} errors seen by the stock client: {:?}",
-        writes.acked.len(),
-        writes.acked.len() - acked_at_kill,
-        writes.errors.len(),
-        writes.errors
+        seen.acked.len(),
+        seen.acked.len() - acked_at_kill,
+        seen.errors.len(),
+        seen.errors
     );
 
     // SIGTERM stops every process.

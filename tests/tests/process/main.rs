@@ -12,7 +12,7 @@
 //! `retention`),
 //! reads (`reads`, `sdk`), operating it (`dev_fleet`, `fleet_status`,
 //! `status_page`, `observability`, `stock_cli`, `backup`, `storage_setup`,
-//! `docker_context`), and the hostile clients (`bounds`, `security`).
+//! `docker_context`, `upgrade`), and the hostile clients (`bounds`, `security`).
 
 mod backup;
 mod bounds;
@@ -40,3 +40,4 @@ mod stock_cli;
 mod stock_exactly_once;
 mod stock_statuses;
 mod storage_setup;
+mod upgrade;

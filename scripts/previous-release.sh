@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds the previous release's three binaries (corium-fleet, corium-fleet-transactor,
+# corium-fleet-ingress) for the rolling-upgrade test, into target/previous-release/bin.
+#   scripts/previous-release.sh        -> builds them unless they are there for the commit named
+#                                         in tests/previous-release; prints the directory
+# The source is the commit's tree from git (`git archive`; a shallow clone fetches the one commit
+# from origin). It is built in a target directory of its own, then only the binaries are kept:
+# cargo names a workspace crate's artifacts by its path relative to the workspace root, so the
+# old tree's crates built in the workspace's own target directory would take the current tree's
+# places (seen: the old transactor compiled against the current protocol crate). Dependencies
+# build without debug info, as the current tree's do (Cargo.toml), which keeps that build small.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=$root/target/previous-release
+bins=(corium-fleet corium-fleet-transactor corium-fleet-ingress)
+commit=$(grep -v '^#' "$root/tests/previous-release" | tr -d '[:space:]')
+fail() {
+  echo "previous-release.sh: $*" >&2
+  exit 1
+}
+[[ $commit =~ ^[0-9a-f]{40}$ ]] || fail "tests/previous-release names no commit (40 hex digits): '$commit'"
+
+have_all() {
+  [ "$(cat "$out/bin/COMMIT" 2>/dev/null)" = "$commit" ] || return 1
+  for bin in "${bins[@]}"; do [ -x "$out/bin/$bin" ] || return 1; done
+}
+if have_all; then
+  echo "$out/bin"
+  exit 0
+fi
+
+if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null; then
+  echo "previous-release.sh: $commit is not in this clone; fetching it from origin..." >&2
+  timeout 300 git -C "$root" fetch --quiet --depth=1 origin "$commit" ||
+    fail "cannot get commit $commit (named in tests/previous-release): not in this clone and origin did not give it"
+fi
+
+t0=$(date +%s)
+rm -rf "$out"
+mkdir -p "$out/src" "$out/bin"
+git -C "$root" archive "$commit" | tar -x -C "$out/src"
+echo "building the previous release ($commit) for the upgrade test..." >&2
+(
+  cd "$out/src"
+  cargo build --locked --bins \
+    --target-dir "$out/target" \
+    --config 'profile.dev.debug="line-tables-only"' \
+    --config 'profile.dev.package."*".opt-level=1' \
+    --config 'profile.dev.package."*".debug=false' \
+    "${bins[@]/#/--bin=}"
+) >&2 || fail "building commit $commit failed"
+for bin in "${bins[@]}"; do
+  cp "$out/target/debug/$bin" "$out/bin/$bin"
+done
+echo "$commit" >"$out/bin/COMMIT"
+# Only the binaries are kept (the build's gigabytes would sit on disk for nothing).
+rm -rf "$out/src" "$out/target"
+echo "previous release built in $(($(date +%s) - t0)) s" >&2
+echo "$out/bin"
