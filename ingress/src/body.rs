@@ -2,13 +2,29 @@
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
-use hyper::http::Response;
+use hyper::http::{HeaderMap, HeaderValue, Response};
 
 /// The error type of a response body.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The response body: the owner's bytes, streamed (or buffered) through.
 pub(crate) type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// `grpc-status: 14` (`UNAVAILABLE`) trailers with `message`, for a stream
+/// the ingress ends itself: a subscription resumes from its last basis.
+/// `message` holds none of the words a stock Corium peer resends a write on
+/// (`outcome::STOCK_RETRY_WORDS`).
+#[must_use]
+pub(crate) fn unavailable_trailers(message: impl Into<String>) -> HeaderMap {
+    let mut trailers = HeaderMap::new();
+    if tonic::Status::unavailable(message)
+        .add_header(&mut trailers)
+        .is_err()
+    {
+        trailers.insert("grpc-status", HeaderValue::from_static("14"));
+    }
+    trailers
+}
 
 /// A gRPC error as a trailers-only HTTP response.
 #[must_use]

@@ -14,22 +14,11 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use hyper::body::Frame;
-use hyper::http::{HeaderMap, HeaderValue};
 
 use crate::body::{Body, BoxError};
 
-/// `grpc-status: 14` trailers: the subscription may resume elsewhere. The
-/// words are none a stock peer resends a write on
-/// (`outcome::STOCK_RETRY_WORDS`), though only a subscription ends here.
-fn leaving_trailers() -> HeaderMap {
-    let mut trailers = HeaderMap::new();
-    let status =
-        tonic::Status::unavailable("this ingress is going away; resume the subscription from its last basis");
-    if status.add_header(&mut trailers).is_err() {
-        trailers.insert("grpc-status", HeaderValue::from_static("14"));
-    }
-    trailers
-}
+/// What a subscription ended here says: it may resume elsewhere.
+const LEAVING: &str = "this ingress is going away; resume the subscription from its last basis";
 
 /// A subscription's body that ends when `leaving` turns true.
 struct Leaving {
@@ -69,7 +58,9 @@ impl hyper::body::Body for Leaving {
         }
         if self.gone.as_mut().poll(cx).is_ready() {
             self.ended = true;
-            return Poll::Ready(Some(Ok(Frame::trailers(leaving_trailers()))));
+            return Poll::Ready(Some(Ok(Frame::trailers(crate::body::unavailable_trailers(
+                LEAVING,
+            )))));
         }
         Poll::Pending
     }
@@ -100,7 +91,9 @@ mod tests {
         let frame = body.frame().await.expect("a frame").expect("not an error");
         let trailers = frame.into_trailers().expect("trailers");
         assert_eq!(
-            trailers.get("grpc-status").map(HeaderValue::as_bytes),
+            trailers
+                .get("grpc-status")
+                .map(hyper::http::HeaderValue::as_bytes),
             Some(&b"14"[..])
         );
         let message = trailers.get("grpc-message").expect("a message").to_str().unwrap();

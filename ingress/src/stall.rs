@@ -19,7 +19,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::Frame;
-use hyper::http::HeaderMap;
 
 use crate::body::{Body, BoxError};
 use crate::metrics::Metrics;
@@ -57,14 +56,11 @@ impl hyper::body::Body for Watched {
 
 /// `UNAVAILABLE` trailers for a stream ended because its client stopped
 /// reading: a subscription resumes from its last basis.
-fn stalled_trailers(timeout: Duration) -> HeaderMap {
-    let mut trailers = HeaderMap::new();
-    let status = tonic::Status::unavailable(format!(
+fn stalled_trailers(timeout: Duration) -> hyper::http::HeaderMap {
+    crate::body::unavailable_trailers(format!(
         "the stream was ended: its client took no message for {} ms; resume from the last basis",
         timeout.as_millis()
-    ));
-    let _ = status.add_header(&mut trailers);
-    trailers
+    ))
 }
 
 /// `inner` (a node's streamed answer), ended if its client takes no frame

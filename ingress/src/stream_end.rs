@@ -16,7 +16,6 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame};
-use hyper::http::{HeaderMap, HeaderValue};
 
 use crate::body::BoxError;
 use crate::upstream::ResponseBody;
@@ -42,22 +41,13 @@ impl StreamEnd {
     }
 }
 
-/// `grpc-status: 14` trailers for a stream cut mid-way. The text never
+/// What a stream cut mid-way ends with (`grpc-status: 14`). The text never
 /// contains the words stock Corium peers resend a transaction on
 /// (`outcome::STOCK_RETRY_WORDS`): a unary answer cut here is an unknown
 /// outcome. The h2 error goes to the log, not to the client (its text may
 /// say "connection").
-fn unavailable_trailers() -> HeaderMap {
-    let mut trailers = HeaderMap::new();
-    let status = tonic::Status::unavailable(
-        "the lease holder's answer broke off mid-stream; a subscription may resume from its \
-         last basis, and a write's outcome is unknown",
-    );
-    if status.add_header(&mut trailers).is_err() {
-        trailers.insert("grpc-status", HeaderValue::from_static("14"));
-    }
-    trailers
-}
+const BROKE_OFF: &str = "the lease holder's answer broke off mid-stream; a subscription may resume from its \
+                         last basis, and a write's outcome is unknown";
 
 impl Body for StreamEnd {
     type Data = Bytes;
@@ -74,7 +64,9 @@ impl Body for StreamEnd {
             Poll::Ready(Some(Err(error))) => {
                 tracing::info!(%error, "upstream stream broke; ending it with UNAVAILABLE");
                 self.ended = true;
-                Poll::Ready(Some(Ok(Frame::trailers(unavailable_trailers()))))
+                Poll::Ready(Some(Ok(Frame::trailers(crate::body::unavailable_trailers(
+                    BROKE_OFF,
+                )))))
             }
             other => {
                 other.map(|frame| frame.map(|result| result.map_err(|error| Box::new(error) as BoxError)))
