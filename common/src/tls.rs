@@ -91,11 +91,13 @@ pub fn install_default_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// The `ring` provider, for configurations built here.
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn roots(ca: &Path) -> Result<rustls::RootCertStore, TlsError> {
+/// Every certificate in `ca`, as trust roots.
+pub(crate) fn roots(ca: &Path) -> Result<rustls::RootCertStore, TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in certificates(ca)? {
         roots.add(cert)?;

@@ -140,7 +140,7 @@ impl Settings {
 }
 
 fn read(path: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|error| format!("cannot read {path}: {error}"))
+    crate::tls::read(Path::new(path)).map_err(|error| error.to_string())
 }
 
 /// gRPC's TLS: the CA or the system's roots, and the identity.
@@ -160,24 +160,19 @@ fn tonic_tls(tls: &Tls) -> Result<tonic::transport::ClientTlsConfig, String> {
 /// a plaintext endpoint, which the connector serves in the clear, so no
 /// roots are read).
 fn rustls_config(tls: Option<&Tls>) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match tls.map(|tls| tls.ca.as_deref()) {
-        Some(Some(ca)) => {
-            for cert in crate::tls::certificates(Path::new(ca)).map_err(|error| error.to_string())? {
-                roots.add(cert).map_err(|error| format!("{ca}: {error}"))?;
-            }
-        }
+    let roots = match tls.map(|tls| tls.ca.as_deref()) {
+        Some(Some(ca)) => crate::tls::roots(Path::new(ca)).map_err(|error| error.to_string())?,
         Some(None) => {
+            let mut roots = rustls::RootCertStore::empty();
             roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            roots
         }
-        None => {}
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|error| error.to_string())?
-    .with_root_certificates(roots);
+        None => rustls::RootCertStore::empty(),
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(crate::tls::provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|error| error.to_string())?
+        .with_root_certificates(roots);
     match tls.and_then(|tls| tls.identity.as_ref()) {
         Some((cert, key)) => {
             let certs = crate::tls::certificates(Path::new(cert)).map_err(|error| error.to_string())?;
