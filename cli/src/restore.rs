@@ -234,8 +234,16 @@ mod tests {
         let logs = corium_transactor::LogBackend::Mem(corium_log::MemLogRegistry::new());
         let names = Roots::of("copy");
         let [meta, root, _] = &names.0;
-        // The restore created the database root, then failed.
+        // The restore wrote a log record and created the database root,
+        // then failed.
         let fail_after_the_root = async || {
+            let record = corium_log::TxRecord {
+                t: 1,
+                tx_instant: 0,
+                datoms: Vec::new(),
+            };
+            let log = logs.open("copy", 0, None).await.unwrap();
+            log.append_batch_async(&[record]).await.unwrap();
             store.cas_root(root, None, b"restored").await.unwrap();
             let error = undo(
                 "copy",
@@ -248,10 +256,11 @@ mod tests {
             .await;
             format!("{error:#}")
         };
-        // Nobody else wrote: the root it created goes.
+        // Nobody else wrote: the root it created goes, and its log.
         let error = fail_after_the_root().await;
         assert!(error.contains("undone"), "{error}");
         assert_eq!(store.get_root(root).await.unwrap(), None);
+        assert!(!logs.exists("copy").await, "the log it wrote is gone");
         // Another process created the name meanwhile: its catalog entry
         // stays, and so does the log; only the root this restore made goes.
         store.cas_root(meta, None, b"theirs").await.unwrap();
@@ -262,5 +271,6 @@ mod tests {
             store.get_root(meta).await.unwrap().as_deref(),
             Some(&b"theirs"[..])
         );
+        assert!(logs.exists("copy").await, "the log is theirs now, and stays");
     }
 }
