@@ -13,6 +13,8 @@ pub struct Balancer {
     /// The loopback port clients connect to.
     pub port: u16,
     targets: Arc<Mutex<Vec<u16>>>,
+    /// Client connections accepted so far (also the round robin's place).
+    accepted: Arc<AtomicUsize>,
     accept: AbortHandle,
 }
 
@@ -26,8 +28,8 @@ impl Balancer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let targets = Arc::new(Mutex::new(targets));
-        let next = AtomicUsize::new(0);
-        let shared = Arc::clone(&targets);
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (shared, next) = (Arc::clone(&targets), Arc::clone(&accepted));
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -48,6 +50,7 @@ impl Balancer {
         Self {
             port,
             targets,
+            accepted,
             accept,
         }
     }
@@ -56,6 +59,12 @@ impl Balancer {
     #[must_use]
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// How many client connections it has accepted.
+    #[must_use]
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// Adds a target: later connections may go to it.

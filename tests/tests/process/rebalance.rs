@@ -3,12 +3,16 @@
 //! calls in flight finish), the client reconnects, and an L4 balancer in
 //! front (round robin, no affinity: what a Kubernetes Service does) sends the
 //! new connection to whichever ingress it picks, the new one included. A
-//! stock client's writes all succeed throughout.
+//! raw client's writes all succeed throughout, and so do a stock Corium
+//! client's, whose subscription is open whenever its connection ages (the
+//! ingress ends it first and the client resumes it on a new connection,
+//! note 0026).
 
 use std::time::{Duration, Instant};
 
 use corium_fleet_tests::balancer::Balancer;
 use corium_fleet_tests::corium::{self, channel};
+use corium_fleet_tests::stock_load::StockWriter;
 use corium_fleet_tests::{Backend, Fleet, http_get, metric};
 use corium_protocol::pb::transactor_client::TransactorClient;
 
@@ -85,4 +89,57 @@ async fn a_long_lived_client_reaches_an_ingress_added_later_once_connections_age
         .count();
     assert_eq!(count, written, "every write once");
     eprintln!("{written} writes over one client channel, none failed, the new ingress served some");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_client_writes_across_connection_rotations_with_no_error() {
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(Duration::from_millis(1500))
+        .nodes(1)
+        .start()
+        .await;
+    fleet
+        .start_ingresses(1, &["--max-connection-age-ms", "1000"])
+        .await;
+    let balancer = Balancer::start(vec![fleet.ingresses[0].grpc]).await;
+    let address = balancer.endpoint();
+    assert!(corium::create(&address, "rotated").await.unwrap());
+    let before = balancer.connections();
+    let writer = StockWriter::start(&address, "rotated");
+    // Each rotation brings the client back through the balancer on a new
+    // connection: three of them past its first.
+    corium_fleet_tests::eventually(
+        Duration::from_secs(30),
+        "the stock client's connection rotates three times",
+        async || {
+            let connections = balancer.connections() - before;
+            if connections >= 4 {
+                Ok(())
+            } else {
+                Err(format!("{connections} connections so far"))
+            }
+        },
+    )
+    .await;
+    let written = writer.acked();
+    writer
+        .acked_at_least(
+            written + 10,
+            Duration::from_secs(30),
+            "writes after the rotations",
+        )
+        .await;
+    let seen = writer.stop().await;
+    assert!(
+        seen.errors.is_empty(),
+        "a stock client's writes failed across connection rotations: {:?}",
+        seen.errors
+    );
+    let log = corium::log(&address, "rotated").await.unwrap();
+    seen.check(&log).unwrap_or_else(|error| panic!("{error}"));
+    eprintln!(
+        "{} stock writes over {} connections, none failed",
+        seen.acked.len(),
+        balancer.connections() - before
+    );
 }
