@@ -19,7 +19,8 @@
 # 4. Monitoring, on ci/monitoring-limits-values.yaml: the Grafana dashboard's JSON, `promtool check
 #    rules` and `promtool test rules` (charts/tests/monitoring/) on the PrometheusRule, and every
 #    metric name both use against the exposition captured from the binaries
-#    (scripts/chart-tools/metrics/, scripts/chart-tools/capture-metrics.sh).
+#    (scripts/chart-tools/metrics/, written and kept current by the process test
+#    the_charts_captured_metrics_are_what_both_tiers_export).
 # 5. The rendered-manifest assertions in charts/tests/ (pytest).
 # Ends with "N passed, N failed" and exits non-zero on any failure. Every step has a time limit.
 set -uo pipefail

@@ -171,7 +171,7 @@ async fn answer(
 /// plain text for the probes.
 fn content_type(path: &str) -> &'static str {
     if path == "/metrics" {
-        "text/plain; version=0.0.4; charset=utf-8"
+        crate::metrics::CONTENT_TYPE
     } else if path.starts_with("/debug/") || path == "/status.json" {
         "application/json"
     } else if path == "/status" {

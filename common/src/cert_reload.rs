@@ -10,7 +10,6 @@
 //! again on the next change. Each [`Reloading`] also reports its leaf
 //! certificate's expiry for `corium_fleet_tls_certificate_expiry_timestamp_seconds`.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -96,8 +95,8 @@ pub trait Reload: Send + Sync {
     /// Rebuilds if a file changed (or always, with `force`); returns
     /// whether a new configuration is in use.
     fn check(&self, force: bool) -> bool;
-    /// Appends this material's metric samples.
-    fn render(&self, out: &mut String);
+    /// This material's numbers, for `/metrics`.
+    fn counts(&self) -> TlsCounts;
 }
 
 impl<T: Send + Sync + 'static> Reload for Reloading<T> {
@@ -128,61 +127,59 @@ impl<T: Send + Sync + 'static> Reload for Reloading<T> {
         }
     }
 
-    fn render(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "corium_fleet_tls_certificate_expiry_timestamp_seconds{{certificate=\"{}\"}} {}",
-            self.name,
-            self.expiry.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "corium_fleet_tls_reloads_total{{certificate=\"{}\",result=\"ok\"}} {}",
-            self.name,
-            self.reloads.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "corium_fleet_tls_reloads_total{{certificate=\"{}\",result=\"failed\"}} {}",
-            self.name,
-            self.failures.load(Ordering::Relaxed)
-        );
+    fn counts(&self) -> TlsCounts {
+        TlsCounts {
+            certificate: self.name,
+            expiry: self.expiry.load(Ordering::Relaxed),
+            reloads: self.reloads.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
     }
 }
 
-/// The TLS metrics of `set`, with their HELP and TYPE lines (empty when the
-/// process has no TLS material).
-#[must_use]
-pub fn render(set: &[Arc<dyn Reload>]) -> String {
-    let mut out = String::new();
+/// One certificate's numbers: when it expires, and its reloads.
+#[derive(Clone, Copy, Debug)]
+pub struct TlsCounts {
+    /// The certificate's name (the `certificate` label).
+    pub certificate: &'static str,
+    /// When the certificate in use expires (Unix time; 0: unreadable).
+    pub expiry: i64,
+    /// Reloads that put new material in use.
+    pub reloads: u64,
+    /// Reloads whose files could not be used (the old material stayed).
+    pub failures: u64,
+}
+
+/// Writes the TLS series of `set` (nothing when the process has no TLS
+/// material).
+pub fn collect(set: &[Arc<dyn Reload>], scrape: &mut crate::metrics::Scrape<'_>) {
     if set.is_empty() {
-        return out;
+        return;
     }
-    let mut samples = String::new();
-    for material in set {
-        material.render(&mut samples);
-    }
-    out.push_str("# HELP corium_fleet_tls_certificate_expiry_timestamp_seconds When each certificate in use expires (Unix time).\n");
-    out.push_str("# TYPE corium_fleet_tls_certificate_expiry_timestamp_seconds gauge\n");
-    for line in samples
-        .lines()
-        .filter(|line| line.starts_with("corium_fleet_tls_certificate_expiry"))
-    {
-        out.push_str(line);
-        out.push('\n');
-    }
-    out.push_str(
-        "# HELP corium_fleet_tls_reloads_total Reloads of TLS material after its files changed, by result.\n",
+    let counts: Vec<TlsCounts> = set.iter().map(|material| material.counts()).collect();
+    scrape.gauges(
+        "corium_fleet_tls_certificate_expiry_timestamp_seconds",
+        "When each certificate in use expires (Unix time).",
+        counts
+            .iter()
+            .map(|count| ([("certificate", count.certificate)], count.expiry)),
     );
-    out.push_str("# TYPE corium_fleet_tls_reloads_total counter\n");
-    for line in samples
-        .lines()
-        .filter(|line| line.starts_with("corium_fleet_tls_reloads"))
-    {
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
+    scrape.counters(
+        "corium_fleet_tls_reloads_total",
+        "Reloads of TLS material after its files changed, by result.",
+        counts.iter().flat_map(|count| {
+            [
+                (
+                    [("certificate", count.certificate), ("result", "ok")],
+                    count.reloads,
+                ),
+                (
+                    [("certificate", count.certificate), ("result", "failed")],
+                    count.failures,
+                ),
+            ]
+        }),
+    );
 }
 
 /// Keeps `set` current until `shutdown` turns true: looks at the files every
@@ -249,8 +246,9 @@ mod tests {
             "two!",
             "a failed build keeps the old material"
         );
-        let mut out = String::new();
-        reloading.render(&mut out);
+        let material: Arc<dyn Reload> = reloading.clone();
+        let set = vec![material];
+        let out = crate::metrics::exposition(&crate::metrics::registry(move |scrape| collect(&set, scrape)));
         assert!(
             out.contains("corium_fleet_tls_reloads_total{certificate=\"test\",result=\"ok\"} 1"),
             "{out}"

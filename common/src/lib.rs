@@ -14,7 +14,6 @@
 //! - [`admin_http`] — the plain HTTP admin port (`/metrics`, `/healthz`, `/readyz`);
 //! - [`launch`] — the command line of a node or an ingress, and the readiness
 //!   probe: how the local launcher and the tests start processes;
-//! - [`red`] — calls by method and status code, their durations, in flight (both tiers);
 //! - [`telemetry`] — the binaries' logs (text or JSON) and OTLP span export, W3C trace context;
 //! - [`memory`] — the process's resident set, its cgroup's memory limit, a
 //!   node's memory budget;
@@ -24,7 +23,8 @@
 //! - [`placement`] — members and the deterministic candidate function;
 //! - [`placement_map`] — the operator's per-database override, reloaded safely;
 //! - [`process`] — the shared shape of the binaries' `main` and their exit codes;
-//! - [`prometheus`] — counters, gauges, histograms in Prometheus text;
+//! - [`metrics`] — the `/metrics` exposition (`prometheus-client`): a
+//!   scrape's collectors, calls by method, RPC kind and code, process series;
 //! - [`settings`] — the flag groups both binaries share (membership,
 //!   logging, TLS) and the one merge of a `--config` file under the flags;
 //! - [`signal`] — SIGTERM/SIGINT as a future;
@@ -39,18 +39,17 @@ pub mod cert_reload;
 pub mod counted;
 pub mod launch;
 pub mod memory;
+pub mod metrics;
 pub mod names;
 pub mod owner;
 pub mod placement;
 pub mod placement_map;
 pub mod process;
-pub mod prometheus;
 
 /// The version of the Corium crates this build calls (pinned in the
 /// workspace's `Cargo.toml`).
 pub const CORIUM_VERSION: &str = "0.1.90";
 
-pub mod red;
 pub mod settings;
 pub mod signal;
 pub mod telemetry;

@@ -83,15 +83,13 @@ impl Connections {
         self.total.load(Ordering::Acquire)
     }
 
-    /// Appends the open-connections gauge to a `/metrics` exposition (what
-    /// the chart's autoscaler can scale on: a long-lived HTTP/2 client
-    /// brings a connection, not CPU).
-    pub(crate) fn render(&self, out: &mut String) {
-        corium_fleet_common::prometheus::gauge(
-            out,
+    /// Writes the open-connections gauge (what the chart's autoscaler can
+    /// scale on: a long-lived HTTP/2 client brings a connection, not CPU).
+    pub(crate) fn collect(&self, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
+        scrape.gauge(
             "corium_fleet_ingress_connections",
             "Client connections open now, both listeners.",
-            u64::try_from(self.open()).unwrap_or(u64::MAX),
+            self.open(),
         );
     }
 }

@@ -100,23 +100,19 @@ impl FailoverBuffer {
         self.state.lock().unwrap_or_else(PoisonError::into_inner).calls
     }
 
-    /// Appends the buffer's metrics to a `/metrics` page.
-    pub(crate) fn render(&self, out: &mut String) {
-        use corium_fleet_common::prometheus::{counter, gauge};
-        gauge(
-            out,
+    /// Writes the buffer's series.
+    pub(crate) fn collect(&self, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
+        scrape.gauge(
             "corium_fleet_ingress_failover_held_calls",
             "Calls held while their database's ownership moves.",
             self.holding() as u64,
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_ingress_failover_held_total",
             "Calls held (sent again until answered or out of time) after a second NotOwner or refused connection.",
             self.held.load(Ordering::Relaxed),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_ingress_failover_overflow_total",
             "Calls that found the failover buffer full and ended with the answer they got.",
             self.overflowed.load(Ordering::Relaxed),

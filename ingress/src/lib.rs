@@ -374,29 +374,25 @@ fn admin_handler(
     connections: Arc<connections::Connections>,
     gate: corium_fleet_common::admin_http::OperatorGate,
 ) -> corium_fleet_common::admin_http::Handler {
-    let material = Arc::new(material);
     let metrics = Arc::clone(metrics);
+    let registry = Arc::new(corium_fleet_common::metrics::registry(move |scrape| {
+        metrics.collect(scrape);
+        failover.collect(scrape);
+        connections.collect(scrape);
+        corium_fleet_common::cert_reload::collect(&material, scrape);
+    }));
     let gate = Arc::new(gate);
     Arc::new(move |request: corium_fleet_common::admin_http::AdminRequest| {
-        let metrics = Arc::clone(&metrics);
         let health = Arc::clone(&health);
-        let material = Arc::clone(&material);
+        let registry = Arc::clone(&registry);
         let status_page = Arc::clone(&status_page);
-        let failover = Arc::clone(&failover);
-        let connections = Arc::clone(&connections);
         let refused = gate.check(&request).err();
         Box::pin(async move {
             if let Some(refusal) = refused {
                 return refusal;
             }
             match request.path.as_str() {
-                "/metrics" => {
-                    let mut text = metrics.render();
-                    failover.render(&mut text);
-                    connections.render(&mut text);
-                    text.push_str(&corium_fleet_common::cert_reload::render(&material));
-                    (200, text)
-                }
+                "/metrics" => (200, corium_fleet_common::metrics::exposition(&registry)),
                 "/healthz" => (200, "ok\n".to_owned()),
                 "/readyz" => {
                     if health.ready() {

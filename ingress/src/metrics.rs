@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use corium_fleet_common::prometheus::{Histogram, counter};
+use corium_fleet_common::metrics::{Durations, Scrape};
 
 /// Counters and histograms of one ingress.
 #[derive(Default)]
@@ -88,55 +88,36 @@ pub(crate) struct Metrics {
     pub connections_closed_aged: AtomicU64,
     /// Time from receiving a request to its answer's headers, across
     /// attempts.
-    pub forward_seconds: Histogram,
+    pub forward_seconds: Durations,
     /// Every call by method and status code, its duration to the end, and
     /// the calls in flight (end to end, as the client sees them).
-    pub calls: corium_fleet_common::red::Red,
+    pub calls: corium_fleet_common::metrics::calls::Calls,
 }
 
 impl Metrics {
-    /// The Prometheus text exposition.
-    #[must_use]
-    pub(crate) fn render(&self) -> String {
-        let mut out = String::new();
+    /// Writes the ingress's own series.
+    pub(crate) fn collect(&self, scrape: &mut Scrape<'_>) {
         for (name, help, value) in self.counters() {
-            counter(&mut out, name, help, value.load(Ordering::Relaxed));
+            scrape.counter(name, help, value.load(Ordering::Relaxed));
         }
-        {
-            use std::fmt::Write as _;
-            let name = "corium_fleet_ingress_rejected_requests_total";
-            let _ = writeln!(
-                out,
-                "# HELP {name} Requests the ingress answered itself without forwarding, by reason.\n# TYPE {name} counter"
-            );
-            for (reason, value) in self.rejections() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{reason=\"{reason}\"}} {}",
-                    value.load(Ordering::Relaxed)
-                );
-            }
-        }
-        self.forward_seconds.render(
-            &mut out,
+        scrape.counters(
+            "corium_fleet_ingress_rejected_requests_total",
+            "Requests the ingress answered itself without forwarding, by reason.",
+            self.rejections()
+                .map(|(reason, value)| ([("reason", reason)], value.load(Ordering::Relaxed))),
+        );
+        scrape.durations(
             "corium_fleet_ingress_forward_seconds",
             "Time from receiving a request to the owner's response headers.",
+            &self.forward_seconds,
         );
-        corium_fleet_common::prometheus::gauge(
-            &mut out,
+        scrape.gauge(
             "corium_fleet_ingress_storage_up",
             "1 while the ingress's storage probe answers in time (routing goes on from the last owners seen when 0).",
             self.storage_up.load(Ordering::Relaxed),
         );
-        self.calls.render(&mut out, "corium_fleet_ingress");
-        corium_fleet_common::prometheus::build_info(
-            &mut out,
-            "corium_fleet_ingress",
-            env!("CARGO_PKG_VERSION"),
-            corium_fleet_common::CORIUM_VERSION,
-        );
-        corium_fleet_common::prometheus::process(&mut out);
-        out
+        self.calls.collect(scrape, "corium_fleet_ingress");
+        corium_fleet_common::metrics::build_info(scrape, "corium_fleet_ingress", env!("CARGO_PKG_VERSION"));
     }
 
     /// Requests refused at the ingress, by `reason`: over a limit (the

@@ -7,7 +7,9 @@
 //! - `proto/corium/fleet/v1/fleet.proto` — the fleet package;
 //! - `proto/google/rpc/status.proto` — the rich-error envelope;
 //! - `proto/google/rpc/error_details.proto` — `RetryInfo`, the standard retry hint;
-//! - [`fleet`] and [`rpc`] — the generated Rust types and tonic stubs.
+//! - [`fleet`] and [`rpc`] — the generated Rust types and tonic stubs;
+//! - [`methods`] — every method of Corium's and the fleet's services, and
+//!   whether it streams, read from their descriptors (`build.rs`).
 //!
 //! Encoding and decoding of these details on a `tonic::Status` lives in
 //! `corium-fleet-wire`, the one place that does it.
@@ -23,6 +25,8 @@
 pub mod fleet {
     tonic::include_proto!("corium.fleet.v1");
 }
+
+pub mod methods;
 
 /// `google.rpc`: the status envelope.
 #[allow(clippy::all, clippy::pedantic, missing_docs)]

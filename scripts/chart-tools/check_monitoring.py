@@ -11,7 +11,8 @@ usage: check_monitoring.py MANIFEST --metrics DIR --selector transactor=MATCHERS
    with --rules-test, `promtool test rules` runs the unit tests in FILE against them (FILE names
    the rules file `rules.yaml`).
 3. Every metric name the dashboard and the rules use exists in the exposition captured from the
-   real binaries (DIR/transactor.prom, DIR/ingress.prom; scripts/chart-tools/capture-metrics.sh),
+   real binaries (DIR/transactor.prom, DIR/ingress.prom: their HELP and TYPE lines, written and
+   checked by the process test the_charts_captured_metrics_are_what_both_tiers_export),
    and in the right tier's: a name used with the transactor (or ingress) selector must be one the
    transactor (or ingress) exports. `up` is Prometheus's own.
 4. Every `Pods` metric the ingress's HorizontalPodAutoscaler scales on is one the ingress exports.

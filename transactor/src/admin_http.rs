@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use corium_fleet_common::admin_http::{AdminRequest, Handler, OperatorGate};
+use corium_fleet_common::metrics::{Registry, Scrape};
 
 use crate::host::Host;
 use crate::service::node::Node;
@@ -17,9 +18,8 @@ use crate::service::node::Node;
 /// exposition with its catalog).
 const MAX_DATABASE_SERIES: usize = 256;
 
-/// One per-database series: name, type, help, and how to read it.
+/// One per-database series: name, help, and how to read it.
 type Series = (
-    &'static str,
     &'static str,
     &'static str,
     fn(&corium_transactor::metrics::Snapshot) -> u64,
@@ -29,82 +29,82 @@ type Series = (
 /// `TransactorNode::metrics`), labelled by database, for the busiest
 /// [`MAX_DATABASE_SERIES`]. They start again when a database's cell is
 /// opened again (a move, an idle eviction), as Prometheus counters may.
-fn render_corium(out: &mut String, cells: &[Arc<crate::cell::Cell>]) {
-    use std::fmt::Write as _;
+fn collect_corium(scrape: &mut Scrape<'_>, cells: &[Arc<crate::cell::Cell>]) {
     let mut snapshots: Vec<(&str, corium_transactor::metrics::Snapshot)> = cells
         .iter()
         .map(|cell| (cell.db.as_str(), cell.node.metrics().snapshot()))
         .collect();
     snapshots.sort_by(|a, b| b.1.tx_total.cmp(&a.1.tx_total).then(a.0.cmp(b.0)));
     snapshots.truncate(MAX_DATABASE_SERIES);
-    let series: [Series; 4] = [
+    let samples = |value: fn(&corium_transactor::metrics::Snapshot) -> u64| {
+        snapshots
+            .iter()
+            .map(move |(db, snapshot)| ([("db", *db)], value(snapshot)))
+    };
+    let counters: [Series; 3] = [
         (
             "corium_fleet_database_transactions_total",
-            "counter",
             "Transactions Corium attempted on this database since its cell opened here.",
             |s| s.tx_total,
         ),
         (
             "corium_fleet_database_transaction_failures_total",
-            "counter",
             "Transactions Corium failed on this database since its cell opened here.",
             |s| s.tx_failed,
         ),
         (
-            "corium_fleet_database_queue_depth",
-            "gauge",
-            "Transactions waiting for this database's commit lock.",
-            |s| s.queue_depth,
-        ),
-        (
             "corium_fleet_database_index_runs_total",
-            "counter",
             "Index runs Corium completed on this database since its cell opened here.",
             |s| s.index_runs,
         ),
     ];
-    for (name, kind, help, value) in series {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (db, snapshot) in &snapshots {
-            let _ = writeln!(out, "{name}{{db=\"{db}\"}} {}", value(snapshot));
-        }
+    for (name, help, value) in counters {
+        scrape.counters(name, help, samples(value));
+    }
+    scrape.gauges(
+        "corium_fleet_database_queue_depth",
+        "Transactions waiting for this database's commit lock.",
+        samples(|s| s.queue_depth),
+    );
+}
+
+/// Writes every series of the node: its own, its limits', its caches', its
+/// replicas', Corium's per database, its TLS material's.
+fn collect(node: &Node, scrape: &mut Scrape<'_>) {
+    let host = &node.host;
+    let mut by_rank = std::collections::BTreeMap::<String, u64>::new();
+    let cells = host.cells();
+    for cell in &cells {
+        let rank = host
+            .rank(&cell.db)
+            .map_or_else(|| "none".to_owned(), |rank| rank.to_string());
+        *by_rank.entry(rank).or_default() += 1;
+    }
+    let by_rank: Vec<(String, u64)> = by_rank.into_iter().collect();
+    let refused = host.map.refused.load(std::sync::atomic::Ordering::Relaxed);
+    host.metrics.collect(scrape, cells.len(), &by_rank, refused);
+    scrape.gauge(
+        "corium_fleet_subscriptions",
+        "Subscribe streams open on this node.",
+        node.subscriptions.open(),
+    );
+    node.work.collect(scrape);
+    node.waiters.collect(scrape);
+    collect_features(host, scrape);
+    host.template.read_ahead.counts.collect(scrape);
+    let warm = &host.template.read_ahead.warm;
+    warm.counts.collect(warm, scrape);
+    node.replicas.collect(scrape);
+    collect_corium(scrape, &cells);
+    if let Some(material) = node.tls_material.get() {
+        corium_fleet_common::cert_reload::collect(material, scrape);
     }
 }
 
-async fn answer(node: Arc<Node>, path: String) -> (u16, String) {
+async fn answer(node: Arc<Node>, registry: Arc<Registry>, path: String) -> (u16, String) {
     let host = &node.host;
     match path.as_str() {
-        "/metrics" => {
-            let mut by_rank = std::collections::BTreeMap::<String, u64>::new();
-            let cells = host.cells();
-            for cell in &cells {
-                let rank = host
-                    .rank(&cell.db)
-                    .map_or_else(|| "none".to_owned(), |rank| rank.to_string());
-                *by_rank.entry(rank).or_default() += 1;
-            }
-            let by_rank: Vec<(String, u64)> = by_rank.into_iter().collect();
-            let refused = host.map.refused.load(std::sync::atomic::Ordering::Relaxed);
-            let mut text = host.metrics.render(cells.len(), &by_rank, refused);
-            corium_fleet_common::prometheus::gauge(
-                &mut text,
-                "corium_fleet_subscriptions",
-                "Subscribe streams open on this node.",
-                node.subscriptions.open() as u64,
-            );
-            node.work.render(&mut text);
-            node.waiters.render(&mut text);
-            render_features(host, &mut text);
-            host.template.read_ahead.counts.render(&mut text);
-            let warm = &host.template.read_ahead.warm;
-            warm.counts.render(warm, &mut text);
-            node.replicas.render(&mut text);
-            render_corium(&mut text, &cells);
-            if let Some(material) = node.tls_material.get() {
-                text.push_str(&corium_fleet_common::cert_reload::render(material));
-            }
-            (200, text)
-        }
+        "/metrics" => (200, corium_fleet_common::metrics::exposition(&registry)),
         "/debug/root-ops" => (
             200,
             serde_json::to_string_pretty(&host.root_ops()).unwrap_or_default() + "\n",
@@ -128,20 +128,14 @@ async fn answer(node: Arc<Node>, path: String) -> (u16, String) {
 
 /// `corium_fleet_feature_enabled{feature=…}`: 1 for each format this node
 /// writes now, which every live member lists (the version gate).
-fn render_features(host: &Host, out: &mut String) {
-    use std::fmt::Write as _;
-    let name = "corium_fleet_feature_enabled";
-    let _ = writeln!(
-        out,
-        "# HELP {name} 1 when every live member of the fleet reads a format, so this node writes it (a version gate).\n# TYPE {name} gauge"
+fn collect_features(host: &Host, scrape: &mut Scrape<'_>) {
+    scrape.gauges(
+        "corium_fleet_feature_enabled",
+        "1 when every live member of the fleet reads a format, so this node writes it (a version gate).",
+        crate::FEATURES
+            .iter()
+            .map(|feature| ([("feature", *feature)], u32::from(host.features.has(feature)))),
     );
-    for feature in crate::FEATURES {
-        let _ = writeln!(
-            out,
-            "{name}{{feature=\"{feature}\"}} {}",
-            u8::from(host.features.has(feature))
-        );
-    }
 }
 
 /// The admin handler for `host`: what is not a probe or the scrape (the
@@ -153,10 +147,14 @@ pub(crate) fn handler(node: Arc<Node>) -> Handler {
         node.guard.clone(),
         node.host.config.auth.clone(),
     ));
+    let registry = Arc::new(corium_fleet_common::metrics::registry({
+        let node = Arc::clone(&node);
+        move |scrape| collect(&node, scrape)
+    }));
     Arc::new(move |request: AdminRequest| {
         if let Err(refusal) = gate.check(&request) {
             return Box::pin(std::future::ready(refusal));
         }
-        Box::pin(answer(Arc::clone(&node), request.path))
+        Box::pin(answer(Arc::clone(&node), Arc::clone(&registry), request.path))
     })
 }

@@ -8,12 +8,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use corium_fleet_common::red::{Observed, Red, code_of};
+use corium_fleet_common::metrics::calls::{Calls, Observed, code_of};
 use tonic::codegen::http;
 
 /// Wraps each service in [`CallMetrics`].
 #[derive(Clone)]
-pub(crate) struct CallMetricsLayer(pub Red);
+pub(crate) struct CallMetricsLayer(pub Calls);
 
 impl<S> tower_layer::Layer<S> for CallMetricsLayer {
     type Service = CallMetrics<S>;
@@ -21,16 +21,16 @@ impl<S> tower_layer::Layer<S> for CallMetricsLayer {
     fn layer(&self, inner: S) -> Self::Service {
         CallMetrics {
             inner,
-            red: self.0.clone(),
+            calls: self.0.clone(),
         }
     }
 }
 
-/// A service whose calls are counted in `red`.
+/// A service whose calls are counted in `calls`.
 #[derive(Clone)]
 pub(crate) struct CallMetrics<S> {
     inner: S,
-    red: Red,
+    calls: Calls,
 }
 
 impl<S, B> tower_service::Service<http::Request<B>> for CallMetrics<S>
@@ -47,7 +47,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let call = self.red.begin(request.uri().path());
+        let call = self.calls.begin(request.uri().path());
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use corium_fleet_common::prometheus::{Histogram, counter, gauge};
+use corium_fleet_common::metrics::{Durations, Scrape};
 
 /// Counters and histograms of one node.
 #[derive(Default)]
@@ -86,267 +86,226 @@ pub struct Metrics {
     /// Ownership decisions that could not be verified (storage).
     pub storage_unavailable: AtomicU64,
     /// Time to activate a cell, lease and recovery included.
-    pub activation_seconds: Histogram,
+    pub activation_seconds: Durations,
     /// Time Corium took to open and recover a cell.
-    pub recovery_seconds: Histogram,
+    pub recovery_seconds: Durations,
     /// Write unavailability of completed handoffs.
-    pub handoff_seconds: Histogram,
+    pub handoff_seconds: Durations,
     /// Every call served, by method and status code, and its duration.
-    pub calls: corium_fleet_common::red::Red,
+    pub calls: corium_fleet_common::metrics::calls::Calls,
 }
 
 impl Metrics {
-    /// The Prometheus text exposition.
+    /// Writes the node's own series: `owned` databases (`owned_by_rank`
+    /// by this node's candidate rank), `map_refused` placement map reloads.
     // One table of (name, help, value) rows: long, and clearer whole.
     #[allow(clippy::too_many_lines)]
-    #[must_use]
-    pub fn render(&self, owned: usize, owned_by_rank: &[(String, u64)], map_refused: u64) -> String {
-        let mut out = String::new();
+    pub fn collect(
+        &self,
+        scrape: &mut Scrape<'_>,
+        owned: usize,
+        owned_by_rank: &[(String, u64)],
+        map_refused: u64,
+    ) {
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        gauge(
-            &mut out,
+        scrape.gauge(
             "corium_fleet_databases_owned",
             "Databases whose write lease this node holds.",
-            owned as u64,
+            owned,
         );
-        gauge(
-            &mut out,
+        scrape.gauge(
             "corium_fleet_memory_budget_bytes",
             "The node's memory budget (--memory-budget-mib; 0: none).",
             load(&self.memory_budget_bytes),
         );
-        gauge(
-            &mut out,
+        scrape.gauge(
             "corium_fleet_memory_used_bytes",
             "What the node is estimated to hold against its budget: base, open databases by history, read-ahead, warm standbys, read replicas.",
             load(&self.memory_used_bytes),
         );
-        gauge(
-            &mut out,
+        scrape.gauge(
             "corium_fleet_memory_firm_bytes",
             "The part of the estimate that is not a cache (used less warm standbys and read replicas): the load published to peers.",
             load(&self.memory_firm_bytes),
         );
-        gauge(
-            &mut out,
+        scrape.gauge(
             "corium_fleet_memory_replica_bytes",
             "The part of the estimate the node's read replicas hold (dropped first past the budget).",
             load(&self.memory_replica_bytes),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_memory_refusals_total",
             "Activations refused RESOURCE_EXHAUSTED for memory (over budget, or a database too large for it).",
             load(&self.memory_refusals),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_memory_redirects_total",
             "Activations this node had no memory for, sent to a candidate whose published load showed room.",
             load(&self.memory_redirects),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_request_ids_expired_total",
             "Request-id records retracted past --request-id-retention-secs (their memory goes at the next open).",
             load(&self.request_ids_expired),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_load_moves_total",
             "Databases handed to a less busy candidate by load-aware placement (--load-balance).",
             load(&self.load_moves),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_memory_evictions_total",
             "Idle databases evicted to stay within the memory budget.",
             load(&self.memory_evictions),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_memory_handoffs_total",
             "Databases handed to another candidate to stay within the memory budget.",
             load(&self.memory_handoffs),
         );
-        gauge(
-            &mut out,
+        scrape.gauge(
             "corium_fleet_databases_standby",
             "Databases this node is a candidate for that another live node owns (watched for a lapse).",
             load(&self.standby),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_lease_renewals_total",
             "Lease renewals observed on owned databases (expiry moved forward).",
             load(&self.lease_renewals),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_lease_renewal_failures_total",
             "Owned databases whose lease could not be renewed before it expired.",
             load(&self.lease_renewal_failures),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_not_owner_total",
             "NotOwner answers.",
             load(&self.not_owner),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_activations_total",
             "Databases activated (lease acquired and recovered) on this node.",
             load(&self.activations),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_activation_failures_total",
             "Activation attempts that failed.",
             load(&self.activation_failures),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_takeovers_total",
             "Activations after another owner's lease lapsed.",
             load(&self.takeovers),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_depositions_total",
             "Cells dropped because another owner took the lease.",
             load(&self.depositions),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_evictions_total",
             "Cells released gracefully (idle, shutdown).",
             load(&self.evictions),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_cell_resets_total",
             "Cells dropped and recovered from storage after a commit failed in storage.",
             load(&self.resets),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_idle_evictions_total",
             "Cells released because they sat idle past --idle-evict-after-ms.",
             load(&self.idle_evictions),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_rejected_route_mismatch_total",
             "Requests whose route header disagreed with the body.",
             load(&self.rejected_route_mismatch),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_rejected_hop_total",
             "Requests refused for carrying more than one hop.",
             load(&self.rejected_hop),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_storage_unavailable_total",
             "Requests answered UNAVAILABLE because ownership could not be verified.",
             load(&self.storage_unavailable),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_request_id_commits_total",
             "Transactions with a corium-request-id that committed.",
             load(&self.request_id_commits),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_request_id_replays_total",
             "Transactions with an already-committed corium-request-id, answered from the durable record.",
             load(&self.request_id_replays),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_request_id_conflicts_total",
             "Transactions refused because their corium-request-id was used by a different transaction or fenced.",
             load(&self.request_id_conflicts),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_subscriptions_refused_total",
             "Subscribe calls refused at --max-subscriptions or --max-subscriptions-per-database.",
             load(&self.subscriptions_refused),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_denied_total",
             "Calls refused by the fleet's authorization (policy or operator check).",
             load(&self.denied),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_unauthenticated_total",
             "Calls refused before any service ran: missing or wrong credentials, a forged principal.",
             load(&self.unauthenticated),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_handoffs_total",
             "Databases handed to another node (admin, drain, rebalance) that it activated.",
             load(&self.handoffs),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_handoff_failures_total",
             "Handoffs whose target did not activate (the database was left cold).",
             load(&self.handoff_failures),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_rebalances_total",
             "Owned databases handed off because this node stopped being a candidate.",
             load(&self.rebalances),
         );
-        counter(
-            &mut out,
+        scrape.counter(
             "corium_fleet_placement_map_refused_total",
             "Placement map reloads refused (the previous map stayed in force).",
             map_refused,
         );
-        {
-            use std::fmt::Write as _;
-            let name = "corium_fleet_databases_owned_by_rank";
-            let _ = writeln!(
-                out,
-                "# HELP {name} Owned databases by this node's candidate rank (none: not a candidate).\n# TYPE {name} gauge"
-            );
-            for (rank, count) in owned_by_rank {
-                let _ = writeln!(out, "{name}{{rank=\"{rank}\"}} {count}");
-            }
-        }
-        self.handoff_seconds.render(
-            &mut out,
+        scrape.gauges(
+            "corium_fleet_databases_owned_by_rank",
+            "Owned databases by this node's candidate rank (none: not a candidate).",
+            owned_by_rank
+                .iter()
+                .map(|(rank, count)| ([("rank", rank.as_str())], *count)),
+        );
+        scrape.durations(
             "corium_fleet_handoff_seconds",
             "Write unavailability of a handoff: old owner stops admitting until the new one serves.",
+            &self.handoff_seconds,
         );
-        self.activation_seconds.render(
-            &mut out,
+        scrape.durations(
             "corium_fleet_activation_seconds",
             "Time from a request or takeover decision to a serving cell.",
+            &self.activation_seconds,
         );
-        self.recovery_seconds.render(
-            &mut out,
+        scrape.durations(
             "corium_fleet_recovery_seconds",
             "Time Corium spent acquiring and recovering one database.",
+            &self.recovery_seconds,
         );
-        self.calls.render(&mut out, "corium_fleet");
-        corium_fleet_common::prometheus::build_info(
-            &mut out,
-            "corium_fleet",
-            env!("CARGO_PKG_VERSION"),
-            corium_fleet_common::CORIUM_VERSION,
-        );
-        corium_fleet_common::prometheus::process(&mut out);
-        out
+        self.calls.collect(scrape, "corium_fleet");
+        corium_fleet_common::metrics::build_info(scrape, "corium_fleet", env!("CARGO_PKG_VERSION"));
     }
 }

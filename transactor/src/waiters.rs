@@ -192,25 +192,20 @@ impl Waiters {
         self.node.get(&())
     }
 
-    /// The set's series in the Prometheus text format.
-    pub(crate) fn render(&self, out: &mut String) {
+    /// Writes the set's series.
+    pub(crate) fn collect(&self, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
         use std::sync::atomic::Ordering::Relaxed;
-        let gauge = corium_fleet_common::prometheus::gauge;
-        let counter = corium_fleet_common::prometheus::counter;
-        gauge(
-            out,
+        scrape.gauge(
             "corium_fleet_basis_waits",
             "Calls waiting for a database to reach a basis (Sync, corium-min-basis, as-of views); they hold no work place.",
             self.waiting() as u64,
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_basis_waits_refused_total",
             "Waits for a basis refused RESOURCE_EXHAUSTED: the node, the database or the principal had its limit of waits.",
             self.refused.load(Relaxed),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_basis_out_of_reach_total",
             "Waits for a basis refused OUT_OF_RANGE at once: further ahead than the database could commit within the deadline.",
             self.out_of_reach.load(Relaxed),

@@ -160,36 +160,27 @@ impl WorkLimits {
         })
     }
 
-    /// The limits' series in the Prometheus text format: calls running and
-    /// waiting, and refusals by reason.
-    pub(crate) fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let gauge = corium_fleet_common::prometheus::gauge;
-        gauge(
-            out,
+    /// Writes the limits' series: calls running and waiting, and refusals
+    /// by reason.
+    pub(crate) fn collect(&self, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
+        scrape.gauge(
             "corium_fleet_calls_running",
             "Client calls running on this node (at most --max-inflight-calls).",
-            self.running() as u64,
+            self.running(),
         );
-        gauge(
-            out,
+        scrape.gauge(
             "corium_fleet_calls_waiting",
             "Client calls waiting for a place (at most --max-queued-calls).",
-            self.waiting() as u64,
+            self.waiting(),
         );
-        let name = "corium_fleet_calls_shed_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Client calls refused RESOURCE_EXHAUSTED before doing any work, by reason.\n# TYPE {name} counter"
+        scrape.counters(
+            "corium_fleet_calls_shed_total",
+            "Client calls refused RESOURCE_EXHAUSTED before doing any work, by reason.",
+            Shed::ALL
+                .iter()
+                .zip(&self.shed)
+                .map(|(reason, count)| ([("reason", reason.label())], count.load(Ordering::Relaxed))),
         );
-        for (reason, count) in Shed::ALL.iter().zip(&self.shed) {
-            let _ = writeln!(
-                out,
-                "{name}{{reason=\"{}\"}} {}",
-                reason.label(),
-                count.load(Ordering::Relaxed)
-            );
-        }
     }
 
     /// Calls waiting for a place now.

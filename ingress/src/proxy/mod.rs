@@ -208,15 +208,19 @@ impl Proxy {
         let response = Box::pin(self.serve(client, request)).instrument(span).await?;
         // Counted by method and status when the status passes: now for a
         // trailers-only answer, else at the end of the body.
-        Ok(match corium_fleet_common::red::code_of(response.headers()) {
-            Some(code) => {
-                call.end(code);
-                response
-            }
-            None => response.map(|body| {
-                http_body_util::BodyExt::boxed_unsync(corium_fleet_common::red::Observed::new(body, call))
-            }),
-        })
+        Ok(
+            match corium_fleet_common::metrics::calls::code_of(response.headers()) {
+                Some(code) => {
+                    call.end(code);
+                    response
+                }
+                None => response.map(|body| {
+                    http_body_util::BodyExt::boxed_unsync(corium_fleet_common::metrics::calls::Observed::new(
+                        body, call,
+                    ))
+                }),
+            },
+        )
     }
 
     async fn serve(

@@ -300,8 +300,9 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
             findings.trim().is_empty(),
             "{tier}: promtool check metrics:\n{findings}\n{text}"
         );
-        let transacts =
-            format!("{prefix}_requests_total{{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}}");
+        let transacts = format!(
+            "{prefix}_requests_total{{method=\"/corium.v1.Transactor/Transact\",kind=\"unary\",code=\"OK\"}}"
+        );
         let value = corium_fleet_tests::metric(&text, &transacts);
         assert!(
             value.is_some_and(|count| count >= 5.0),
@@ -309,19 +310,18 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
         );
         assert!(text.contains(&format!("{prefix}_build_info{{")), "{tier}");
         assert!(text.contains("process_resident_memory_bytes "), "{tier}");
-        assert!(text.contains(&format!("{prefix}_request_duration_seconds_bucket{{method=\"/corium.v1.Transactor/Transact\",le=\"60\"}}")), "{tier}");
+        assert!(text.contains(&format!("{prefix}_request_duration_seconds_bucket{{method=\"/corium.v1.Transactor/Transact\",kind=\"unary\",le=\"60\"}}")), "{tier}");
     }
     // Errors by code at each tier.
     let (_, ingress) = scrape(fleet.ingresses[0].admin).await;
-    let invalid = "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"INVALID_ARGUMENT\"}";
+    let invalid = "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",kind=\"unary\",code=\"INVALID_ARGUMENT\"}";
     assert_eq!(
         corium_fleet_tests::metric(&ingress, invalid),
         Some(1.0),
         "{ingress}"
     );
     let (_, node) = scrape(fleet.nodes[0].admin).await;
-    let not_found =
-        "corium_fleet_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"NOT_FOUND\"}";
+    let not_found = "corium_fleet_requests_total{method=\"/corium.v1.Transactor/Transact\",kind=\"unary\",code=\"NOT_FOUND\"}";
     assert_eq!(corium_fleet_tests::metric(&node, not_found), Some(1.0), "{node}");
     // Corium's own counters of the database, from its cell.
     let corium_transactions = "corium_fleet_database_transactions_total{db=\"metered\"}";
@@ -437,4 +437,55 @@ async fn spans_arrive_from(fleet: &Fleet, receiver: &Receiver, services: &[&str]
         },
     )
     .await;
+}
+
+/// The metric families both tiers export are the ones the chart's checks
+/// hold the dashboard and the alerts against
+/// (`scripts/chart-tools/metrics/{transactor,ingress}.prom`): this test
+/// scrapes a real fleet on mTLS (so the TLS series are there, as in the
+/// chart) and compares. `CORIUM_FLEET_UPDATE_METRICS=1` rewrites the files
+/// instead; commit them with the change to the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_captured_metrics_are_what_both_tiers_export() {
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .lease_ttl(TTL)
+        .nodes(1)
+        .mtls()
+        .start_with_ingress()
+        .await;
+    assert!(corium::create(&address, "captured").await.unwrap());
+    corium::transact(&address, "captured", "c-1", &[]).await.unwrap();
+    let update = std::env::var_os("CORIUM_FLEET_UPDATE_METRICS").is_some_and(|value| value == "1");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/chart-tools/metrics");
+    let mut stale = Vec::new();
+    for (tier, port) in [
+        ("transactor", fleet.nodes[0].admin),
+        ("ingress", fleet.ingresses[0].admin),
+    ] {
+        let (_, text) = scrape(port).await;
+        let families: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("# HELP ") || line.starts_with("# TYPE "))
+            .collect();
+        assert!(families.len() > 40, "{tier}: {text}");
+        let captured = format!(
+            "# The metric families of the {tier} tier (HELP and TYPE lines), written by the test\n\
+             # the_charts_captured_metrics_are_what_both_tiers_export (tests/tests/process/observability.rs).\n\
+             # Regenerate: CORIUM_FLEET_UPDATE_METRICS=1 cargo nextest run -p corium-fleet-tests --test process captured_metrics\n{}\n",
+            families.join("\n")
+        );
+        let path = dir.join(format!("{tier}.prom"));
+        if update {
+            std::fs::write(&path, &captured).unwrap();
+        } else if std::fs::read_to_string(&path).unwrap_or_default() != captured {
+            stale.push(format!("{}:\n{captured}", path.display()));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "the captured metrics are out of date; regenerate them with \
+         CORIUM_FLEET_UPDATE_METRICS=1 cargo nextest run -p corium-fleet-tests --test process captured_metrics \
+         and commit them. Exported now:\n{}",
+        stale.join("\n")
+    );
 }

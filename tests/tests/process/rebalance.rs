@@ -20,7 +20,7 @@ async fn transacts_ok(admin: u16) -> f64 {
     let (_, text) = http_get(admin, "/metrics").await.expect("metrics");
     metric(
         &text,
-        "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}",
+        "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",kind=\"unary\",code=\"OK\"}",
     )
     .unwrap_or(0.0)
 }

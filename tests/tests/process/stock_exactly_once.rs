@@ -389,7 +389,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
         let (_, text) = http_get(ingress.admin, "/metrics").await.expect("metrics");
         let served = metric(
             &text,
-            "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",code=\"OK\"}",
+            "corium_fleet_ingress_requests_total{method=\"/corium.v1.Transactor/Transact\",kind=\"unary\",code=\"OK\"}",
         )
         .unwrap_or(0.0);
         assert!(served >= 1.0, "ingress {} carried no write", ingress.grpc);

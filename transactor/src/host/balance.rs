@@ -113,7 +113,7 @@ impl Host {
     fn measure(&self) -> Rates {
         let now = Reading {
             at: Instant::now(),
-            cpu_seconds: corium_fleet_common::prometheus::cpu_seconds(),
+            cpu_seconds: corium_fleet_common::metrics::process::cpu_seconds(),
             calls: self
                 .cells()
                 .iter()

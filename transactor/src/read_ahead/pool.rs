@@ -220,90 +220,75 @@ pub(super) fn read_roots(
 }
 
 impl Counts {
-    /// Appends the counts to a `/metrics` page.
-    pub fn render(&self, out: &mut String) {
-        use corium_fleet_common::prometheus::counter;
+    /// Writes the counts' series.
+    pub fn collect(&self, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_log_reads_total",
             "Logs read in one go while their database activated.",
             load(&self.reads),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_log_records_read_total",
             "Log records those reads returned.",
             load(&self.records),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_log_records_served_total",
             "Recovery's record reads served from them instead of storage.",
             load(&self.served),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_logs_prepared_total",
             "Logs read ahead of a handoff to this node, while the old owner still served.",
             load(&self.prepared),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_logs_prepared_used_total",
             "Activations that started from a log read ahead of their handoff.",
             load(&self.prepared_used),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_log_reads_skipped_total",
             "Activations that read their log record by record: read-ahead budget spent, or the bulk read failed.",
             load(&self.skipped),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_whole_log_reads_total",
             "Whole-log reads of an open cell (a request-id replay, a subscription's catch-up) read in one go.",
             load(&self.whole_log_reads),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_index_reads_total",
             "Published index blobs read in one go, concurrently, for an activation or ahead of a handoff.",
             load(&self.index_reads),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_index_blobs_served_total",
             "Recovery's index blob reads served from them instead of storage.",
             load(&self.index_blobs_served),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_log_listings_served_total",
             "Log listings of an activation or a whole-log read answered with the listing taken from storage after the lease (the cell wrote no log root since).",
             load(&self.listings_served),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_logs_kept_total",
             "Opens whose log records were kept for the cell's first whole-log reads (a request-id replay, a subscription's catch-up).",
             load(&self.kept),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_whole_log_reads_from_kept_total",
             "Whole-log reads served from an open's kept records (only the tail read from storage).",
             load(&self.kept_used),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_activation_logs_kept_evicted_total",
             "Kept records dropped early because an activation needed the read-ahead budget.",
             load(&self.kept_evicted),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_log_listings_since_total",
             "Log listings made of a listing held from before (a handoff's, a warm standby's) and the names storage lists after it.",
             load(&self.listings_since),

@@ -361,49 +361,41 @@ impl WarmSet {
 }
 
 impl WarmCounts {
-    /// Appends the counts to a `/metrics` page.
-    pub fn render(&self, set: &WarmSet, out: &mut String) {
-        use corium_fleet_common::prometheus::{counter, gauge};
+    /// Writes the counts' series, with `set`'s usage.
+    pub fn collect(&self, set: &WarmSet, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
         let (dbs, bytes) = set.usage();
-        gauge(
-            out,
+        scrape.gauge(
             "corium_fleet_warm_standby_databases",
             "Databases this node keeps warm as their first standby.",
             dbs as u64,
         );
-        gauge(
-            out,
+        scrape.gauge(
             "corium_fleet_warm_standby_bytes",
             "Bytes of log records and index blobs kept warm.",
             bytes as u64,
         );
-        gauge(
-            out,
+        scrape.gauge(
             "corium_fleet_warm_standby_budget_bytes",
             "The most that may be kept warm (--warm-standby-mib).",
             set.budget_bytes() as u64,
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_warm_standby_records_read_total",
             "Log records read to keep databases warm.",
             load(&self.records_read),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_warm_standby_blobs_read_total",
             "Index blobs read to keep databases warm.",
             load(&self.blobs_read),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_warm_standby_budget_full_total",
             "Refreshes that stopped because the warm budget was spent.",
             load(&self.budget_full),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_warm_standby_takeovers_total",
             "Activations that started from a warm database.",
             load(&self.takeovers),

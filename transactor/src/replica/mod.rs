@@ -160,53 +160,40 @@ impl Replicas {
             .unwrap_or(0)
     }
 
-    /// Appends the replica series to a `/metrics` exposition.
-    pub(crate) fn render(&self, out: &mut String) {
-        use corium_fleet_common::prometheus::{counter, gauge};
-        use std::fmt::Write as _;
+    /// Writes the replica series.
+    pub(crate) fn collect(&self, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        gauge(
-            out,
+        scrape.gauge(
             "corium_fleet_replicas",
             "Read replicas this node holds.",
             self.active(),
         );
-        gauge(
-            out,
+        scrape.gauge(
             "corium_fleet_replica_lag_transactions",
             "The largest number of transactions any replica was behind its owner at its last probe.",
             self.max_lag(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP corium_fleet_replica_reads_total PeerServer reads by outcome: served at once, served after waiting for a basis, refused (behind or not following).
-# TYPE corium_fleet_replica_reads_total counter"
+        scrape.counters(
+            "corium_fleet_replica_reads_total",
+            "PeerServer reads by outcome: served at once, served after waiting for a basis, refused (behind or not following).",
+            [
+                ("served", &self.counts.served),
+                ("waited", &self.counts.waited),
+                ("refused", &self.counts.refused),
+            ]
+            .map(|(result, value)| ([("result", result)], load(value))),
         );
-        for (result, value) in [
-            ("served", &self.counts.served),
-            ("waited", &self.counts.waited),
-            ("refused", &self.counts.refused),
-        ] {
-            let _ = writeln!(
-                out,
-                "corium_fleet_replica_reads_total{{result=\"{result}\"}} {}",
-                load(value)
-            );
-        }
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_replica_activations_total",
             "Read replicas built (a subscription to the owner and its backfill).",
             load(&self.counts.activations),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_replica_evictions_total",
             "Read replicas dropped: idle past --replica-idle-ms, over --max-replicas, their database deleted, or no owner to follow.",
             load(&self.counts.evictions),
         );
-        counter(
-            out,
+        scrape.counter(
             "corium_fleet_replica_owner_changes_total",
             "Read replicas that went on following a new owner after an ownership move, their state kept (only the tail sent).",
             load(&self.counts.owner_changes),
