@@ -3,6 +3,7 @@
 //! `TraceService` (the protocol's own generated server), keeping every span
 //! it is sent so a test can ask what arrived.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
@@ -167,10 +168,29 @@ impl Receiver {
     /// # Panics
     /// When no port can be bound.
     pub async fn start_http() -> Self {
+        Self::serve_http(None).await
+    }
+
+    /// Starts an OTLP/HTTP receiver serving TLS with `cert` and `key` (PEM
+    /// files), requiring a client certificate signed by `client_ca` when
+    /// given (mTLS); its endpoint is `https://…`.
+    ///
+    /// # Panics
+    /// When no port can be bound or the TLS material is refused.
+    pub async fn start_http_tls(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Self {
+        corium_fleet_common::tls::install_default_provider();
+        let mut config = corium_fleet_common::tls::server_config(cert, key, client_ca)
+            .expect("the receiver's TLS material");
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Self::serve_http(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn serve_http(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         use http_body_util::BodyExt as _;
         use prost::Message as _;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let endpoint = format!("{scheme}://{}", listener.local_addr().unwrap());
         let collector = Collector::default();
         let spans = Arc::clone(&collector.0);
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -206,10 +226,28 @@ impl Receiver {
                             Ok::<_, hyper::Error>(response)
                         }
                     });
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), serve),
-                );
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        // A handshake that fails (no client certificate
+                        // under mTLS) is a connection the exporter loses.
+                        Some(tls) => {
+                            let handshake =
+                                tokio::time::timeout(std::time::Duration::from_secs(10), tls.accept(stream));
+                            if let Ok(Ok(stream)) = handshake.await {
+                                let _ = http
+                                    .serve_connection(hyper_util::rt::TokioIo::new(stream), serve)
+                                    .await;
+                            }
+                        }
+                        None => {
+                            let _ = http
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), serve)
+                                .await;
+                        }
+                    }
+                });
             }
         });
         Self {

@@ -344,6 +344,36 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
 /// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_are_exported_to_a_collector_over_mtls() {
+    let certs = collector_certs();
+    let read = |name: &str| std::fs::read(certs.path().join(name)).unwrap();
+    let receiver = Receiver::start_tls(
+        (read("collector.pem"), read("collector.key")),
+        Some(read("ca.pem")),
+    )
+    .await;
+    spans_reach_an_mtls_collector(&receiver, certs.path(), &[]).await;
+}
+
+/// The same over OTLP/HTTP (`http/protobuf`): TLS and the client
+/// certificate from the same standard variables, an HTTPS collector that
+/// asks for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_to_an_http_collector_over_mtls() {
+    let certs = collector_certs();
+    let path = |name: &str| certs.path().join(name);
+    let receiver =
+        Receiver::start_http_tls(&path("collector.pem"), &path("collector.key"), Some(&path("ca.pem"))).await;
+    spans_reach_an_mtls_collector(
+        &receiver,
+        certs.path(),
+        &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")],
+    )
+    .await;
+}
+
+/// A CA and certificates for a collector and an exporter, from
+/// `corium-fleet certs`.
+fn collector_certs() -> tempfile::TempDir {
     let certs = tempfile::tempdir().unwrap();
     let made = std::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"))
         .args(["certs", "--out"])
@@ -352,13 +382,14 @@ async fn spans_are_exported_to_a_collector_over_mtls() {
         .output()
         .unwrap();
     assert!(made.status.success(), "{made:?}");
-    let read = |name: &str| std::fs::read(certs.path().join(name)).unwrap();
-    let path = |name: &str| certs.path().join(name).display().to_string();
-    let receiver = Receiver::start_tls(
-        (read("collector.pem"), read("collector.key")),
-        Some(read("ca.pem")),
-    )
-    .await;
+    certs
+}
+
+/// A fleet exporting to `receiver` (which requires a client certificate
+/// signed by `certs`' CA) with `extra` variables: without a client
+/// certificate nothing lands; with one, the node's spans arrive.
+async fn spans_reach_an_mtls_collector(receiver: &Receiver, certs: &std::path::Path, extra: &[(&str, &str)]) {
+    let path = |name: &str| certs.join(name).display().to_string();
     let export = |client: bool| {
         let mut env = vec![
             ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint.clone()),
@@ -369,6 +400,7 @@ async fn spans_are_exported_to_a_collector_over_mtls() {
             env.push(("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", path("exporter.pem")));
             env.push(("OTEL_EXPORTER_OTLP_CLIENT_KEY", path("exporter.key")));
         }
+        env.extend(extra.iter().map(|(key, value)| (*key, (*value).to_owned())));
         env
     };
     let start = async |client: bool| {
@@ -390,7 +422,7 @@ async fn spans_are_exported_to_a_collector_over_mtls() {
     let (fleet, address) = start(true).await;
     assert!(corium::create(&address, "traced").await.unwrap());
     corium::transact(&address, "traced", "one", &[]).await.unwrap();
-    spans_arrive_from(&fleet, &receiver, &["corium-fleet-transactor"]).await;
+    spans_arrive_from(&fleet, receiver, &["corium-fleet-transactor"]).await;
 }
 
 /// Span export over OTLP/HTTP (`OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`):
