@@ -361,8 +361,12 @@ async fn spans_are_exported_to_a_collector_over_mtls() {
 async fn spans_are_exported_to_an_http_collector_over_mtls() {
     let certs = collector_certs();
     let path = |name: &str| certs.path().join(name);
-    let receiver =
-        Receiver::start_http_tls(&path("collector.pem"), &path("collector.key"), Some(&path("ca.pem"))).await;
+    let receiver = Receiver::start_http_tls(
+        &path("collector.pem"),
+        &path("collector.key"),
+        Some(&path("ca.pem")),
+    )
+    .await;
     spans_reach_an_mtls_collector(
         &receiver,
         certs.path(),
