@@ -7,6 +7,9 @@
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
 //!   root-store operations with few databases active among many;
 //! - `recovery`: handoff unavailability against a database's history length;
+//! - `backup`: `corium-fleet backup` (full, then incremental) and `restore`
+//!   of a 50,000-transaction database on each store, the copy read back
+//!   whole, beside stock `corium backup`/`restore` (filesystem store);
 //! - `replica-moves`: how soon after a handoff a read replica on a third
 //!   node answers a read of a write made at the new owner, at 5,000, 50,000
 //!   and 200,000 transactions, beside building that replica;
@@ -50,7 +53,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, history, replica-moves, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, backup, history, replica-moves, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -75,6 +78,9 @@ struct Args {
     /// for at most 10 s first).
     #[arg(long, default_value_t = 30)]
     overload_seconds: u64,
+    /// Transactions of history in `backup` (2,000 with `--quick`).
+    #[arg(long, default_value_t = 50_000)]
+    backup_transactions: usize,
     /// Small sizes for a smoke run.
     #[arg(long)]
     quick: bool,
@@ -137,10 +143,12 @@ async fn main() -> anyhow::Result<()> {
         args.requests = args.requests.min(200);
         args.databases = args.databases.min(60);
         args.overload_seconds = args.overload_seconds.min(5);
+        args.backup_transactions = args.backup_transactions.min(2_000);
     }
     let wants = |name: &str| args.scenarios.iter().any(|s| s == name || s == "all");
     let mut report = Report::new();
     report.insert("load_at_start".into(), stats::load().into());
+    let mut backups = Vec::new();
     for store in stores(args.postgres.as_deref(), args.s3.as_deref()) {
         let (server, label) = (&store, store.label());
         if !args.only_stores.is_empty() && !args.only_stores.iter().any(|only| only == label) {
@@ -161,6 +169,13 @@ async fn main() -> anyhow::Result<()> {
         if wants("recovery") {
             recovery(&args, server, label, &mut report).await?;
         }
+        if wants("backup") {
+            backups.push(scenario::backup::run(label, server.backend(), args.backup_transactions).await?);
+        }
+    }
+    if !backups.is_empty() {
+        scenario::backup::print(&backups);
+        report.insert("backup".into(), serde_json::to_value(&backups)?);
     }
     if wants("history") {
         history(&args, &mut report).await?;

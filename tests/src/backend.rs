@@ -144,6 +144,28 @@ impl Backend {
         args
     }
 
+    /// The stock transactor's read-only discovery flags for this store,
+    /// which a node needs before `corium backup` can read it (`None` for the
+    /// filesystem, which needs none): the suite's own URL on `PostgreSQL` (a
+    /// real deployment gives a read-only role), the nodes' own keys on S3
+    /// (the suite's server checks none).
+    #[must_use]
+    pub fn read_only_flags(&self) -> Option<Vec<String>> {
+        match self {
+            Self::Filesystem => None,
+            Self::Postgres { url } => Some(vec!["--postgres-read-only-url".into(), url.clone()]),
+            Self::S3 { .. } => {
+                let key = |name: &str| std::env::var(name).unwrap_or_else(|_| "fleet-test".to_owned());
+                Some(vec![
+                    "--s3-read-only-access-key-id".into(),
+                    key("AWS_ACCESS_KEY_ID"),
+                    "--s3-read-only-secret-access-key".into(),
+                    key("AWS_SECRET_ACCESS_KEY"),
+                ])
+            }
+        }
+    }
+
     /// The environment a process needs to reach this storage (S3's keys).
     #[must_use]
     pub fn process_env(&self) -> Vec<(String, String)> {

@@ -2,6 +2,7 @@
 
 pub(crate) mod activation;
 pub(crate) mod auth;
+pub(crate) mod backup;
 pub(crate) mod drain;
 pub(crate) mod failover;
 pub(crate) mod history;

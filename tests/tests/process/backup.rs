@@ -252,26 +252,6 @@ async fn backup_with_fleet_cli(fleet: &Fleet, address: &str, db: &str, dir: &std
     }
 }
 
-/// The stock transactor's read-only flags for `backend` (`None` for the
-/// filesystem, which needs none): the suite's own URL on `PostgreSQL` (a
-/// real deployment gives a read-only role), the nodes' own keys on S3 (the
-/// suite's server checks none).
-fn read_only_flags(backend: &Backend) -> Option<Vec<String>> {
-    match backend {
-        Backend::Filesystem => None,
-        Backend::Postgres { url } => Some(vec!["--postgres-read-only-url".into(), url.clone()]),
-        Backend::S3 { .. } => {
-            let key = |name: &str| std::env::var(name).unwrap_or_else(|_| "fleet-test".to_owned());
-            Some(vec![
-                "--s3-read-only-access-key-id".into(),
-                key("AWS_ACCESS_KEY_ID"),
-                "--s3-read-only-secret-access-key".into(),
-                key("AWS_SECRET_ACCESS_KEY"),
-            ])
-        }
-    }
-}
-
 /// On `PostgreSQL` and S3: `corium-fleet backup` through the fleet's
 /// address (the nodes given the stock transactor's read-only flags) while
 /// the database is written, incremental ones after a handoff and after the
@@ -283,7 +263,7 @@ fn read_only_flags(backend: &Backend) -> Option<Vec<String>> {
 async fn a_backup_of_a_postgres_or_s3_fleet_restores_every_acknowledged_transaction() {
     let dir = tempfile::tempdir().unwrap();
     for backend in Backend::all() {
-        let Some(read_only) = read_only_flags(&backend) else {
+        let Some(read_only) = backend.read_only_flags() else {
             continue;
         };
         let flags: Vec<&str> = read_only.iter().map(String::as_str).collect();
