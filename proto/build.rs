@@ -2,7 +2,7 @@
 //! exactly as `corium-protocol` does, and writes two descriptor sets for
 //! `methods.rs`: the fleet's, and Corium's own (`corium.v1`, compiled from
 //! the `corium.proto` inside the `corium-protocol` package this build uses,
-//! found with `cargo metadata`), so every method either tier serves, and
+//! read where cargo unpacked it), so every method either tier serves, and
 //! whether it streams, comes from the service definitions themselves.
 
 use std::path::PathBuf;
@@ -37,30 +37,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The directory of the `corium-protocol` package this build resolves.
+/// The directory of the `corium-protocol` package this build uses: its
+/// version from the workspace's `Cargo.lock`, its sources where cargo
+/// unpacked them (`$CARGO_HOME/registry/src/<registry>/corium-protocol-<version>`;
+/// cargo has downloaded it before any build script runs, as this crate
+/// depends on it).
 fn corium_protocol_dir() -> Result<PathBuf, Box<dyn std::error::Error>> {
-    let cargo = std::env::var("CARGO")?;
-    let output = std::process::Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--offline"])
-        .current_dir(std::env::var("CARGO_MANIFEST_DIR")?)
-        .output()?;
-    if !output.status.success() {
-        return Err(format!(
-            "cargo metadata failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-        .into());
-    }
-    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
-    let manifest = metadata["packages"]
-        .as_array()
-        .into_iter()
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let lock = manifest_dir
+        .ancestors()
+        .map(|dir| dir.join("Cargo.lock"))
+        .find(|lock| lock.exists())
+        .ok_or("no Cargo.lock above the proto crate")?;
+    println!("cargo:rerun-if-changed={}", lock.display());
+    let version = locked_version(&std::fs::read_to_string(&lock)?, "corium-protocol")
+        .ok_or("Cargo.lock names no corium-protocol package")?;
+    let cargo_home = std::env::var_os("CARGO_HOME").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"),
+        PathBuf::from,
+    );
+    let package = format!("corium-protocol-{version}");
+    let registries = cargo_home.join("registry/src");
+    std::fs::read_dir(&registries)?
         .flatten()
-        .find(|package| package["name"] == "corium-protocol")
-        .and_then(|package| package["manifest_path"].as_str())
-        .ok_or("cargo metadata lists no corium-protocol package")?;
-    Ok(PathBuf::from(manifest)
-        .parent()
-        .ok_or("corium-protocol's manifest has no directory")?
-        .to_path_buf())
+        .map(|registry| registry.path().join(&package))
+        .find(|dir| dir.join("proto/corium.proto").exists())
+        .ok_or_else(|| format!("{package} is not unpacked under {}", registries.display()).into())
+}
+
+/// The version `lock` (a `Cargo.lock`) gives package `name`.
+fn locked_version(lock: &str, name: &str) -> Option<String> {
+    let wanted = format!("name = \"{name}\"");
+    let mut lines = lock.lines();
+    lines.find(|line| line.trim() == wanted)?;
+    let version = lines.next()?.trim().strip_prefix("version = \"")?;
+    Some(version.trim_end_matches('"').to_owned())
 }

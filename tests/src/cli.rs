@@ -34,6 +34,17 @@ pub async fn run(args: &[&str], endpoint: &str) -> Run {
 /// # Panics
 /// When the binary cannot run or does not finish within a minute.
 pub async fn run_on_storage(args: &[&str], env: &[(String, String)]) -> Run {
+    run_within(args, env, Duration::from_mins(1))
+        .await
+        .unwrap_or_else(|| panic!("corium-fleet {args:?} did not finish within a minute"))
+}
+
+/// Runs `corium-fleet ARGS` with `env`; `None` when it did not finish
+/// within `limit` (it is killed).
+///
+/// # Panics
+/// When the binary cannot run.
+pub async fn run_within(args: &[&str], env: &[(String, String)], limit: Duration) -> Option<Run> {
     let mut command = tokio::process::Command::new(bin_dir().join("corium-fleet"));
     command
         .args(args)
@@ -41,13 +52,13 @@ pub async fn run_on_storage(args: &[&str], env: &[(String, String)]) -> Run {
         .env_remove("CORIUM_TOKEN")
         .env_remove("CORIUM_FLEET_ENDPOINT")
         .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_mins(1), command.output())
+    let output = tokio::time::timeout(limit, command.output())
         .await
-        .expect("corium-fleet finishes within a minute")
+        .ok()?
         .expect("corium-fleet runs");
-    Run {
+    Some(Run {
         success: output.status.success(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    })
 }

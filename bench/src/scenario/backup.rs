@@ -86,22 +86,33 @@ pub(crate) async fn run(store: &'static str, backend: Backend, transactions: usi
 
     let dir = scratch.path().join("backups");
     let dir_arg = dir.display().to_string();
-    let backup_s = fleet_cli(&fleet, &["backup", db, "--dir", &dir_arg, "--endpoint", &address], &[]).await?;
+    let backup_s = fleet_cli(
+        &fleet,
+        &["backup", db, "--dir", &dir_arg, "--endpoint", &address],
+        &[],
+    )
+    .await?;
     let archive_mib = mib(&dir);
     let more = Shape {
         requests: (transactions / 100).max(WRITERS),
         ..shape
     };
     load::transact(&address, db, "more", more).await?;
-    let incremental_s =
-        fleet_cli(&fleet, &["backup", db, "--dir", &dir_arg, "--endpoint", &address], &[]).await?;
+    let incremental_s = fleet_cli(
+        &fleet,
+        &["backup", db, "--dir", &dir_arg, "--endpoint", &address],
+        &[],
+    )
+    .await?;
 
     let archive = dir.join(format!("{db}.backup")).display().to_string();
     let mut args = vec!["restore", archive.as_str(), "--as-db", "archived-copy"];
     args.extend(storage.iter().map(String::as_str));
     let restore_s = fleet_cli(&fleet, &args, &storage_env).await?;
     let source = corium::log(&address, db).await?;
-    let copy = corium::log(&address, "archived-copy").await?;
+    let copy = corium::log(&address, "archived-copy")
+        .await
+        .map_err(|status| anyhow::anyhow!("{store}: reading the copy back: {status:?}\n{}", fleet.logs()))?;
     anyhow::ensure!(
         source == copy,
         "{store}: the copy differs ({} transactions, the source {})",
@@ -137,20 +148,23 @@ async fn publish_indexes(endpoint: &str, db: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `corium-fleet ARGS` with `env`; its wall time in seconds.
+/// Runs `corium-fleet ARGS` with `env` (within [`COMMAND_LIMIT`]); its
+/// wall time in seconds.
 async fn fleet_cli(fleet: &Fleet, args: &[&str], env: &[(String, String)]) -> anyhow::Result<f64> {
-    let mut command = tokio::process::Command::new(corium_fleet_tests::bin_dir().join("corium-fleet"));
-    command
-        .args(args)
-        .envs(env.iter().map(|(key, value)| (key, value)))
-        .env_remove("CORIUM_TOKEN")
-        .env_remove("CORIUM_FLEET_ENDPOINT")
-        .kill_on_drop(true);
-    timed(command, args).await.map_err(|error| anyhow::anyhow!("{error}\n{}", fleet.logs()))
+    let started = Instant::now();
+    let run = corium_fleet_tests::cli::run_within(args, env, COMMAND_LIMIT)
+        .await
+        .ok_or_else(|| anyhow::anyhow!("{args:?} did not finish within {COMMAND_LIMIT:?}"))?;
+    anyhow::ensure!(run.success, "{args:?} failed: {run:?}\n{}", fleet.logs());
+    tracing::info!(?args, stdout = %run.stdout.trim(), "done");
+    Ok(started.elapsed().as_secs_f64())
 }
 
-/// Runs `command` within [`COMMAND_LIMIT`]; its wall time in seconds.
-async fn timed(mut command: tokio::process::Command, args: &[&str]) -> anyhow::Result<f64> {
+/// Runs the stock `corium` CLI with `args` within [`COMMAND_LIMIT`]; its
+/// wall time in seconds.
+async fn stock_cli(args: &[&str]) -> anyhow::Result<f64> {
+    let mut command = tokio::process::Command::new(corium_fleet_tests::stock::binary());
+    command.args(args).env_remove("CORIUM_TOKEN").kill_on_drop(true);
     let started = Instant::now();
     let output = tokio::time::timeout(COMMAND_LIMIT, command.output())
         .await
@@ -161,7 +175,6 @@ async fn timed(mut command: tokio::process::Command, args: &[&str]) -> anyhow::R
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    tracing::info!(?args, stdout = %String::from_utf8_lossy(&output.stdout).trim(), "done");
     Ok(started.elapsed().as_secs_f64())
 }
 
@@ -179,17 +192,25 @@ async fn stock_backup_and_restore(scratch: &Path, transactions: usize) -> anyhow
     load::transact(&stock.endpoint, db, "b", shape).await?;
     publish_indexes(&stock.endpoint, db).await?;
     let archive = scratch.join("stock.backup").display().to_string();
-    let run = |args: &[&str]| {
-        let mut command = tokio::process::Command::new(corium_fleet_tests::stock::binary());
-        command.args(args).env_remove("CORIUM_TOKEN").kill_on_drop(true);
-        command
-    };
-    let args = ["backup", db, archive.as_str(), "--transactor", stock.endpoint.as_str()];
-    let backup_s = timed(run(&args), &args).await?;
+    let backup_s = stock_cli(&[
+        "backup",
+        db,
+        archive.as_str(),
+        "--transactor",
+        stock.endpoint.as_str(),
+    ])
+    .await?;
     let archive_mib = mib(Path::new(&archive));
     let data_dir = scratch.join("stock-restored").display().to_string();
-    let args = ["restore", archive.as_str(), "--data-dir", data_dir.as_str(), "--as-db", "copy"];
-    let restore_s = timed(run(&args), &args).await?;
+    let restore_s = stock_cli(&[
+        "restore",
+        archive.as_str(),
+        "--data-dir",
+        data_dir.as_str(),
+        "--as-db",
+        "copy",
+    ])
+    .await?;
     Ok((backup_s, restore_s, archive_mib))
 }
 

@@ -35,6 +35,7 @@ mod rebalance;
 mod retention;
 mod sdk;
 mod security;
+mod slow_open;
 mod status_page;
 mod stock_cli;
 mod stock_exactly_once;

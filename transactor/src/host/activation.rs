@@ -61,6 +61,7 @@ impl Host {
         match opened {
             Ok(cell) => {
                 self.metrics.recovery_seconds.observe(started.elapsed());
+                self.await_first_renewal(&cell, started).await;
                 self.install(Arc::clone(&cell));
                 self.metrics.activations.fetch_add(1, Ordering::Relaxed);
                 if takeover {
@@ -88,6 +89,36 @@ impl Host {
                 Err(self.unverifiable(db, "activation failed", &error))
             }
         }
+    }
+
+    /// Corium acquires a database's lease, recovers it, and only then starts
+    /// renewing (its first renewal runs at once): an open that outlasts the
+    /// lease TTL (a long history, a slow store) returns with the lease it
+    /// acquired already expired, and the ownership check would answer the
+    /// first caller `UNAVAILABLE`. Waits (at most the storage timeout) until
+    /// that renewal lands. It does not renew itself: a second renewer would
+    /// race Corium's, whose lease would then look lost.
+    async fn await_first_renewal(&self, cell: &Cell, started: Instant) {
+        let expired = |lease: &corium_transactor::lease::Lease| lease.expires_unix_ms <= now_unix_ms();
+        if !matches!(cell.lease().await, Ok(lease) if expired(&lease)) {
+            return;
+        }
+        let open_ms = started.elapsed().as_millis();
+        let deadline = Instant::now() + self.config.storage_timeout;
+        while Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            match cell.lease().await {
+                Ok(lease) if expired(&lease) => {}
+                _ => break,
+            }
+        }
+        tracing::warn!(
+            db = %cell.db,
+            open_ms,
+            lease_ttl_ms = self.config.lease_ttl.as_millis(),
+            waited_ms = started.elapsed().as_millis() - open_ms,
+            "the open outlasted the lease ttl; waited for its first renewal (another candidate may take a database over while it opens: raise --lease-ttl-ms above the longest open)"
+        );
     }
 
     /// Releases `db`'s lease if a closed cell of this process holds it.
