@@ -252,7 +252,7 @@ mod tests {
     fn exposition(calls: &Calls) -> String {
         let calls = calls.clone();
         super::super::exposition(&super::super::registry(move |scrape| {
-            calls.collect(scrape, "test")
+            calls.collect(scrape, "test");
         }))
     }
 
