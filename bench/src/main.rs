@@ -216,15 +216,7 @@ async fn main() -> anyhow::Result<()> {
         report.insert("drain".into(), serde_json::to_value(&result)?);
     }
     if wants("tracing") {
-        let result = scenario::tracing::run(args.rounds);
-        println!(
-            "\n== tracing: the ingress's per-call spans and trace context, process CPU ns per call, median (min–max) of {} rounds ==",
-            args.rounds
-        );
-        println!("export off (the default)        {}", result.off);
-        println!("export on, every trace sampled  {}", result.sampled_all);
-        println!("export on, 10 % sampled         {}", result.sampled_tenth);
-        report.insert("tracing".into(), serde_json::to_value(&result)?);
+        tracing_cost(&args, &mut report)?;
     }
     if wants("overload") {
         overload(&args, &mut report).await?;
@@ -243,6 +235,20 @@ async fn main() -> anyhow::Result<()> {
     }
     std::fs::write(&args.out, serde_json::to_string_pretty(&report)?)?;
     println!("\nwrote {}", args.out.display());
+    Ok(())
+}
+
+/// `tracing`: the ingress's per-call span and trace-context work.
+fn tracing_cost(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::tracing::run(args.rounds);
+    println!(
+        "\n== tracing: the ingress's per-call spans and trace context, process CPU ns per call, median (min–max) of {} rounds ==",
+        args.rounds
+    );
+    println!("export off (the default)        {}", result.off);
+    println!("export on, every trace sampled  {}", result.sampled_all);
+    println!("export on, 10 % sampled         {}", result.sampled_tenth);
+    report.insert("tracing".into(), serde_json::to_value(&result)?);
     Ok(())
 }
 

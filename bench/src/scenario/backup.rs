@@ -218,9 +218,9 @@ async fn stock_backup_and_restore(scratch: &Path, transactions: usize) -> anyhow
 fn mib(path: &Path) -> f64 {
     fn bytes(path: &Path) -> u64 {
         match std::fs::symlink_metadata(path) {
-            Ok(meta) if meta.is_dir() => std::fs::read_dir(path)
-                .map(|entries| entries.flatten().map(|entry| bytes(&entry.path())).sum())
-                .unwrap_or(0),
+            Ok(meta) if meta.is_dir() => std::fs::read_dir(path).map_or(0, |entries| {
+                entries.flatten().map(|entry| bytes(&entry.path())).sum()
+            }),
             Ok(meta) => meta.len(),
             Err(_) => 0,
         }
