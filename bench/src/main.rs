@@ -188,13 +188,17 @@ async fn main() -> anyhow::Result<()> {
     }
     if wants("auth") {
         let result = scenario::auth::run(args.rounds);
-        println!(
-            "\n== auth: the ingress's per-call authentication + envelope, CPU ns per call, median (min–max) of {} rounds ==",
-            args.rounds
+        let rows = [
+            ("anonymous (stock default)", result.anonymous),
+            ("development token (operator)", result.token),
+            ("wrong token, strict (refused)", result.refused),
+        ];
+        cpu_table(
+            "auth",
+            "the ingress's per-call authentication + envelope",
+            args.rounds,
+            &rows,
         );
-        println!("anonymous (stock default)      {}", result.anonymous);
-        println!("development token (operator)   {}", result.token);
-        println!("wrong token, strict (refused)  {}", result.refused);
         report.insert("auth".into(), serde_json::to_value(&result)?);
     }
     if wants("drain")
@@ -241,15 +245,27 @@ async fn main() -> anyhow::Result<()> {
 /// `tracing`: the ingress's per-call span and trace-context work.
 fn tracing_cost(args: &Args, report: &mut Report) -> anyhow::Result<()> {
     let result = scenario::tracing::run(args.rounds);
-    println!(
-        "\n== tracing: the ingress's per-call spans and trace context, process CPU ns per call, median (min–max) of {} rounds ==",
-        args.rounds
+    let rows = [
+        ("export off (the default)", result.off),
+        ("export on, every trace sampled", result.sampled_all),
+        ("export on, 10 % sampled", result.sampled_tenth),
+    ];
+    cpu_table(
+        "tracing",
+        "the ingress's per-call spans and trace context, process",
+        args.rounds,
+        &rows,
     );
-    println!("export off (the default)        {}", result.off);
-    println!("export on, every trace sampled  {}", result.sampled_all);
-    println!("export on, 10 % sampled         {}", result.sampled_tenth);
     report.insert("tracing".into(), serde_json::to_value(&result)?);
     Ok(())
+}
+
+/// Prints an in-process CPU table: `what` per call, one row per variant.
+fn cpu_table(name: &str, what: &str, rounds: usize, rows: &[(&str, stats::Spread)]) {
+    println!("\n== {name}: {what} CPU ns per call, median (min–max) of {rounds} rounds ==");
+    for (label, spread) in rows {
+        println!("{label:<31}{spread}");
+    }
 }
 
 /// `real-path`: `Transact` direct to the owner and through the ingress,
