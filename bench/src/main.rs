@@ -187,19 +187,7 @@ async fn main() -> anyhow::Result<()> {
         rebalance(&mut report).await?;
     }
     if wants("auth") {
-        let result = scenario::auth::run(args.rounds);
-        let rows = [
-            ("anonymous (stock default)", result.anonymous),
-            ("development token (operator)", result.token),
-            ("wrong token, strict (refused)", result.refused),
-        ];
-        cpu_table(
-            "auth",
-            "the ingress's per-call authentication + envelope",
-            args.rounds,
-            &rows,
-        );
-        report.insert("auth".into(), serde_json::to_value(&result)?);
+        auth_cost(&args, &mut report)?;
     }
     if wants("drain")
         && let Some(base) = args.postgres.as_deref()
@@ -239,6 +227,24 @@ async fn main() -> anyhow::Result<()> {
     }
     std::fs::write(&args.out, serde_json::to_string_pretty(&report)?)?;
     println!("\nwrote {}", args.out.display());
+    Ok(())
+}
+
+/// `auth`: the ingress's per-call authentication and principal envelope.
+fn auth_cost(args: &Args, report: &mut Report) -> anyhow::Result<()> {
+    let result = scenario::auth::run(args.rounds);
+    let rows = [
+        ("anonymous (stock default)", result.anonymous),
+        ("development token (operator)", result.token),
+        ("wrong token, strict (refused)", result.refused),
+    ];
+    cpu_table(
+        "auth",
+        "the ingress's per-call authentication + envelope,",
+        args.rounds,
+        &rows,
+    );
+    report.insert("auth".into(), serde_json::to_value(&result)?);
     Ok(())
 }
 
