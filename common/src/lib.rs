@@ -7,6 +7,7 @@
 //!   the fleet's calls per second even out (pure; nodes and the CLI use it);
 //! - [`auth`] — stock Corium's authentication flags and guard, and the
 //!   principal envelope the ingress sends to the owner;
+//! - [`every`] — the pace of a background loop: a tick every period until shutdown;
 //! - [`counted`] — counts per key with a limit (open calls, streams, waits
 //!   per database, principal or address), given back when a place drops;
 //! - [`cert_reload`] — TLS material that follows its files (poll and SIGHUP),
@@ -37,6 +38,7 @@ pub mod auth;
 pub mod balance;
 pub mod cert_reload;
 pub mod counted;
+pub mod every;
 pub mod launch;
 pub mod memory;
 pub mod metrics;

@@ -29,19 +29,14 @@ const REFRESH_DEADLINE: Duration = Duration::from_secs(30);
 pub(crate) async fn run(
     host: Arc<Host>,
     registry: tokio::sync::watch::Receiver<Arc<Vec<Record>>>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let warm = Arc::clone(&host.template.read_ahead.warm);
     if !warm.enabled() {
         return;
     }
-    let mut ticks = tokio::time::interval(host.config.warm_standby_interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            () = crate::until_true(&mut shutdown) => return,
-        }
+    let mut every = corium_fleet_common::every::Every::new(host.config.warm_standby_interval, shutdown);
+    while every.tick().await {
         if host.is_stopping() {
             return;
         }

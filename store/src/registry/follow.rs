@@ -64,15 +64,10 @@ pub async fn follow(
     every: Duration,
     timeout: Duration,
     on_read: impl Fn(Vec<Record>) + Send,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = stop.wait_for(|stop| *stop) => return,
-        }
+    let mut ticks = corium_fleet_common::every::Every::new(every, stop);
+    while ticks.tick().await {
         match tokio::time::timeout(timeout, read_records(reader.as_ref())).await {
             Ok(Ok(records)) => on_read(records),
             Ok(Err(error)) => tracing::warn!(%error, "cannot read the node registry"),

@@ -207,17 +207,12 @@ impl Host {
     /// Measures the load every interval until `shutdown`, and with
     /// `--load-balance` on moves a database when this node stays above the
     /// band (module docs).
-    pub(crate) async fn balance_load(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub(crate) async fn balance_load(self: Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
         let interval = self.config.load_balance.unwrap_or(Duration::from_secs(10));
-        let mut ticks = tokio::time::interval(interval);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut every = corium_fleet_common::every::Every::new(interval, shutdown);
         let mut over_for = 0u32;
         let mut last_move: Option<Instant> = None;
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = ticks.tick() => {}
-            }
+        while every.tick().await {
             let rates = self.measure();
             if self.config.load_balance.is_none() || self.is_stopping() {
                 continue;

@@ -353,22 +353,14 @@ impl Host {
     /// over it, evicts idle databases; when that is not enough, hands the
     /// largest database to its next candidate (at most one per
     /// [`HANDOFF_EVERY`]). Without a budget it only keeps the gauges.
-    pub(crate) async fn keep_within_budget(
-        self: Arc<Self>,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
-    ) {
+    pub(crate) async fn keep_within_budget(self: Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
         let budget = self.config.memory_budget;
         self.metrics
             .memory_budget_bytes
             .store(budget.unwrap_or(0), Ordering::Relaxed);
         let mut last_handoff: Option<Instant> = None;
-        let mut ticks = tokio::time::interval(CHECK_EVERY);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = ticks.tick() => {}
-            }
+        let mut every = corium_fleet_common::every::Every::new(CHECK_EVERY, shutdown);
+        while every.tick().await {
             if self.is_stopping() {
                 return;
             }

@@ -24,22 +24,14 @@ const IDLE: Duration = Duration::from_secs(30);
 impl Host {
     /// Retracts expired request records until `shutdown` (nothing without a
     /// window).
-    pub(crate) async fn retain_request_ids(
-        self: Arc<Self>,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
-    ) {
+    pub(crate) async fn retain_request_ids(self: Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
         let Some(window) = self.config.request_id_retention else {
             return;
         };
-        let every = (window / 4).clamp(Duration::from_millis(250), Duration::from_mins(1));
+        let period = (window / 4).clamp(Duration::from_millis(250), Duration::from_mins(1));
         let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-        let mut ticks = tokio::time::interval(every);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = ticks.tick() => {}
-            }
+        let mut every = corium_fleet_common::every::Every::new(period, shutdown);
+        while every.tick().await {
             if self.is_stopping() {
                 return;
             }
