@@ -1,13 +1,12 @@
 //! Compiles the fleet's `.proto` files with `protox` (pure Rust, no `protoc`),
-//! exactly as `corium-protocol` does, and writes two descriptor sets for
-//! `methods.rs`: the fleet's, and Corium's own (`corium.v1`, compiled from
-//! the `corium.proto` inside the `corium-protocol` package this build uses,
-//! read where cargo unpacked it), so every method either tier serves, and
-//! whether it streams, comes from the service definitions themselves.
+//! exactly as `corium-protocol` does, and writes the table of every method
+//! either tier serves for `methods.rs` (`method_table.rs`: each path and
+//! whether it streams), read from the fleet's descriptors and Corium's own
+//! (`corium.v1`, compiled from the `corium.proto` inside the
+//! `corium-protocol` package this build uses, where cargo unpacked it).
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
-
-use prost::Message as _;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
@@ -20,20 +19,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptors = protox::compile(files, ["proto"])?;
-    std::fs::write(out.join("fleet_descriptors.bin"), descriptors.encode_to_vec())?;
-    tonic_prost_build::configure()
-        .build_server(true)
-        .build_client(true)
-        .compile_fds(descriptors)?;
-
+    let mut table = String::new();
     let corium = corium_protocol_dir()?;
     let corium_proto = corium.join("proto/corium.proto");
     println!("cargo:rerun-if-changed={}", corium_proto.display());
     let corium_descriptors = protox::compile([corium_proto.as_path()], [corium.join("proto")])?;
+    for set in [&corium_descriptors, &descriptors] {
+        for file in &set.file {
+            for service in &file.service {
+                for method in &service.method {
+                    let kind = match (method.client_streaming(), method.server_streaming()) {
+                        (false, false) => "Unary",
+                        (true, false) => "ClientStreaming",
+                        (false, true) => "ServerStreaming",
+                        (true, true) => "BidiStreaming",
+                    };
+                    let service = match file.package() {
+                        "" => service.name().to_owned(),
+                        package => format!("{package}.{}", service.name()),
+                    };
+                    writeln!(
+                        table,
+                        "    Method {{ path: \"/{service}/{}\", kind: RpcKind::{kind} }},",
+                        method.name()
+                    )?;
+                }
+            }
+        }
+    }
     std::fs::write(
-        out.join("corium_descriptors.bin"),
-        corium_descriptors.encode_to_vec(),
+        out.join("method_table.rs"),
+        format!(
+            "/// Every method, in the order the files declare them.\nconst METHODS: &[Method] = &[\n{table}];\n"
+        ),
     )?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(descriptors)?;
     Ok(())
 }
 

@@ -7,8 +7,10 @@
 //! declare (`corium_fleet_proto::methods`), plus `other` for any other
 //! path, so a client cannot grow the series; `kind` is the method's RPC kind
 //! (`unary`, `server_stream`, …), so a latency alert can leave streams out
-//! without naming them. The counters are atomics in a table, so recording
-//! costs no lock. A call's status is read from a trailers-only answer's
+//! without naming them. The table holds a row per method, made at start: a
+//! call finds its row by a hashed lookup of its path and records into atomic
+//! counts and the row's own histogram; a method's series appear once it was
+//! called. A call's status is read from a trailers-only answer's
 //! headers, or from the trailers when its body ends ([`Observed`]); a body
 //! dropped before its end is `CANCELLED`.
 
@@ -19,16 +21,11 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use corium_fleet_proto::methods::{self, RpcKind};
+use corium_fleet_proto::methods;
 use hyper::body::{Body, Frame};
 use hyper::http::HeaderMap;
 
-use prometheus_client::metrics::family::Family;
-
 use super::{Histogram, Scrape, duration_histogram};
-
-/// A call's `method` and `kind` labels.
-type MethodLabels = [(&'static str, &'static str); 2];
 
 /// The label of a call to a path no service declares.
 const OTHER: &str = "other";
@@ -59,10 +56,10 @@ const CODES: [&str; 17] = [
 pub struct Calls(Arc<Table>);
 
 /// Per method (in `methods::all()` order, then `other`): its counts by
-/// status code; its durations, by its labels (a series once called).
+/// status code and its durations.
 struct Table {
     counts: Vec<[AtomicU64; CODES.len()]>,
-    durations: Family<MethodLabels, Histogram, fn() -> Histogram>,
+    durations: Vec<Histogram>,
     in_flight: AtomicI64,
 }
 
@@ -71,7 +68,7 @@ impl Default for Calls {
         let rows = methods::all().len() + 1;
         Self(Arc::new(Table {
             counts: (0..rows).map(|_| Default::default()).collect(),
-            durations: Family::new_with_constructor(duration_histogram),
+            durations: (0..rows).map(|_| duration_histogram()).collect(),
             in_flight: AtomicI64::new(0),
         }))
     }
@@ -79,23 +76,14 @@ impl Default for Calls {
 
 /// The row of `path` in the table (the last, `other`, for any other path).
 fn method_index(path: &str) -> usize {
-    let all = methods::all();
-    all.iter()
-        .position(|method| method.path == path)
-        .unwrap_or(all.len())
+    methods::index(path).unwrap_or(methods::all().len())
 }
 
 /// The `method` and `kind` labels of row `index`.
 fn labels(index: usize) -> (&'static str, &'static str) {
-    methods::all().get(index).map_or((OTHER, OTHER), |method| {
-        (method.path.as_str(), method.kind.as_str())
-    })
-}
-
-/// Row `index`'s labels as a label set.
-fn label_set(index: usize) -> MethodLabels {
-    let (method, kind) = labels(index);
-    [("method", method), ("kind", kind)]
+    methods::all()
+        .get(index)
+        .map_or((OTHER, OTHER), |method| (method.path, method.kind.as_str()))
 }
 
 /// A status code read from `headers` (`grpc-status`), if there is one.
@@ -119,12 +107,6 @@ impl Calls {
         }
     }
 
-    /// Whether calls to `path` stream (server, client or both ways).
-    #[must_use]
-    pub fn is_stream(path: &str) -> bool {
-        methods::find(path).is_some_and(|method| method.kind != RpcKind::Unary)
-    }
-
     /// Writes the series named `<prefix>_…` (only methods called so far).
     pub fn collect(&self, scrape: &mut Scrape<'_>, prefix: &str) {
         let table = &self.0;
@@ -139,10 +121,20 @@ impl Calls {
                 })
             }),
         );
-        scrape.metric(
+        // A row's histogram has observations once its counts do (a call
+        // records both).
+        let called = |index: &usize| {
+            table.counts[*index]
+                .iter()
+                .any(|count| count.load(Ordering::Relaxed) > 0)
+        };
+        scrape.histograms(
             &format!("{prefix}_request_duration_seconds"),
             "Time from a call's arrival to its status, by method and RPC kind (a stream's lasts as long as its client keeps it).",
-            &table.durations,
+            (0..table.durations.len()).filter(called).map(|index| {
+                let (method, kind) = labels(index);
+                ([("method", method), ("kind", kind)], &table.durations[index])
+            }),
         );
         scrape.gauge(
             &format!("{prefix}_requests_in_flight"),
@@ -174,10 +166,7 @@ impl Call {
         let table = &self.table;
         table.in_flight.fetch_sub(1, Ordering::Relaxed);
         table.counts[self.method][code.min(CODES.len() - 1)].fetch_add(1, Ordering::Relaxed);
-        table
-            .durations
-            .get_or_create(&label_set(self.method))
-            .observe(self.started.elapsed().as_secs_f64());
+        table.durations[self.method].observe(self.started.elapsed().as_secs_f64());
     }
 }
 
@@ -287,9 +276,10 @@ mod tests {
             labels(method_index("/corium.fleet.v1.Requests/Status")).0,
             "/corium.fleet.v1.Requests/Status"
         );
-        assert!(Calls::is_stream("/corium.v1.PeerServer/Query"));
-        assert!(Calls::is_stream("/corium.v1.Transactor/Subscribe"));
-        assert!(!Calls::is_stream("/corium.v1.PeerServer/Pull"));
+        assert_eq!(
+            labels(method_index("/corium.v1.PeerServer/Query")),
+            ("/corium.v1.PeerServer/Query", "server_stream")
+        );
         let mut headers = HeaderMap::new();
         headers.insert("grpc-status", "14".parse().unwrap());
         assert_eq!(code_of(&headers), Some(14));

@@ -1,8 +1,9 @@
 //! Metrics in the Prometheus text format, written by `prometheus-client`.
 //!
-//! Each binary builds one [`Registry`] at start: its collector (a [`Collect`]
-//! closure that reads the process's counters, gauges and histograms at each
-//! scrape) and [`process::ProcessCollector`]. A component exposes its series
+//! Each binary builds one [`Registry`] at start holding one collector: a
+//! [`Collect`] closure that reads the process's counters, gauges and
+//! histograms at each scrape, then the standard process series
+//! ([`process::collect`]). A component exposes its series
 //! as `fn collect(&self, scrape: &mut Scrape)`; [`Scrape`] hands each value to
 //! the library's encoder, which writes the `# HELP`/`# TYPE` lines, the
 //! names (a counter's `_total`), the label escaping and the number formats.
@@ -32,7 +33,7 @@ pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CON
 /// Upper bounds (seconds) of the duration histograms' buckets: from 100 µs
 /// (a forward on loopback) to 60 s (a handoff of a long history on
 /// `PostgreSQL`; the longest deadline).
-pub const DURATION_BUCKETS: [f64; 18] = [
+const DURATION_BUCKETS: [f64; 18] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
     30.0, 60.0,
 ];
@@ -73,8 +74,10 @@ pub fn exposition(registry: &Registry) -> String {
 #[must_use]
 pub fn registry(collect: impl Fn(&mut Scrape<'_>) + Send + Sync + 'static) -> Registry {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Collect(collect)));
-    registry.register_collector(Box::new(process::ProcessCollector));
+    registry.register_collector(Box::new(Collect(move |scrape: &mut Scrape<'_>| {
+        collect(scrape);
+        process::collect(scrape);
+    })));
     registry
 }
 
@@ -120,6 +123,22 @@ impl Scrape<'_> {
         self.family(name, help, MetricType::Gauge, samples, |value, encoder| {
             ConstGauge::new(value).encode(encoder)
         });
+    }
+
+    /// A histogram with one series per label set.
+    pub fn histograms<'h, L: EncodeLabelSet>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (L, &'h Histogram)>,
+    ) {
+        self.family(
+            name,
+            help,
+            MetricType::Histogram,
+            samples,
+            |histogram: &Histogram, encoder| EncodeMetric::encode(histogram, encoder),
+        );
     }
 
     /// A duration histogram.

@@ -2,77 +2,74 @@
 //! memory, open and maximum file descriptors, start time, threads), read at
 //! each scrape by `metrics-process` (which reads Linux's `/proc` with
 //! `procfs`: the clock-tick rate and page size come from the system, not
-//! from constants).
+//! from constants); and the CPU time alone, for load-aware placement.
 
-use std::fmt;
+use super::Scrape;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-
-use super::Collect;
-
-/// Collects the process's own series at each scrape.
-#[derive(Debug)]
-pub struct ProcessCollector;
-
-impl Collector for ProcessCollector {
-    fn encode(&self, encoder: DescriptorEncoder) -> fmt::Result {
-        Collect(|scrape: &mut super::Scrape<'_>| {
-            let now = metrics_process::collector::collect();
-            if let Some(seconds) = now.cpu_seconds_total {
-                scrape.metric(
-                    "process_cpu_seconds_total",
-                    "Total user and system CPU time spent in seconds.",
-                    &prometheus_client::metrics::counter::ConstCounter::new(seconds),
-                );
-            }
-            let gauges = [
-                (
-                    "process_resident_memory_bytes",
-                    "Resident memory size in bytes.",
-                    now.resident_memory_bytes,
-                ),
-                (
-                    "process_virtual_memory_bytes",
-                    "Virtual memory size in bytes.",
-                    now.virtual_memory_bytes,
-                ),
-                (
-                    "process_open_fds",
-                    "Number of open file descriptors.",
-                    now.open_fds,
-                ),
-                (
-                    "process_max_fds",
-                    "Maximum number of open file descriptors (0: unlimited).",
-                    now.max_fds,
-                ),
-                (
-                    "process_start_time_seconds",
-                    "Start time of the process since unix epoch in seconds.",
-                    now.start_time_seconds,
-                ),
-                (
-                    "process_threads",
-                    "Number of OS threads in the process.",
-                    now.threads,
-                ),
-            ];
-            for (name, help, value) in gauges {
-                if let Some(value) = value {
-                    scrape.gauge(name, help, value);
-                }
-            }
-        })
-        .encode(encoder)
+/// Writes the process's own series, read now.
+pub fn collect(scrape: &mut Scrape<'_>) {
+    let now = metrics_process::collector::collect();
+    if let Some(seconds) = now.cpu_seconds_total {
+        scrape.metric(
+            "process_cpu_seconds_total",
+            "Total user and system CPU time spent in seconds.",
+            &prometheus_client::metrics::counter::ConstCounter::new(seconds),
+        );
+    }
+    let gauges = [
+        (
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            now.resident_memory_bytes,
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "Virtual memory size in bytes.",
+            now.virtual_memory_bytes,
+        ),
+        (
+            "process_open_fds",
+            "Number of open file descriptors.",
+            now.open_fds,
+        ),
+        (
+            "process_max_fds",
+            "Maximum number of open file descriptors (0: unlimited).",
+            now.max_fds,
+        ),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            now.start_time_seconds,
+        ),
+        (
+            "process_threads",
+            "Number of OS threads in the process.",
+            now.threads,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        if let Some(value) = value {
+            scrape.gauge(name, help, value);
+        }
     }
 }
 
-/// The CPU time (user and system) this process has used, in seconds
-/// (`None` where it cannot be read).
+/// The CPU time (user and system) this process has used, in seconds, from
+/// one `getrusage` call (`None` if it fails): what load-aware placement
+/// reads every interval, without the rest of the scrape's `/proc` reads.
 #[must_use]
 pub fn cpu_seconds() -> Option<f64> {
-    metrics_process::collector::collect().cpu_seconds_total
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok()?;
+    let seconds = |time: nix::sys::time::TimeVal| {
+        // Seconds and microseconds of CPU time: far inside f64's exact range.
+        #[allow(clippy::cast_precision_loss)]
+        let whole = time.tv_sec() as f64;
+        #[allow(clippy::cast_precision_loss)]
+        let micros = time.tv_usec() as f64;
+        whole + micros / 1e6
+    };
+    Some(seconds(usage.user_time()) + seconds(usage.system_time()))
 }
 
 #[cfg(test)]
@@ -87,11 +84,7 @@ mod tests {
         while cpu_seconds().unwrap_or_default() < 0.02 && std::time::Instant::now() < deadline {
             spin = std::hint::black_box(spin.wrapping_mul(31).wrapping_add(7));
         }
-        let text = super::super::exposition(&{
-            let mut registry = super::super::Registry::default();
-            registry.register_collector(Box::new(ProcessCollector));
-            registry
-        });
+        let text = super::super::exposition(&super::super::registry(|_| {}));
         for name in [
             "process_cpu_seconds_total",
             "process_resident_memory_bytes",
@@ -117,5 +110,17 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |elapsed| elapsed.as_secs_f64());
         assert!(started <= now && started > now - 86_400.0, "{started} vs {now}");
+        // getrusage and /proc agree on the CPU time (to the clock tick and
+        // the time between the two reads).
+        let exported = text
+            .lines()
+            .find_map(|line| line.strip_prefix("process_cpu_seconds_total "))
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or_default();
+        let direct = cpu_seconds().unwrap_or_default();
+        assert!(
+            direct >= exported - 0.05 && direct - exported < 0.5,
+            "getrusage {direct} s, /proc {exported} s"
+        );
     }
 }
