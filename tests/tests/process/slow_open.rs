@@ -25,16 +25,21 @@ async fn an_open_longer_than_the_lease_ttl_serves_its_first_call() {
     }
     let written = corium::log(&address, "slow-open").await.unwrap();
     // The next incarnation's operations on the database's root (the lease
-    // acquire's, the open's read of the root after the fence) take 1.2 s
-    // more in its first 3 s, so the open ends more than a lease TTL after
-    // the acquire returned: with the lease it acquired expired.
+    // acquire's, the open's read of the root after the fence, renewals)
+    // take 1.2 s more in its first 6 s, so the open ends more than a lease
+    // TTL after the acquire returned: with the lease it acquired expired.
+    // The window is long so that a slow start on a busy machine still opens
+    // the database inside it; renewals inside it land late, the first one
+    // after it in time (well within the node's 5 s storage timeout, which
+    // bounds the wait).
     let node = &mut fleet.nodes[0];
     node.set_env(
         corium_fleet_faults::env::SCHEDULE,
-        Some("@0ms delay 1200ms for 3000ms op=lease"),
+        Some("@0ms delay 1200ms for 6000ms op=lease"),
     );
     node.terminate().await;
     node.restart().await;
+    let slow_until = tokio::time::Instant::now() + Duration::from_millis(6_500);
     node.set_env(corium_fleet_faults::env::SCHEDULE, None);
     // Straight to the node: no ingress retry hides a refusal.
     let read = corium::log(&fleet.nodes[0].endpoint(), "slow-open").await;
@@ -48,7 +53,7 @@ async fn an_open_longer_than_the_lease_ttl_serves_its_first_call() {
         "the open was not longer than the lease, so this test shows nothing:\n{logs}"
     );
     // Past the slow window, the database takes writes as ever.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep_until(slow_until).await;
     corium::transact(&address, "slow-open", "after the slow open", &[])
         .await
         .unwrap();
