@@ -63,15 +63,13 @@ pub(crate) async fn run(store: &'static str, backend: Backend, transactions: usi
     let read_only = backend.read_only_flags().unwrap_or_default();
     let flags: Vec<&str> = read_only.iter().map(String::as_str).collect();
     let storage_env = backend.process_env();
-    let mut storage = backend.storage_args(Path::new(""));
-    let (fleet, address) = Fleet::builder(backend)
+    let (fleet, address) = Fleet::builder(backend.clone())
         .nodes(1)
         .node_flags(&flags)
         .start_with_ingress()
         .await;
-    if store == "filesystem" {
-        storage = Backend::Filesystem.storage_args(&fleet.path("data"));
-    }
+    // Where `restore` writes: the fleet's own storage.
+    let storage = backend.storage_args(&fleet.path("data"));
     let db = "archived";
     corium::create(&address, db).await?;
     let shape = Shape {
@@ -119,7 +117,7 @@ pub(crate) async fn run(store: &'static str, backend: Backend, transactions: usi
         copy.len(),
         source.len()
     );
-    let stock = if store == "filesystem" {
+    let stock = if matches!(backend, Backend::Filesystem) {
         Some(stock_backup_and_restore(scratch.path(), transactions).await?)
     } else {
         None
