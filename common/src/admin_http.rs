@@ -191,7 +191,7 @@ pub async fn serve(
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => return,
+            () = crate::signal::until_true(&mut shutdown) => return,
         };
         let Ok((stream, peer)) = accepted else { continue };
         let handler = Arc::clone(&handler);

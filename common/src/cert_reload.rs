@@ -200,7 +200,7 @@ pub async fn watch(set: Vec<Arc<dyn Reload>>, mut shutdown: tokio::sync::watch::
                     None => std::future::pending().await,
                 }
             } => true,
-            () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => return,
+            () = crate::signal::until_true(&mut shutdown) => return,
         };
         if force {
             tracing::info!("SIGHUP: reloading tls material");

@@ -1,4 +1,5 @@
-//! Process signals shared by the fleet binaries.
+//! Process signals shared by the fleet binaries, and the watch flags they
+//! set (shutdown, leaving).
 
 /// Resolves on the first SIGTERM or SIGINT (never, if handlers cannot be
 /// installed; SIGKILL still stops the process).
@@ -13,4 +14,11 @@ pub async fn shutdown() {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
+}
+
+/// Resolves once `flag` is true (or its sender is gone): a shutdown or
+/// leaving flag in a `select!`. Never holds the receiver's borrow across an
+/// await, so the future stays `Send`.
+pub async fn until_true(flag: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = flag.wait_for(|value| *value).await;
 }

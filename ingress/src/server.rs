@@ -189,7 +189,7 @@ pub(crate) async fn serve(
                 serve_connection(&proxy, stream, connection(client, slot));
                 continue;
             }
-            () = async { let _ = shutdown.wait_for(|stop| *stop).await; } => break,
+            () = corium_fleet_common::signal::until_true(&mut shutdown) => break,
         };
         let (stream, _) = match accepted {
             Ok(accepted) => accepted,

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use corium_fleet_common::process::ConfigError;
 use serde::{Deserialize, Serialize};
 
+use crate::open::DEFAULT_POOL_SIZE;
 use crate::postgres::PoolOptions;
-use crate::{DEFAULT_POOL_SIZE, Storage};
+use crate::storage::Storage;
 
 /// Where the shared store is and how this process opens it; also the
 /// `--config` file's keys of the same names.

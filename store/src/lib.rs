@@ -11,7 +11,8 @@
 //! - [`open`](mod@open) — opening it through Corium's backend registry, with
 //!   bounded retries;
 //! - [`prefix_read`] — every root under a prefix with its bytes, in one
-//!   query on `PostgreSQL` (a database's log records on activation);
+//!   query on `PostgreSQL` (a database's log records on activation), and
+//!   [`Opened`], a store with its bulk reader;
 //! - [`pg_connect`] — `PostgreSQL` connections that acknowledge at once
 //!   (no 40 ms delayed-ACK stalls on large rows);
 //! - [`postgres`] — `PostgreSQL` over a pool of a stated size, with the
@@ -36,7 +37,8 @@ pub mod s3;
 pub mod storage;
 
 pub use flags::{StorageFlags, StorageSettings};
-pub use open::{DEFAULT_POOL_SIZE, OpenError, Opened, open, open_store, open_with_pool};
+pub use open::{DEFAULT_POOL_SIZE, OpenError, open, open_store, open_with_pool};
+pub use prefix_read::Opened;
 pub use roots::{ReadError, RootView};
 pub use storage::{Storage, StorageFlagError};
 

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use corium_store::{FullStore, StorageConfig, StoreError, storage_backend};
 
-use crate::Storage;
 use crate::postgres::PoolOptions;
-use crate::prefix_read::{ListThenRead, PrefixRead};
+use crate::prefix_read::{ListThenRead, Opened};
+use crate::storage::Storage;
 
 /// Why the store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -64,16 +64,6 @@ pub fn backend_config(storage: &Storage, data_dir: &Path) -> Result<StorageConfi
 /// Connections in a process's `PostgreSQL` pool unless `--storage-pool-size`
 /// says otherwise: shared by every database the process serves.
 pub const DEFAULT_POOL_SIZE: usize = 16;
-
-/// An opened store and the way to read many of its roots at once.
-#[derive(Clone)]
-pub struct Opened {
-    /// The store, as Corium's backend opened it.
-    pub store: Arc<dyn FullStore>,
-    /// Bulk reads of the roots under a prefix: one query on `PostgreSQL`,
-    /// listing and concurrent reads elsewhere.
-    pub prefix_read: Arc<dyn PrefixRead>,
-}
 
 async fn open_once(storage: &Storage, data_dir: &Path, pool: PoolOptions) -> Result<Opened, StoreError> {
     register_backends();

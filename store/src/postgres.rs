@@ -119,11 +119,11 @@ async fn ensure_listing_index(pool: &deadpool_postgres::Pool) -> Result<(), Stor
 ///
 /// # Errors
 /// `PostgreSQL` unreachable, the tables or the index cannot be made.
-pub async fn open(url: &str, options: PoolOptions) -> Result<crate::Opened, StoreError> {
+pub async fn open(url: &str, options: PoolOptions) -> Result<crate::prefix_read::Opened, StoreError> {
     let pool = pool(url, options)?;
     let store = PostgresBlobStore::from_pool(pool.clone()).await?;
     ensure_listing_index(&pool).await?;
-    Ok(crate::Opened {
+    Ok(crate::prefix_read::Opened {
         store: Arc::new(store),
         prefix_read: Arc::new(crate::prefix_read::PostgresPrefixRead(pool)),
     })

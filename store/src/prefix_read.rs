@@ -12,6 +12,8 @@
 //! ([`PrefixRead::list_after`]): one short page on S3 (`StartAfter`) for a
 //! caller that holds an earlier listing of a log that only grows at its
 //! end; elsewhere a listing, filtered.
+//!
+//! [`Opened`] is a store with its bulk reader, as the backends open them.
 
 use std::sync::Arc;
 
@@ -59,6 +61,16 @@ pub trait PrefixRead: Send + Sync {
     /// # Errors
     /// The store's failure.
     async fn list_after(&self, prefix: &str, after: &str) -> Result<Vec<String>, StoreError>;
+}
+
+/// An opened store and the way to read many of its roots at once.
+#[derive(Clone)]
+pub struct Opened {
+    /// The store, as Corium's backend opened it.
+    pub store: Arc<dyn FullStore>,
+    /// Bulk reads of the roots under a prefix: one query on `PostgreSQL`,
+    /// listing and concurrent reads elsewhere.
+    pub prefix_read: Arc<dyn PrefixRead>,
 }
 
 /// `names` sorted, from the first one after `after`.

@@ -35,7 +35,7 @@ pub async fn open(
     prefix: &str,
     endpoint: Option<&str>,
     region: &str,
-) -> Result<crate::Opened, StoreError> {
+) -> Result<crate::prefix_read::Opened, StoreError> {
     let retry = aws_config::retry::RetryConfig::standard()
         .with_max_attempts(ATTEMPTS)
         .with_initial_backoff(Duration::from_millis(50))
@@ -53,7 +53,7 @@ pub async fn open(
     }
     let client = aws_sdk_s3::Client::from_conf(s3.build());
     let store: Arc<dyn FullStore> = Arc::new(S3BlobStore::from_client(client.clone(), bucket, prefix).await?);
-    Ok(crate::Opened {
+    Ok(crate::prefix_read::Opened {
         prefix_read: Arc::new(S3PrefixRead {
             reads: ListThenRead(Arc::clone(&store)),
             client,

@@ -132,7 +132,7 @@ fn collect_features(host: &Host, scrape: &mut Scrape<'_>) {
     scrape.gauges(
         "corium_fleet_feature_enabled",
         "1 when every live member of the fleet reads a format, so this node writes it (a version gate).",
-        crate::FEATURES
+        crate::host::FEATURES
             .iter()
             .map(|feature| ([("feature", *feature)], u32::from(host.features.has(feature)))),
     );

@@ -113,7 +113,7 @@ pub(crate) async fn watch(
     loop {
         tokio::select! {
             changed = registry.changed() => if changed.is_err() { return },
-            () = crate::until_true(&mut shutdown) => return,
+            () = corium_fleet_common::signal::until_true(&mut shutdown) => return,
         }
         if host.is_stopping() {
             return;

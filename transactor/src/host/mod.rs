@@ -45,6 +45,11 @@ pub(crate) use corium_fleet_common::owner::{node_of, now_unix_ms};
 
 pub(crate) use corium_fleet_store::RootView;
 
+/// The formats this build reads beyond the first release's, listed in its
+/// registry record: the fleet writes one only when every live member lists
+/// it (`corium_fleet_store::registry::Features`).
+pub(crate) const FEATURES: &[&str] = &[corium_fleet_store::registry::OWNED_REQUEST_IDS];
+
 /// All cells of one node.
 pub struct Host {
     /// The node's validated configuration.

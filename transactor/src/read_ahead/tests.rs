@@ -14,6 +14,27 @@ fn record(db: &str, version: u64, t: u64) -> String {
     format!("log:{db}:v{version:020}:r{t:020}")
 }
 
+/// A counter's value now.
+fn count(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// A store holding log records `ts` of database `a` (lease version 1), each
+/// `bytes`.
+async fn store_with_log(ts: std::ops::RangeInclusive<u64>, bytes: &[u8]) -> Arc<dyn FullStore> {
+    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
+    for t in ts {
+        store.cas_root(&record("a", 1, t), None, bytes).await.unwrap();
+    }
+    store
+}
+
+/// A budget of `mib` for reading ahead and `warm_mib` for warm databases,
+/// reading `store` by a listing and a read a record.
+fn budget_over(store: &Arc<dyn FullStore>, mib: usize, warm_mib: usize) -> Budget {
+    Budget::new(mib, warm_mib, Arc::new(ListThenRead(Arc::clone(store))))
+}
+
 #[test]
 fn only_per_record_keys_are_kept() {
     let prefix = log_prefix("a");
@@ -39,7 +60,7 @@ async fn the_first_log_listing_reads_ahead_and_later_reads_are_served_until_fini
             .unwrap();
     }
     store.cas_root(&record("b", 1, 1), None, b"other").await.unwrap();
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 0);
     let ahead = budget.start("a");
     assert!(
         ahead.list("meta:", store.as_ref()).await.is_none(),
@@ -65,7 +86,7 @@ async fn the_first_log_listing_reads_ahead_and_later_reads_are_served_until_fini
             .unwrap();
         assert_eq!(again, names, "the first listing, served");
     }
-    assert_eq!(budget.counts.listings_served.load(Ordering::Relaxed), 3);
+    assert_eq!(count(&budget.counts.listings_served), 3);
     // A log root of the cell's own makes it stale: the next listing is
     // storage's (the cell's record in it), and is served in turn.
     ahead.writing(&record("a", 2, 5));
@@ -78,7 +99,7 @@ async fn the_first_log_listing_reads_ahead_and_later_reads_are_served_until_fini
         .unwrap();
     assert_eq!(fresh, store.list_roots(&log_prefix("a")).await.unwrap());
     assert!(fresh.contains(&record("a", 2, 5)));
-    assert_eq!(budget.counts.listings_served.load(Ordering::Relaxed), 3);
+    assert_eq!(count(&budget.counts.listings_served), 3);
     let served = ahead
         .list(&log_prefix("a"), store.as_ref())
         .await
@@ -86,7 +107,7 @@ async fn the_first_log_listing_reads_ahead_and_later_reads_are_served_until_fini
         .unwrap();
     assert_eq!(served, fresh);
     assert_eq!(
-        budget.counts.listings_served.load(Ordering::Relaxed),
+        count(&budget.counts.listings_served),
         4,
         "a root outside the log (db:a) changes nothing"
     );
@@ -115,7 +136,7 @@ async fn a_spent_budget_or_an_off_switch_reads_nothing_ahead() {
         !reads_ahead(&budget.start("b"), "b").await,
         "the first reserved all of it"
     );
-    assert_eq!(budget.counts.skipped.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&budget.counts.skipped), 1);
     first.finish();
     drop(first);
     assert!(reads_ahead(&budget.start("b"), "b").await);
@@ -123,11 +144,8 @@ async fn a_spent_budget_or_an_off_switch_reads_nothing_ahead() {
 
 #[tokio::test]
 async fn a_whole_log_read_arms_an_open_cells_read_ahead_until_its_last_guard_goes() {
-    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
-    for t in 1..=2 {
-        store.cas_root(&record("a", 1, t), None, b"rec").await.unwrap();
-    }
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let store = store_with_log(1..=2, b"rec").await;
+    let budget = budget_over(&store, 1, 0);
     let prefix = log_prefix("a");
     // An activation that read ahead, then finished.
     let ahead = budget.start("a");
@@ -154,8 +172,8 @@ async fn a_whole_log_read_arms_an_open_cells_read_ahead_until_its_last_guard_goe
         "one bulk read; the second listing is the first's"
     );
     assert_eq!(ahead.get(&record("a", 1, 3)).as_deref(), Some(&b"new"[..]));
-    assert_eq!(budget.counts.whole_log_reads.load(Ordering::Relaxed), 1);
-    assert_eq!(budget.counts.reads.load(Ordering::Relaxed), 1, "counted apart");
+    assert_eq!(count(&budget.counts.whole_log_reads), 1);
+    assert_eq!(count(&budget.counts.reads), 1, "counted apart");
     drop(first);
     assert!(ahead.get(&record("a", 1, 1)).is_some(), "the second still reads");
     drop(second);
@@ -183,7 +201,7 @@ async fn a_prepared_log_starts_the_activation_keeps_no_fork_records_and_reads_th
     for t in 2..=3 {
         store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
     }
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 0);
     let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
     assert_eq!(
         prepared,
@@ -233,21 +251,15 @@ async fn a_prepared_log_starts_the_activation_keeps_no_fork_records_and_reads_th
         listed,
         "later listings are that one"
     );
-    assert_eq!(budget.counts.prepared_used.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&budget.counts.prepared_used), 1);
     ahead.finish();
     assert_eq!(budget.free_kib(), 1024, "the budget came back");
 }
 
 #[tokio::test]
 async fn a_read_stopped_at_its_bound_lists_from_storage_and_serves_what_it_read() {
-    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
-    for t in 1..=3 {
-        store
-            .cas_root(&record("a", 1, t), None, &vec![0; 400 << 10])
-            .await
-            .unwrap();
-    }
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let store = store_with_log(1..=3, &vec![0; 400 << 10]).await;
+    let budget = budget_over(&store, 1, 0);
     let ahead = budget.start("a");
     let names = ahead
         .list(&log_prefix("a"), store.as_ref())
@@ -313,7 +325,7 @@ async fn an_activations_first_blob_read_reads_the_whole_index_and_serves_both_pa
     let (manifest, chunks) =
         publish_index(store.as_ref(), "a", &[b"chunk-1", b"chunk-2", b"chunk-3"], false).await;
     let unnamed = store.put(b"not in the index").await.unwrap();
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 0);
     let ahead = budget.start("a");
     // Recovery lists the log first: that read keeps only the budget its
     // bytes use (none here), the rest is free for the index.
@@ -335,12 +347,8 @@ async fn an_activations_first_blob_read_reads_the_whole_index_and_serves_both_pa
         None,
         "read from storage"
     );
-    assert_eq!(
-        budget.counts.index_reads.load(Ordering::Relaxed),
-        1,
-        "one read of the index"
-    );
-    assert_eq!(budget.counts.index_blobs_served.load(Ordering::Relaxed), 8);
+    assert_eq!(count(&budget.counts.index_reads), 1, "one read of the index");
+    assert_eq!(count(&budget.counts.index_blobs_served), 8);
     assert!(budget.free_kib() < 1024, "the blobs hold budget");
     ahead.finish();
     assert_eq!(
@@ -355,7 +363,7 @@ async fn an_activations_first_blob_read_reads_the_whole_index_and_serves_both_pa
 async fn a_prepared_index_is_served_and_an_encrypted_or_unpublished_one_reads_nothing() {
     let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
     let (manifest, chunks) = publish_index(store.as_ref(), "a", &[b"one", b"two"], false).await;
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 0);
     let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
     assert_eq!(prepared.index_blobs, 3, "the manifest and its two chunks");
     // Published again after the prepare: the first blob the open lacks
@@ -367,12 +375,12 @@ async fn a_prepared_index_is_served_and_an_encrypted_or_unpublished_one_reads_no
         Some(&b"two"[..])
     );
     assert!(ahead.blob(&manifest, store.as_ref()).await.is_some());
-    let reads = budget.counts.index_reads.load(Ordering::Relaxed);
+    let reads = count(&budget.counts.index_reads);
     assert_eq!(
         ahead.blob(&newer[1], store.as_ref()).await.as_deref(),
         Some(&b"three"[..])
     );
-    assert_eq!(budget.counts.index_reads.load(Ordering::Relaxed), reads + 1);
+    assert_eq!(count(&budget.counts.index_reads), reads + 1);
     ahead.finish();
 
     publish_index(store.as_ref(), "secret", &[b"ciphertext"], true).await;
@@ -396,36 +404,20 @@ async fn a_warm_database_is_refreshed_with_new_records_only_and_its_activation_s
         store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
     }
     let (manifest, _) = publish_index(store.as_ref(), "a", &[b"chunk"], false).await;
-    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 1);
     let warm = Arc::clone(&budget.warm);
     warm.refresh("a", store.as_ref()).await.unwrap();
-    assert_eq!(
-        warm.counts.records_read.load(Ordering::Relaxed),
-        2,
-        "no fork record"
-    );
-    assert_eq!(
-        warm.counts.blobs_read.load(Ordering::Relaxed),
-        2,
-        "the manifest and its chunk"
-    );
+    assert_eq!(count(&warm.counts.records_read), 2, "no fork record");
+    assert_eq!(count(&warm.counts.blobs_read), 2, "the manifest and its chunk");
     store.cas_root(&record("a", 1, 4), None, b"new").await.unwrap();
     warm.refresh("a", store.as_ref()).await.unwrap();
+    assert_eq!(count(&warm.counts.records_read), 3, "only the new record");
     assert_eq!(
-        warm.counts.records_read.load(Ordering::Relaxed),
-        3,
-        "only the new record"
-    );
-    assert_eq!(
-        budget.counts.listings_since.load(Ordering::Relaxed),
+        count(&budget.counts.listings_since),
         1,
         "the second refresh listed after the first one's names"
     );
-    assert_eq!(
-        warm.counts.blobs_read.load(Ordering::Relaxed),
-        2,
-        "the index did not change"
-    );
+    assert_eq!(count(&warm.counts.blobs_read), 2, "the index did not change");
     assert_eq!(warm.usage().0, 1);
     // The takeover: the listing is storage's, the records and blobs are
     // served, a record committed after the last refresh is read.
@@ -439,7 +431,7 @@ async fn a_warm_database_is_refreshed_with_new_records_only_and_its_activation_s
     assert_eq!(listed.len(), 5, "storage's listing, fork record included");
     assert_eq!(listed, store.list_roots(&log_prefix("a")).await.unwrap());
     assert_eq!(
-        budget.counts.listings_since.load(Ordering::Relaxed),
+        count(&budget.counts.listings_since),
         2,
         "the takeover listed after the warm names"
     );
@@ -450,30 +442,20 @@ async fn a_warm_database_is_refreshed_with_new_records_only_and_its_activation_s
         "the tail was read with the listing"
     );
     assert!(ahead.blob(&manifest, store.as_ref()).await.is_some());
-    assert_eq!(warm.counts.takeovers.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&warm.counts.takeovers), 1);
     assert_eq!(warm.usage(), (0, 0), "handed over, not kept twice");
     ahead.finish();
 }
 
 #[tokio::test]
 async fn warm_records_go_with_their_database_and_stop_at_the_budget() {
-    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
-    for t in 1..=3 {
-        store
-            .cas_root(&record("a", 1, t), None, &vec![7; 400 << 10])
-            .await
-            .unwrap();
-    }
+    let store = store_with_log(1..=3, &vec![7; 400 << 10]).await;
     store.cas_root(&record("b", 1, 1), None, b"b").await.unwrap();
-    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 1);
     let warm = Arc::clone(&budget.warm);
     warm.refresh("a", store.as_ref()).await.unwrap();
-    assert_eq!(
-        warm.counts.records_read.load(Ordering::Relaxed),
-        2,
-        "1 MiB holds two"
-    );
-    assert_eq!(warm.counts.budget_full.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&warm.counts.records_read), 2, "1 MiB holds two");
+    assert_eq!(count(&warm.counts.budget_full), 1);
     assert!(warm.usage().1 <= warm.budget_bytes());
     // No longer its first standby: dropped, and the budget comes back.
     warm.retain(&std::collections::HashSet::from(["b".to_owned()]));
@@ -481,21 +463,15 @@ async fn warm_records_go_with_their_database_and_stop_at_the_budget() {
     warm.refresh("b", store.as_ref()).await.unwrap();
     assert_eq!(warm.usage(), (1, 1));
     // Off: nothing is read.
-    let off = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let off = budget_over(&store, 1, 0);
     off.warm.refresh("b", store.as_ref()).await.unwrap();
     assert_eq!(off.warm.usage(), (0, 0));
 }
 
 #[tokio::test]
 async fn warm_records_fill_at_most_half_the_nodes_room_and_go_when_dropped() {
-    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
-    for t in 1..=8 {
-        store
-            .cas_root(&record("a", 1, t), None, &vec![7; 100 << 10])
-            .await
-            .unwrap();
-    }
-    let budget = Budget::new(1, 4, Arc::new(ListThenRead(Arc::clone(&store))));
+    let store = store_with_log(1..=8, &vec![7; 100 << 10]).await;
+    let budget = budget_over(&store, 1, 4);
     let warm = Arc::clone(&budget.warm);
     // 500 KiB of room under the node's budget: at most 250 KiB warm.
     warm.limit_to_room(Some(500 << 10));
@@ -503,13 +479,13 @@ async fn warm_records_fill_at_most_half_the_nodes_room_and_go_when_dropped() {
     let (_, held) = warm.usage();
     assert!(held > 0, "something is kept");
     assert!(held <= 250 << 10, "{held} bytes held past half the room");
-    assert_eq!(warm.counts.records_read.load(Ordering::Relaxed), 2);
-    assert_eq!(warm.counts.budget_full.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&warm.counts.records_read), 2);
+    assert_eq!(count(&warm.counts.budget_full), 1);
     // No room at all: nothing more is read, and what is held stays until
     // dropped.
     warm.limit_to_room(Some(0));
     warm.refresh("a", store.as_ref()).await.unwrap();
-    assert_eq!(warm.counts.records_read.load(Ordering::Relaxed), 2);
+    assert_eq!(count(&warm.counts.records_read), 2);
     assert_eq!(warm.usage().1, held);
     warm.drop_all();
     assert_eq!(warm.usage(), (0, 0), "dropped, with its budget");
@@ -523,18 +499,15 @@ async fn warm_records_fill_at_most_half_the_nodes_room_and_go_when_dropped() {
 
 #[tokio::test(start_paused = true)]
 async fn an_opens_records_are_kept_for_the_first_whole_log_reads_then_dropped() {
-    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
-    for t in 1..=3 {
-        store.cas_root(&record("a", 1, t), None, b"rec").await.unwrap();
-    }
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let store = store_with_log(1..=3, b"rec").await;
+    let budget = budget_over(&store, 1, 0);
     let prefix = log_prefix("a");
     let ahead = budget.start("a");
     let listed = ahead.list(&prefix, store.as_ref()).await.unwrap().unwrap();
     ahead.finish_keeping();
-    assert_eq!(budget.counts.kept.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&budget.counts.kept), 1);
     assert_eq!(budget.free_kib(), 1023, "the records still hold their budget");
-    let served_by_recovery = budget.counts.served.load(Ordering::Relaxed);
+    let served_by_recovery = count(&budget.counts.served);
     // A replay right after the open: its listings are the open's (the cell
     // wrote nothing since) and its reads are served.
     {
@@ -545,17 +518,13 @@ async fn an_opens_records_are_kept_for_the_first_whole_log_reads_then_dropped() 
         );
         assert_eq!(ahead.get(&record("a", 1, 2)).as_deref(), Some(&b"rec"[..]));
     }
-    assert_eq!(budget.counts.kept_used.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&budget.counts.kept_used), 1);
     assert_eq!(
-        budget.counts.served.load(Ordering::Relaxed),
+        count(&budget.counts.served),
         served_by_recovery,
         "served to a whole-log read, not counted as recovery's"
     );
-    assert_eq!(
-        budget.counts.whole_log_reads.load(Ordering::Relaxed),
-        0,
-        "no bulk read"
-    );
+    assert_eq!(count(&budget.counts.whole_log_reads), 0, "no bulk read");
     // The cell commits: the next whole-log read lists from storage and
     // still reads the kept records from memory.
     ahead.writing(&record("a", 2, 4));
@@ -587,20 +556,20 @@ async fn kept_records_give_their_budget_to_the_next_activation() {
         .await
         .unwrap();
     store.cas_root(&record("b", 1, 1), None, b"b").await.unwrap();
-    let budget = Budget::new(1, 0, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 0);
     let kept = budget.start("a");
     assert!(kept.list(&log_prefix("a"), store.as_ref()).await.is_some());
     kept.finish_keeping();
     assert_eq!(budget.free_kib(), 1024 - 300);
     // Another database activates: it needs the budget more.
     let next = budget.start("b");
-    assert_eq!(budget.counts.kept_evicted.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&budget.counts.kept_evicted), 1);
     assert_eq!(kept.get(&record("a", 1, 1)), None, "the kept records went");
     assert!(
         next.list(&log_prefix("b"), store.as_ref()).await.is_some(),
         "read ahead"
     );
-    assert_eq!(budget.counts.skipped.load(Ordering::Relaxed), 0);
+    assert_eq!(count(&budget.counts.skipped), 0);
     next.finish();
     assert_eq!(budget.free_kib(), 1024);
     // A whole-log read in progress keeps them until it ends.
@@ -655,7 +624,7 @@ async fn a_listing_since_a_held_one_is_the_full_listing_or_nothing() {
             .unwrap(),
         None
     );
-    assert_eq!(counts.listings_since.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&counts.listings_since), 1);
 }
 
 /// A reader through which the owner commits one more record each time the
@@ -688,10 +657,7 @@ impl PrefixRead for CommittingWhileRead {
 
 #[tokio::test]
 async fn a_handoffs_read_catches_up_with_what_the_owner_committed_meanwhile() {
-    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
-    for t in 1..=3 {
-        store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
-    }
+    let store = store_with_log(1..=3, b"old").await;
     let reader = CommittingWhileRead {
         inner: ListThenRead(Arc::clone(&store)),
         store: Arc::clone(&store),
@@ -700,7 +666,7 @@ async fn a_handoffs_read_catches_up_with_what_the_owner_committed_meanwhile() {
     let budget = Budget::new(1, 0, Arc::new(reader));
     let prepared = budget.prepare("a", store.as_ref()).await.unwrap();
     assert_eq!(prepared.records, 4, "the record committed during the read too");
-    assert_eq!(budget.counts.listings_since.load(Ordering::Relaxed), 1);
+    assert_eq!(count(&budget.counts.listings_since), 1);
     // The activation lists after the held names and has nothing to read.
     let ahead = budget.start("a");
     let listed = ahead
@@ -710,24 +676,21 @@ async fn a_handoffs_read_catches_up_with_what_the_owner_committed_meanwhile() {
         .unwrap();
     assert_eq!(listed, store.list_roots(&log_prefix("a")).await.unwrap());
     assert_eq!(ahead.get(&record("a", 1, 4)).as_deref(), Some(&b"meanwhile"[..]));
-    assert_eq!(budget.counts.listings_since.load(Ordering::Relaxed), 2);
+    assert_eq!(count(&budget.counts.listings_since), 2);
     ahead.finish();
 }
 
 #[tokio::test]
 async fn a_warm_database_deleted_since_its_last_refresh_is_listed_in_full() {
-    let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
-    for t in 1..=3 {
-        store.cas_root(&record("a", 1, t), None, b"old").await.unwrap();
-    }
-    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let store = store_with_log(1..=3, b"old").await;
+    let budget = budget_over(&store, 1, 1);
     budget.warm.refresh("a", store.as_ref()).await.unwrap();
     for name in store.list_roots(&log_prefix("a")).await.unwrap() {
         store.delete_root(&name).await.unwrap();
     }
     store.cas_root(&record("a", 2, 1), None, b"reborn").await.unwrap();
     budget.warm.refresh("a", store.as_ref()).await.unwrap();
-    assert_eq!(budget.counts.listings_since.load(Ordering::Relaxed), 0);
+    assert_eq!(count(&budget.counts.listings_since), 0);
     let ahead = budget.start("a");
     let listed = ahead
         .list(&log_prefix("a"), store.as_ref())
@@ -749,22 +712,19 @@ async fn a_warm_index_the_owner_published_again_is_topped_up_once_at_the_first_b
     let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
     store.cas_root(&record("a", 1, 1), None, b"r").await.unwrap();
     let (_, old_chunks) = publish_index(store.as_ref(), "a", &[b"kept chunk"], false).await;
-    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 1);
     budget.warm.refresh("a", store.as_ref()).await.unwrap();
     // The owner publishes again (one chunk the same, one new) and dies.
     let (manifest, chunks) = publish_index(store.as_ref(), "a", &[b"kept chunk", b"new chunk"], false).await;
     assert_eq!(chunks[0], old_chunks[0]);
     let ahead = budget.start("a");
-    let reads_before = budget.counts.index_reads.load(Ordering::Relaxed);
+    let reads_before = count(&budget.counts.index_reads);
     assert_eq!(
         ahead.blob(&manifest, store.as_ref()).await,
         store.get(&manifest).await.unwrap(),
         "the new manifest, read with what it names"
     );
-    assert_eq!(
-        budget.counts.index_reads.load(Ordering::Relaxed),
-        reads_before + 1
-    );
+    assert_eq!(count(&budget.counts.index_reads), reads_before + 1);
     for chunk in &chunks {
         assert_eq!(
             ahead.blob(chunk, store.as_ref()).await,
@@ -774,11 +734,7 @@ async fn a_warm_index_the_owner_published_again_is_topped_up_once_at_the_first_b
     // Topped up once: a blob the root does not name is storage's to give.
     let stray = store.put(b"stray").await.unwrap();
     assert_eq!(ahead.blob(&stray, store.as_ref()).await, None);
-    assert_eq!(
-        budget.counts.index_reads.load(Ordering::Relaxed),
-        reads_before + 1,
-        "one top-up"
-    );
+    assert_eq!(count(&budget.counts.index_reads), reads_before + 1, "one top-up");
     ahead.finish();
     assert_eq!(budget.free_kib(), 1024, "its budget came back");
 }
@@ -787,12 +743,12 @@ async fn a_warm_index_the_owner_published_again_is_topped_up_once_at_the_first_b
 async fn a_refresh_after_the_takeover_does_not_read_beside_it() {
     let store: Arc<dyn FullStore> = Arc::new(corium_store::MemoryStore::default());
     store.cas_root(&record("a", 1, 1), None, b"r").await.unwrap();
-    let budget = Budget::new(1, 1, Arc::new(ListThenRead(Arc::clone(&store))));
+    let budget = budget_over(&store, 1, 1);
     budget.warm.refresh("a", store.as_ref()).await.unwrap();
     let ahead = budget.start("a");
-    let read = budget.warm.counts.records_read.load(Ordering::Relaxed);
+    let read = count(&budget.warm.counts.records_read);
     budget.warm.refresh("a", store.as_ref()).await.unwrap();
     assert_eq!(budget.warm.usage(), (0, 0), "not warmed again");
-    assert_eq!(budget.warm.counts.records_read.load(Ordering::Relaxed), read);
+    assert_eq!(count(&budget.warm.counts.records_read), read);
     ahead.finish();
 }

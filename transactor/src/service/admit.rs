@@ -24,9 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use corium_protocol::authz::{self, Access, Action, Guard, Principal};
-use corium_transactor::node::TransactorNode;
-use tonic::{Request, Response, Status};
+use corium_protocol::authz::{self, Access, Action, Principal};
+use tonic::{Request, Response};
 
 use super::node::Node;
 pub(crate) use super::refused::Refused;
@@ -60,11 +59,11 @@ pub(crate) struct Door<'a> {
     operator: Option<&'static str>,
     /// The database the call is about (its name, metadata, owner and
     /// places); empty for catalog-wide calls.
-    db: &'a str,
+    pub(super) db: &'a str,
     place: Place,
     /// A write through Corium's own service: a failure that may follow a
     /// durable append is answered as an unknown outcome (`write_status`).
-    writes: bool,
+    pub(super) writes: bool,
 }
 
 impl<'a> Door<'a> {
@@ -253,67 +252,14 @@ pub(crate) async fn admit_owner<T>(
     })
 }
 
-/// Runs an owner-dependent call through Corium's own service on the cell
-/// that owns its database, after the front door; the answer names the lease
-/// version that served it. The one path every call handed to Corium takes.
-///
-/// # Errors
-/// The front door's refusal as its status, or the handler's.
-pub(crate) async fn forward<Req, Resp, Fut>(
-    node: &Node,
-    request: Request<Req>,
-    door: Door<'_>,
-    handler: impl FnOnce(Arc<TransactorNode>, Request<Req>) -> Fut,
-) -> Result<Response<Resp>, Status>
-where
-    Fut: Future<Output = Result<Response<Resp>, Status>>,
-{
-    let at = admit_owner(node, &request, &door).await?;
-    let answered = handler(Arc::clone(&at.cell.node), request).await;
-    drop(at.permit);
-    let mut response = answered.map_err(|status| {
-        if door.writes {
-            super::status::write_status(door.db, status)
-        } else {
-            status
-        }
-    })?;
-    stamp_lease_version(&mut response, at.cell.lease_version);
-    Ok(response)
-}
-
-/// [`forward`] to Corium's own service, whose answer is the call's: `service`
-/// is that service's constructor (`CatalogSvc`, `TransactorSvc`), built for
-/// the owning cell with the node's guard (the caller's principal is in the
-/// request's extensions), and `method` calls it.
-///
-/// # Errors
-/// The front door's refusal as its status, or the service's.
-pub(crate) async fn forward_to_corium<Svc, Req, Resp, Fut>(
-    node: &Node,
-    request: Request<Req>,
-    door: Door<'_>,
-    service: fn(Arc<TransactorNode>, Guard) -> Svc,
-    method: impl FnOnce(Svc, Request<Req>) -> Fut,
-) -> Result<Response<Resp>, Status>
-where
-    Fut: Future<Output = Result<Response<Resp>, Status>>,
-{
-    let guard = node.guard.clone();
-    forward(node, request, door, |cell, request| {
-        method(service(cell, guard), request)
-    })
-    .await
-}
-
 /// The time the call has left: its `grpc-timeout`, else the node's default
 /// deadline (tonic ends the call there either way).
 pub(crate) fn time_left(map: &tonic::metadata::MetadataMap) -> Duration {
     map.get("grpc-timeout")
         .and_then(|value| value.to_str().ok())
         .and_then(corium_fleet_wire::metadata::grpc_timeout)
-        .map_or(crate::DEFAULT_DEADLINE, |timeout| {
-            timeout.min(crate::DEFAULT_DEADLINE)
+        .map_or(super::DEFAULT_DEADLINE, |timeout| {
+            timeout.min(super::DEFAULT_DEADLINE)
         })
 }
 

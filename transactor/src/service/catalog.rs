@@ -26,7 +26,8 @@ use corium_transactor::node::{NodeConfig, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tonic::{Request, Response, Status};
 
-use super::admit::{Door, Refused, admit, admit_owner, forward, forward_to_corium};
+use super::admit::{Door, Refused, admit, admit_owner};
+use super::forward::{forward, forwarded_to_corium};
 use super::node::Node;
 use super::status;
 use crate::cell::Cell;
@@ -246,36 +247,6 @@ impl Catalog for FleetCatalog {
             .await
     }
 
-    async fn request_index(
-        &self,
-        request: Request<pb::RequestIndexRequest>,
-    ) -> Result<Response<pb::RequestIndexResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        forward_to_corium(
-            &self.0,
-            request,
-            Door::on(Action::ManageIndex, &db),
-            CatalogSvc,
-            |svc, request| async move { svc.request_index(request).await },
-        )
-        .await
-    }
-
-    async fn set_index_policy(
-        &self,
-        request: Request<pb::SetIndexPolicyRequest>,
-    ) -> Result<Response<pb::SetIndexPolicyResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        forward_to_corium(
-            &self.0,
-            request,
-            Door::on(Action::ManageIndex, &db),
-            CatalogSvc,
-            |svc, request| async move { svc.set_index_policy(request).await },
-        )
-        .await
-    }
-
     async fn get_storage_info(
         &self,
         request: Request<pb::GetStorageInfoRequest>,
@@ -331,56 +302,13 @@ impl Catalog for FleetCatalog {
         )
         .await
     }
-
-    async fn key_status(
-        &self,
-        request: Request<pb::KeyStatusRequest>,
-    ) -> Result<Response<pb::KeyStatusResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        forward_to_corium(
-            &self.0,
-            request,
-            Door::on(Action::ManageKeys, &db),
-            CatalogSvc,
-            |svc, request| async move { svc.key_status(request).await },
-        )
-        .await
-    }
-
-    async fn rotate_storage_key(
-        &self,
-        request: Request<pb::RotateStorageKeyRequest>,
-    ) -> Result<Response<pb::RotateStorageKeyResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        let door = Door::on(Action::ManageKeys, &db).writes();
-        forward_to_corium(&self.0, request, door, CatalogSvc, |svc, request| async move {
-            svc.rotate_storage_key(request).await
-        })
-        .await
-    }
-
-    async fn rewrap_keys(
-        &self,
-        request: Request<pb::RewrapKeysRequest>,
-    ) -> Result<Response<pb::RewrapKeysResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        let door = Door::on(Action::ManageKeys, &db).writes();
-        forward_to_corium(&self.0, request, door, CatalogSvc, |svc, request| async move {
-            svc.rewrap_keys(request).await
-        })
-        .await
-    }
-
-    async fn alter_schema(
-        &self,
-        request: Request<pb::AlterSchemaRequest>,
-    ) -> Result<Response<pb::AlterSchemaResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        let door = Door::on(Action::AlterSchema, &db).writes();
-        forward_to_corium(&self.0, request, door, CatalogSvc, |svc, request| async move {
-            svc.alter_schema(request).await
-        })
-        .await
+    forwarded_to_corium! { CatalogSvc:
+        request_index(RequestIndexRequest -> RequestIndexResponse) for ManageIndex;
+        set_index_policy(SetIndexPolicyRequest -> SetIndexPolicyResponse) for ManageIndex;
+        key_status(KeyStatusRequest -> KeyStatusResponse) for ManageKeys;
+        rotate_storage_key(RotateStorageKeyRequest -> RotateStorageKeyResponse) for ManageKeys, writes;
+        rewrap_keys(RewrapKeysRequest -> RewrapKeysResponse) for ManageKeys, writes;
+        alter_schema(AlterSchemaRequest -> AlterSchemaResponse) for AlterSchema, writes;
     }
 }
 

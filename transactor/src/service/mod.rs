@@ -12,6 +12,7 @@
 pub(crate) mod admin;
 pub(crate) mod admit;
 pub(crate) mod catalog;
+pub(crate) mod forward;
 pub(crate) mod node;
 pub(crate) mod peer_server;
 pub(crate) mod refused;
@@ -20,3 +21,10 @@ pub(crate) mod requests;
 pub(crate) mod status;
 pub(crate) mod subscribe;
 pub(crate) mod transactor;
+
+/// Largest gRPC message accepted or sent (Corium's transaction batches are
+/// bounded well below this).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Default deadline of a call that arrives without `grpc-timeout`.
+pub(crate) const DEFAULT_DEADLINE: std::time::Duration = std::time::Duration::from_mins(1);

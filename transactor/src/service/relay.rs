@@ -78,8 +78,8 @@ pub(crate) async fn serve(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let service = TransactorServer::new(RelaySvc { relay })
-        .max_decoding_message_size(crate::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(crate::MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(super::MAX_MESSAGE_BYTES);
     let stopped = async move {
         let _ = stop.wait_for(|stop| *stop).await;
     };

@@ -196,7 +196,7 @@ pub(crate) async fn stream(
         loop {
             let next = tokio::select! {
                 next = live.recv() => next,
-                () = crate::until_true(&mut closed) => {
+                () = corium_fleet_common::signal::until_true(&mut closed) => {
                     let _ = tx.send(Err(moved(&db))).await;
                     return;
                 }

@@ -15,7 +15,8 @@ use tonic::{Request, Response, Status};
 
 use corium_fleet_wire::metadata;
 
-use super::admit::{Door, Refused, admit_owner, forward_to_corium, stamp_lease_version, time_left};
+use super::admit::{Door, Refused, admit_owner, stamp_lease_version, time_left};
+use super::forward::forwarded_to_corium;
 use super::node::Node;
 use super::status;
 use crate::cell::Cell;
@@ -75,7 +76,7 @@ async fn sync_basis(node: &Node, cell: &Cell, db: &str, t: u64, within: Duration
                     return Ok(state.db().basis_t());
                 }
             }
-            () = crate::until_true(&mut closed) => {
+            () = corium_fleet_common::signal::until_true(&mut closed) => {
                 return Err(node.host.not_owner(db, None).into());
             }
         }
@@ -164,30 +165,6 @@ impl Transactor for FleetTransactor {
         Ok(response)
     }
 
-    async fn saga_commit(
-        &self,
-        request: Request<pb::SagaCommitRequest>,
-    ) -> Result<Response<pb::SagaCommitResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        let door = Door::on(Action::Transact, &db).writes();
-        forward_to_corium(&self.0, request, door, TransactorSvc, |svc, request| async move {
-            svc.saga_commit(request).await
-        })
-        .await
-    }
-
-    async fn saga_finish(
-        &self,
-        request: Request<pb::SagaFinishRequest>,
-    ) -> Result<Response<pb::SagaFinishResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        let door = Door::on(Action::Transact, &db).writes();
-        forward_to_corium(&self.0, request, door, TransactorSvc, |svc, request| async move {
-            svc.saga_finish(request).await
-        })
-        .await
-    }
-
     type SubscribeStream = super::subscribe::ItemStream;
 
     async fn subscribe(
@@ -241,18 +218,9 @@ impl Transactor for FleetTransactor {
         Ok(response)
     }
 
-    async fn status(
-        &self,
-        request: Request<pb::StatusRequest>,
-    ) -> Result<Response<pb::StatusResponse>, Status> {
-        let db = request.get_ref().db.clone();
-        forward_to_corium(
-            &self.0,
-            request,
-            Door::on(Action::Inspect, &db),
-            TransactorSvc,
-            |svc, request| async move { svc.status(request).await },
-        )
-        .await
+    forwarded_to_corium! { TransactorSvc:
+        saga_commit(SagaCommitRequest -> SagaCommitResponse) for Transact, writes;
+        saga_finish(SagaFinishRequest -> SagaFinishResponse) for Transact, writes;
+        status(StatusRequest -> StatusResponse) for Inspect;
     }
 }

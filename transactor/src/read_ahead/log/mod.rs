@@ -12,18 +12,21 @@
 //! none since), and a record another process writes meanwhile is a deposed
 //! writer's, under an older lease version, at or past the first `t` the
 //! newest version wrote or will write — Corium's takeover cutoff drops it.
+//!
+//! - [`listing`] — [`ReadAhead::list`]: the bulk read, or the held listing;
+//! - [`index_blobs`] — [`ReadAhead::blob`]: the index blobs read ahead.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use corium_store::{BlobId, FullStore, StoreError};
+use corium_store::{BlobId, StoreError};
 use tokio::sync::OwnedSemaphorePermit;
 
-use futures::TryStreamExt as _;
+use super::pool::{Evict, Pool};
 
-use super::index::{IndexRead, read_index};
-use super::pool::{Evict, Pool, is_record, keep, keepable, list_since, read_roots};
+mod index_blobs;
+mod listing;
 
 /// Why the read-ahead is armed: counted apart in `/metrics`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -49,7 +52,7 @@ enum State {
         held: OwnedSemaphorePermit,
         /// The complete listing they were read under, if there was one:
         /// the first listing is then that and the names after it
-        /// ([`list_since`]).
+        /// ([`list_since`](super::pool::list_since)).
         listed: Option<Vec<String>>,
     },
     /// Read: the records, and the budget their bytes hold.
@@ -275,186 +278,6 @@ impl ReadAhead {
         }
     }
 
-    /// A listing of `prefix` through the view: the bulk read when the
-    /// read-ahead is armed and `prefix` is the database's log, else `None`
-    /// (the view lists from storage).
-    ///
-    /// # Errors
-    /// Never from the bulk read (a failed read falls back); the store's
-    /// error when the fallback listing fails.
-    pub async fn list(&self, prefix: &str, base: &dyn FullStore) -> Option<Result<Vec<String>, StoreError>> {
-        if prefix != self.prefix {
-            return None;
-        }
-        let (taken, writes) = {
-            let mut inner = self.lock();
-            let writes = inner.writes;
-            if let State::Read { listing, .. } = &inner.state {
-                let served = listing
-                    .as_ref()
-                    .filter(|listing| listing.writes == writes)
-                    .map(|listing| listing.names.clone());
-                (Taken::Listing(served), writes)
-            } else {
-                match std::mem::replace(&mut inner.state, State::Reading) {
-                    State::Armed(reserved, purpose) => (Taken::Armed(reserved, purpose), writes),
-                    State::Held {
-                        records,
-                        held,
-                        listed,
-                    } => (Taken::Held(records, held, listed), writes),
-                    other => {
-                        inner.state = other;
-                        return None;
-                    }
-                }
-            }
-        };
-        let (reserved, purpose) = match taken {
-            Taken::Armed(reserved, purpose) => (reserved, purpose),
-            Taken::Held(records, held, listed) => {
-                let tail = Tail {
-                    records,
-                    held,
-                    listed,
-                    writes,
-                };
-                return Some(self.read_tail(prefix, base, tail).await);
-            }
-            Taken::Listing(Some(names)) => {
-                self.pool.counts.listings_served.fetch_add(1, Ordering::Relaxed);
-                return Some(Ok(names));
-            }
-            Taken::Listing(None) => {
-                // Stale or none yet: storage's, kept for the next listing.
-                let listed = base.list_roots(prefix).await;
-                self.lock().keep_listing(&listed, writes);
-                return Some(listed);
-            }
-        };
-        let counts = &self.pool.counts;
-        let max_bytes = reserved.num_permits() * 1024;
-        let read = match self.pool.reader.read_prefix(prefix, max_bytes).await {
-            Ok(read) => read,
-            Err(error) => {
-                tracing::debug!(prefix, %error, "log read-ahead failed; reading records one by one");
-                if purpose == Purpose::Activation {
-                    counts.skipped.fetch_add(1, Ordering::Relaxed);
-                }
-                self.lock().state = State::Off;
-                return None;
-            }
-        };
-        let bytes: usize = read.rows.iter().map(|(_, bytes)| bytes.len()).sum();
-        let names = if read.complete {
-            Ok(read.rows.iter().map(|(name, _)| name.clone()).collect())
-        } else {
-            // Stopped at its bound: the listing comes from storage; what was
-            // read is still served.
-            base.list_roots(prefix).await
-        };
-        // Keep only the budget the bytes use.
-        let held = Some(keep(reserved, bytes));
-        let records: HashMap<String, Vec<u8>> = read
-            .rows
-            .into_iter()
-            .filter(|(name, _)| is_record(prefix, name))
-            .collect();
-        match purpose {
-            Purpose::Activation => {
-                counts.reads.fetch_add(1, Ordering::Relaxed);
-                counts.records.fetch_add(records.len() as u64, Ordering::Relaxed);
-            }
-            Purpose::WholeLog => {
-                counts.whole_log_reads.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let mut inner = self.lock();
-        // Every holder may have gone while it read: then nothing is kept.
-        if inner.holders > 0 && matches!(inner.state, State::Reading) {
-            inner.state = State::Read {
-                records,
-                _held: held,
-                _tail: None,
-                purpose,
-                listing: None,
-            };
-            inner.keep_listing(&names, writes);
-        }
-        Some(names)
-    }
-
-    /// The first listing of an activation that starts from held records:
-    /// the held listing and the names after it when there is one (else the
-    /// listing from storage), and the listed records not held read eight
-    /// at a time, within what is free of the budget (the rest Corium reads
-    /// itself).
-    async fn read_tail(
-        &self,
-        prefix: &str,
-        base: &dyn FullStore,
-        tail: Tail,
-    ) -> Result<Vec<String>, StoreError> {
-        let Tail {
-            mut records,
-            held,
-            listed: known,
-            writes,
-        } = tail;
-        let since = match &known {
-            Some(known) => list_since(self.pool.reader.as_ref(), &self.pool.counts, prefix, known)
-                .await
-                .unwrap_or_else(|error| {
-                    tracing::debug!(prefix, %error, "listing after the held names failed; listing in full");
-                    None
-                }),
-            None => None,
-        };
-        let listed = match since {
-            Some(names) => Ok(names),
-            None => base.list_roots(prefix).await,
-        };
-        let tail: Vec<String> = listed
-            .as_ref()
-            .map(|names| {
-                names
-                    .iter()
-                    .filter(|name| keepable(prefix, name) && !records.contains_key(*name))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut tail_held = None;
-        if !tail.is_empty()
-            && let Some(reserved) = self.pool.reserve()
-        {
-            let max_bytes = reserved.num_permits() * 1024;
-            let mut bytes = 0;
-            let mut reads = std::pin::pin!(read_roots(base, tail));
-            while let Ok(Some((name, record))) = reads.try_next().await {
-                let Some(record) = record else { continue };
-                bytes += record.len();
-                if bytes > max_bytes {
-                    break;
-                }
-                records.insert(name, record);
-            }
-            tail_held = Some(keep(reserved, bytes.min(max_bytes)));
-        }
-        let mut inner = self.lock();
-        if inner.holders > 0 && matches!(inner.state, State::Reading) {
-            inner.state = State::Read {
-                records,
-                _held: Some(held),
-                _tail: tail_held,
-                purpose: Purpose::Activation,
-                listing: None,
-            };
-            inner.keep_listing(&listed, writes);
-        }
-        listed
-    }
-
     /// The cell is about to write or delete root `name`: a log root makes
     /// every listing taken so far stale.
     pub fn writing(&self, name: &str) {
@@ -477,91 +300,6 @@ impl ReadAhead {
             self.pool.counts.served.fetch_add(1, Ordering::Relaxed);
         }
         record
-    }
-
-    /// Blob `id` from the activation's index read-ahead: the first blob the
-    /// open asks for reads the database's index blobs (from `base`, within
-    /// the budget); `None` when the read-ahead does not hold it (the view
-    /// reads it from storage).
-    pub async fn blob(&self, id: &BlobId, base: &dyn FullStore) -> Option<Vec<u8>> {
-        let held = {
-            let mut inner = self.lock();
-            match &mut inner.index {
-                Index::Read { blobs, current, .. } => {
-                    if let Some(blob) = blobs.get(id).cloned() {
-                        self.pool
-                            .counts
-                            .index_blobs_served
-                            .fetch_add(1, Ordering::Relaxed);
-                        return Some(blob);
-                    }
-                    if *current {
-                        return None;
-                    }
-                    // Held from before, and lacking what the open asks for:
-                    // read what the root names now, beside what is held.
-                    match std::mem::replace(&mut inner.index, Index::Reading) {
-                        Index::Read {
-                            blobs, _held: held, ..
-                        } => Some((blobs, held)),
-                        _ => unreachable!("matched above"),
-                    }
-                }
-                Index::Reading | Index::Off => return None,
-                Index::Armed => {
-                    inner.index = Index::Reading;
-                    None
-                }
-            }
-        };
-        let (have, have_held) = held.unwrap_or_default();
-        let restore = |have: HashMap<BlobId, Vec<u8>>, have_held: Option<OwnedSemaphorePermit>| {
-            let mut inner = self.lock();
-            inner.index = if have.is_empty() && have_held.is_none() {
-                Index::Off
-            } else {
-                Index::Read {
-                    blobs: have,
-                    _held: have_held,
-                    _more: None,
-                    current: true,
-                }
-            };
-        };
-        let Some(reserved) = self.pool.reserve() else {
-            restore(have, have_held);
-            return None;
-        };
-        let read = match read_index(base, &self.db, reserved.num_permits() * 1024, &have).await {
-            Ok(read) => read,
-            Err(error) => {
-                tracing::debug!(db = %self.db, %error, "index read-ahead failed; reading blobs one by one");
-                restore(have, have_held);
-                return None;
-            }
-        };
-        self.pool.counts.index_reads.fetch_add(1, Ordering::Relaxed);
-        let IndexRead { mut blobs, bytes } = read;
-        let more = keep(reserved, bytes);
-        blobs.extend(have);
-        let blob = blobs.get(id).cloned();
-        let mut inner = self.lock();
-        // Every holder may have gone while it read: then nothing is kept.
-        if inner.holders > 0 && matches!(inner.index, Index::Reading) {
-            inner.index = Index::Read {
-                blobs,
-                _held: have_held,
-                _more: Some(more),
-                current: true,
-            };
-            if blob.is_some() {
-                self.pool
-                    .counts
-                    .index_blobs_served
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        blob
     }
 
     /// The activation is done: its hold ends (the records go, and the
