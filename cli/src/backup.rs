@@ -15,7 +15,7 @@ use anyhow::{Context as _, bail};
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_client::CatalogClient;
 
-use crate::status::{Authorized, NodeArgs};
+use crate::node_args::{Authorized, NodeArgs};
 
 /// How long discovering one database's storage may take.
 const DISCOVERY_DEADLINE: Duration = Duration::from_secs(30);

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_wire::not_owner;
 
-use crate::status::NodeArgs;
+use crate::node_args::NodeArgs;
 
 /// `corium-fleet handoff` flags: the database, its new holder, and a node
 /// to ask.

@@ -27,6 +27,7 @@ mod backup;
 mod certs;
 mod dev;
 mod handoff;
+mod node_args;
 mod rebalance;
 mod request_status;
 mod restore;

@@ -9,7 +9,7 @@
 use corium_fleet_common::balance::{self, DatabaseLoad, NodeLoad, Settings};
 use corium_fleet_proto::fleet::FleetStatusResponse;
 
-use crate::status::NodeArgs;
+use crate::node_args::NodeArgs;
 
 /// `corium-fleet rebalance` flags.
 #[derive(clap::Args)]

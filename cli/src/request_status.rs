@@ -13,7 +13,7 @@ use corium_fleet_proto::fleet::requests_client::RequestsClient;
 use corium_protocol::pb;
 use prost::Message as _;
 
-use crate::status::NodeArgs;
+use crate::node_args::NodeArgs;
 
 /// `corium-fleet request-status` flags: the database, the request id, and
 /// where to ask.

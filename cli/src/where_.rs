@@ -20,7 +20,7 @@ use corium_fleet_proto::fleet::{DatabasePlacementRequest, DatabaseView};
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 
-use crate::status::NodeArgs;
+use crate::node_args::NodeArgs;
 
 /// `corium-fleet where` flags: the database, and where to ask.
 #[derive(clap::Args)]
@@ -92,7 +92,7 @@ pub(crate) async fn run(args: WhereArgs) -> anyhow::Result<()> {
 /// owner's endpoint when a node that is not the owner was asked.
 async fn owner_status(
     args: &WhereArgs,
-    channel: crate::status::Authorized,
+    channel: crate::node_args::Authorized,
 ) -> Result<pb::StatusResponse, tonic::Status> {
     let request = pb::StatusRequest {
         db: args.database.clone(),
