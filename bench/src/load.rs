@@ -38,8 +38,7 @@ pub(crate) async fn transact(
             let mut latencies = Vec::with_capacity(per_client);
             for n in 0..per_client {
                 let mut request =
-                    tonic::Request::new(corium::transact_request(&db, &format!("{prefix}-{client}-{n}")));
-                request.set_timeout(Duration::from_secs(30));
+                    corium::transact_call(&db, &format!("{prefix}-{client}-{n}"), Duration::from_secs(30));
                 if shape.request_ids {
                     let id = uuid::Uuid::new_v4().to_string();
                     request.metadata_mut().insert(metadata::REQUEST_ID, id.parse()?);

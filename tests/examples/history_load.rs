@@ -32,9 +32,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         tasks.push(tokio::spawn(async move {
             let mut client = TransactorClient::new(channel);
             for n in 0..per_writer {
-                let mut request =
-                    tonic::Request::new(corium::transact_request(&db, &format!("{prefix}-{writer}-{n}")));
-                request.set_timeout(Duration::from_secs(30));
+                let request =
+                    corium::transact_call(&db, &format!("{prefix}-{writer}-{n}"), Duration::from_secs(30));
                 client.transact(request).await?;
             }
             Ok::<_, tonic::Status>(())

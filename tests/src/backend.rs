@@ -5,6 +5,25 @@
 use std::net::SocketAddr;
 use std::process::Command;
 
+/// `psql URL -tAc COMMAND` (the `psql` that `make test` installs): its
+/// output, trimmed.
+///
+/// # Panics
+/// When `psql` cannot run or the command fails.
+#[must_use]
+pub fn psql(url: &str, command: &str) -> String {
+    let output = Command::new("psql")
+        .args([url, "-tAc", command])
+        .output()
+        .expect("psql runs (make test installs PostgreSQL)");
+    assert!(
+        output.status.success(),
+        "psql {command:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
 /// The variable naming the S3 endpoint the suite runs on
 /// (`http://127.0.0.1:PORT`); `make test` sets it from
 /// `scripts/seaweedfs.sh start`.
@@ -79,19 +98,8 @@ impl Backend {
     #[must_use]
     pub fn postgres(base: &str) -> Self {
         let name = format!("fleet_{}", uuid::Uuid::new_v4().simple());
-        let output = Command::new("psql")
-            .arg(base)
-            .arg("-v")
-            .arg("ON_ERROR_STOP=1")
-            .arg("-qc")
-            .arg(format!("CREATE DATABASE {name}"))
-            .output()
-            .expect("psql runs");
-        assert!(
-            output.status.success(),
-            "create database: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        // Its output is the command's tag.
+        let _ = psql(base, &format!("CREATE DATABASE {name}"));
         let (server, _) = base.rsplit_once('/').expect("postgres URL ends in /DATABASE");
         Self::Postgres {
             url: format!("{server}/{name}"),

@@ -105,6 +105,26 @@ pub struct History {
     pub faults: Vec<String>,
 }
 
+impl History {
+    /// Notes that a writer is about to try `item` in `db` (before its first
+    /// attempt, so a duplicate of an unacknowledged write is caught too).
+    pub fn note_attempted(&mut self, db: &str, item: &str) {
+        self.attempted.insert((db.to_owned(), item.to_owned()));
+    }
+
+    /// Notes a fault or process event `since` the run started (and prints
+    /// it, so a failing run's output shows when it happened).
+    pub fn note_fault(&mut self, since: Duration, text: &str) {
+        eprintln!("@{}ms {text}", since.as_millis());
+        self.faults.push(format!("@{}ms {text}", since.as_millis()));
+    }
+
+    /// Notes a failed attempt on `db`, `since` the run started.
+    pub fn note_error(&mut self, db: &str, since: Duration, code: tonic::Code) {
+        self.errors.push((db.to_owned(), since, code));
+    }
+}
+
 /// What is durable at the end of a run, per database.
 #[derive(Clone, Debug, Default)]
 pub struct Durable {
@@ -513,6 +533,18 @@ mod tests {
             .collect()
     }
 
+    /// Asserts that `report` has a violation whose text holds all of `words`.
+    #[track_caller]
+    fn assert_violation(report: &Report, words: &[&str]) {
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| words.iter().all(|word| v.contains(word))),
+            "no violation with {words:?}: {report}"
+        );
+    }
+
     fn run(acks: Vec<Ack>, log_entries: &[(u64, &str)], keys: Vec<(u64, u64)>) -> Report {
         let history = History {
             acks,
@@ -546,22 +578,13 @@ mod tests {
             &[(1, "x"), (2, "w")],
             vec![(1, 2)],
         );
-        assert!(
-            report.violations.iter().any(|v| v.contains("lost write")),
-            "{report}"
-        );
+        assert_violation(&report, &["lost write"]);
         // Gap.
         let report = run(vec![ack("a", "x", 1, 1)], &[(1, "x"), (3, "w")], vec![(1, 3)]);
-        assert!(
-            report.violations.iter().any(|v| v.contains("exactly one record")),
-            "{report}"
-        );
+        assert_violation(&report, &["exactly one record"]);
         // Twice.
         let report = run(vec![ack("a", "x", 1, 1)], &[(1, "x"), (2, "x")], vec![(1, 2)]);
-        assert!(
-            report.violations.iter().any(|v| v.contains("committed twice")),
-            "{report}"
-        );
+        assert_violation(&report, &["committed twice"]);
         // Twice, though never acknowledged (a writer without request ids
         // that saw an error): attempted items count as well.
         let history = History {
@@ -574,13 +597,7 @@ mod tests {
             ..Durable::default()
         };
         let report = check("unit", &history, &durable, &BTreeSet::new());
-        assert!(
-            report
-                .violations
-                .iter()
-                .any(|v| v.contains("item u committed twice")),
-            "{report}"
-        );
+        assert_violation(&report, &["item u committed twice"]);
         // Twice as an identity upsert: the resend's transaction asserts no
         // item (acknowledged at its t, or not acknowledged at all).
         let history = History {
@@ -601,30 +618,15 @@ mod tests {
             ..Durable::default()
         };
         let report = check("unit", &history, &durable, &BTreeSet::new());
-        assert!(
-            report
-                .violations
-                .iter()
-                .any(|v| v.contains("y committed twice") && v.contains("upsert")),
-            "{report}"
-        );
-        assert!(
-            report
-                .violations
-                .iter()
-                .any(|v| v.contains("t=4 commits no writer's item")),
-            "{report}"
-        );
+        assert_violation(&report, &["y committed twice", "upsert"]);
+        assert_violation(&report, &["t=4 commits no writer's item"]);
         // Two writers: t=3 under version 1 after t=2 under version 2.
         let report = run(
             vec![ack("a", "x", 1, 1), ack("a", "y", 2, 2), ack("a", "z", 3, 1)],
             &[(1, "x"), (2, "y"), (3, "z")],
             vec![(1, 1), (2, 2), (1, 3)],
         );
-        assert!(
-            report.violations.iter().any(|v| v.contains("two writers")),
-            "{report}"
-        );
+        assert_violation(&report, &["two writers"]);
         // … unless the late answer was a replay by a later owner.
         let mut replay = ack("a", "x", 1, 2);
         replay.replayed = true;
@@ -636,10 +638,7 @@ mod tests {
         assert!(report.passed(), "{report}");
         // No durable record under the acknowledging version.
         let report = run(vec![ack("a", "x", 1, 3)], &[(1, "x")], vec![(2, 1)]);
-        assert!(
-            report.violations.iter().any(|v| v.contains("no durable record")),
-            "{report}"
-        );
+        assert_violation(&report, &["no durable record"]);
         // A replay that differs.
         let mut bad = run(vec![ack("a", "x", 1, 1)], &[(1, "x")], vec![(1, 1)]);
         assert!(bad.passed(), "{bad}");
@@ -661,21 +660,10 @@ mod tests {
             ..Durable::default()
         };
         bad = check("unit", &history, &durable, &BTreeSet::from(["b".to_owned()]));
-        assert!(
-            bad.violations.iter().any(|v| v.contains("different response")),
-            "{bad}"
-        );
-        assert!(bad.violations.iter().any(|v| v.contains("subscriber 0")), "{bad}");
-        assert!(
-            bad.violations
-                .iter()
-                .any(|v| v.contains("subscriber 1") && v.contains("does not hold")),
-            "{bad}"
-        );
-        assert!(
-            bad.violations.iter().any(|v| v.contains("no fault touched it")),
-            "{bad}"
-        );
+        assert_violation(&bad, &["different response"]);
+        assert_violation(&bad, &["subscriber 0"]);
+        assert_violation(&bad, &["subscriber 1", "does not hold"]);
+        assert_violation(&bad, &["no fault touched it"]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Helpers over the stock `corium.v1` clients from crates.io.
 
+use std::fmt::{Debug, Display};
 use std::time::Duration;
 
 use corium_protocol::codec;
@@ -139,6 +140,15 @@ pub fn transact_request(db: &str, name: &str) -> pb::TransactRequest {
     }
 }
 
+/// [`transact_request`] as a call that gives up after `within` (its
+/// `grpc-timeout`).
+#[must_use]
+pub fn transact_call(db: &str, name: &str, within: Duration) -> tonic::Request<pb::TransactRequest> {
+    let mut request = tonic::Request::new(transact_request(db, name));
+    request.set_timeout(within);
+    request
+}
+
 /// A `Subscribe` request for `db` from `from_basis_t`, at this protocol
 /// version.
 #[must_use]
@@ -172,6 +182,28 @@ pub async fn transact(
     Ok(client.transact(request).await?.into_inner())
 }
 
+/// Transacts items `{prefix}-0` … `{prefix}-{count - 1}` into `db` at
+/// `endpoint`, one after another: each acknowledged `t` → its item name.
+///
+/// # Panics
+/// When a transaction fails.
+pub async fn transact_items(
+    endpoint: &str,
+    db: &str,
+    prefix: &str,
+    count: usize,
+) -> std::collections::BTreeMap<u64, String> {
+    let mut acked = std::collections::BTreeMap::new();
+    for i in 0..count {
+        let name = format!("{prefix}-{i}");
+        let response = transact(endpoint, db, &name, &[])
+            .await
+            .unwrap_or_else(|status| panic!("{db}: {name}: {status:?}"));
+        acked.insert(response.basis_t, name);
+    }
+    acked
+}
+
 /// Every committed transaction of `db` read back through `Subscribe` from
 /// basis 0 at `endpoint`: `(t, item names asserted)`, in log order.
 ///
@@ -181,6 +213,42 @@ pub async fn log(endpoint: &str, db: &str) -> Result<Vec<(u64, Vec<String>)>, to
     let mut client = TransactorClient::new(channel(endpoint).await);
     let mut stream = client.subscribe(subscribe_request(db, 0)).await?.into_inner();
     read_log(&mut stream).await
+}
+
+/// Asserts that a call failed with `code` and returns its status for
+/// further checks; the failure message names `what` and the answer seen.
+///
+/// # Panics
+/// When the call succeeded, or failed with another code.
+#[track_caller]
+pub fn expect_code<T: Debug>(
+    result: Result<T, tonic::Status>,
+    code: tonic::Code,
+    what: impl Display,
+) -> tonic::Status {
+    match result {
+        Ok(answer) => panic!("{what}: expected {code:?}, got an answer: {answer:?}"),
+        Err(status) => {
+            assert_eq!(status.code(), code, "{what}: {status:?}");
+            status
+        }
+    }
+}
+
+/// Every item name in a log read by [`log`] or [`read_log`], in log order.
+#[must_use]
+pub fn names(log: &[(u64, Vec<String>)]) -> Vec<&String> {
+    log.iter().flat_map(|(_, names)| names).collect()
+}
+
+/// How many item names in a log read by [`log`] or [`read_log`] start
+/// with `prefix`.
+#[must_use]
+pub fn count_names_with_prefix(log: &[(u64, Vec<String>)], prefix: &str) -> usize {
+    names(log)
+        .into_iter()
+        .filter(|name| name.starts_with(prefix))
+        .count()
 }
 
 /// Reads a `Subscribe` stream from basis 0 until it has delivered every

@@ -158,6 +158,21 @@ impl FleetBuilder {
         (fleet, address)
     }
 
+    /// [`FleetBuilder::start_with_ingress`], then creates `db` through the
+    /// ingress; the fleet and the ingress's endpoint.
+    ///
+    /// # Panics
+    /// As [`FleetBuilder::start_with_ingress`], or when `db` cannot be
+    /// created.
+    pub async fn start_with_database(self, db: &str) -> (Fleet, String) {
+        let (fleet, address) = self.start_with_ingress().await;
+        let created = crate::corium::create(&address, db)
+            .await
+            .unwrap_or_else(|status| panic!("create {db}: {status:?}\n{}", fleet.logs()));
+        assert!(created, "{db} was created, not found existing");
+        (fleet, address)
+    }
+
     /// The members placement ranks: `node-N` in `zone-N`, at its own
     /// listener or the port fronting it.
     fn members(&self, grpc_ports: &[u16]) -> Vec<Member> {
@@ -224,6 +239,20 @@ impl Fleet {
             fronts: Vec::new(),
             binaries: bin_dir(),
         }
+    }
+
+    /// A filesystem fleet of `nodes` nodes, each started with `node_flags`
+    /// (all else as [`Fleet::builder`] has it), and one ingress with its
+    /// default flags; the fleet and the ingress's endpoint.
+    ///
+    /// # Panics
+    /// As [`FleetBuilder::start_with_ingress`].
+    pub async fn filesystem_with_ingress(nodes: usize, node_flags: &[&str]) -> (Self, String) {
+        Self::builder(Backend::Filesystem)
+            .nodes(nodes)
+            .node_flags(node_flags)
+            .start_with_ingress()
+            .await
     }
 
     /// The certificate directory of an mTLS fleet.
@@ -573,11 +602,46 @@ impl Fleet {
             .collect()
     }
 
+    /// Index of the best-ranked candidate of `db` other than node `not`
+    /// (its owner, say): where a handoff or a takeover goes.
+    #[must_use]
+    pub fn other_candidate(&self, db: &str, not: usize) -> Option<usize> {
+        self.candidates(db)
+            .into_iter()
+            .find(|candidate| *candidate != not)
+    }
+
     /// Index of a node that is not a candidate of `db`.
     #[must_use]
     pub fn non_candidate(&self, db: &str) -> Option<usize> {
         let candidates = self.candidates(db);
         (0..self.nodes.len()).find(|i| !candidates.contains(i))
+    }
+
+    /// Waits (at most `within`) until node `index`'s `/metrics` has the
+    /// line `sample` (`series value`).
+    ///
+    /// # Panics
+    /// When it has not by then: the message names `what` and shows the last
+    /// metrics read and every process's log.
+    pub async fn await_node_metric(
+        &self,
+        index: usize,
+        sample: &str,
+        within: Duration,
+        what: impl fmt::Display,
+    ) {
+        crate::eventually(within, what, async || {
+            let (_, metrics) = crate::http_get(self.nodes[index].admin, "/metrics")
+                .await
+                .unwrap_or_else(|| panic!("{} answers /metrics", self.nodes[index].id));
+            if metrics.lines().any(|line| line == sample) {
+                Ok(())
+            } else {
+                Err(self.with_logs(metrics))
+            }
+        })
+        .await;
     }
 
     /// Every process's log, for failure messages.

@@ -22,6 +22,62 @@ pub struct Outcome {
     pub longest_unavailable: Duration,
 }
 
+impl Outcome {
+    /// Acknowledgements, errors and the longest unavailability, as text.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        format!(
+            "{} acks, {} errors, longest unavailability {:?}",
+            self.acked.len(),
+            self.errors.len(),
+            self.longest_unavailable
+        )
+    }
+
+    /// Asserts that every failed attempt was retryable (`UNAVAILABLE` or
+    /// `FAILED_PRECONDITION`: what clients see while a database moves); the
+    /// failure message names `what`, the attempt's time, code and message.
+    ///
+    /// # Panics
+    /// On any other failure.
+    #[track_caller]
+    pub fn assert_only_retryable_errors(&self, what: impl std::fmt::Display) {
+        for (at, code, message) in &self.errors {
+            assert!(
+                matches!(code, tonic::Code::Unavailable | tonic::Code::FailedPrecondition),
+                "{what} at {at:?}: {code:?} {message}"
+            );
+        }
+    }
+}
+
+/// A load running in the background ([`start`]) until [`Running::stop`].
+pub struct Running {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<BTreeMap<String, Outcome>>,
+}
+
+/// Starts [`run`] in the background over `dbs` through `address`.
+#[must_use]
+pub fn start(address: String, dbs: Vec<String>, max_per_db: usize) -> Running {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    Running {
+        stop,
+        task: tokio::spawn(run(address, dbs, max_per_db, stopped)),
+    }
+}
+
+impl Running {
+    /// Stops the load and returns each database's outcome.
+    ///
+    /// # Panics
+    /// When the load already ended (every attempt made) or panicked.
+    pub async fn stop(self) -> BTreeMap<String, Outcome> {
+        self.stop.send(true).expect("the load still runs when stopped");
+        self.task.await.expect("the load runs to its end")
+    }
+}
+
 /// Runs until `stop` turns true (or `max_per_db` attempts), one task per
 /// database, each transacting `"{db}-{n}"` through `address`.
 ///

@@ -86,6 +86,17 @@ impl Node {
         nix::sys::signal::kill(pid, signal).expect("signal sent");
     }
 
+    /// Stops the process (SIGSTOP) for `pause`, then lets it go on
+    /// (SIGCONT): a process that cannot tell it was stopped.
+    ///
+    /// # Panics
+    /// When the process is not running.
+    pub async fn pause(&self, pause: Duration) {
+        self.signal(Signal::SIGSTOP);
+        tokio::time::sleep(pause).await;
+        self.signal(Signal::SIGCONT);
+    }
+
     /// SIGSTOPs the process outside a filesystem root compare-and-swap.
     ///
     /// Corium's filesystem store serialises a root's CAS with an exclusive
@@ -135,15 +146,10 @@ impl Node {
     pub async fn terminate(&mut self) {
         self.signal(Signal::SIGTERM);
         let child = self.child.as_mut().expect("node running");
-        let status = eventually(
+        let status = wait_for_exit(
             Duration::from_secs(20),
-            format!("{} stops after SIGTERM", self.id),
-            async || {
-                child
-                    .try_wait()
-                    .expect("wait for the node")
-                    .ok_or("still running")
-            },
+            &format!("{} stops after SIGTERM", self.id),
+            || child.try_wait(),
         )
         .await;
         self.child = None;
@@ -196,15 +202,10 @@ impl Node {
             .kill_on_drop(true)
             .spawn()
             .expect("the binary starts");
-        let status = eventually(
+        let status = wait_for_exit(
             Duration::from_secs(30),
-            format!("a variant of {} exits", self.id),
-            async || {
-                child
-                    .try_wait()
-                    .expect("wait for the variant")
-                    .ok_or("still running")
-            },
+            &format!("a variant of {} exits", self.id),
+            || child.try_wait(),
         )
         .await;
         let mut stderr = String::new();
@@ -292,6 +293,21 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Polls `try_wait` (a child process's) until the process has exited,
+/// for at most `within`; `what` names the wait in failures.
+async fn wait_for_exit(
+    within: Duration,
+    what: &str,
+    mut try_wait: impl FnMut() -> std::io::Result<Option<ExitStatus>>,
+) -> ExitStatus {
+    eventually(within, what, async || {
+        try_wait()
+            .unwrap_or_else(|error| panic!("{what}: cannot wait: {error}"))
+            .ok_or("still running")
+    })
+    .await
 }
 
 /// A log file's content so far; empty when it cannot be read.

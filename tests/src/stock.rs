@@ -27,8 +27,9 @@ pub fn binary() -> PathBuf {
 
 /// One running stock `corium` process on a loopback port, with its own
 /// temporary directory (and its standard error in a log there); killed when
-/// dropped.
-struct StockProcess {
+/// dropped. [`StockTransactor`] and [`StockPeerServer`] dereference to it
+/// for its log and process id.
+pub struct StockProcess {
     child: Child,
     dir: tempfile::TempDir,
     log: &'static str,
@@ -128,8 +129,16 @@ impl StockProcess {
         self.wait_listening().await
     }
 
-    fn log(&self) -> String {
+    /// What it wrote to standard error so far.
+    #[must_use]
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join(self.log)).unwrap_or_default()
+    }
+
+    /// Its process id (for CPU accounting in benchmarks).
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 
@@ -170,18 +179,6 @@ impl StockTransactor {
         )
         .await?;
         Ok(Self { process, endpoint })
-    }
-
-    /// What it wrote to standard error so far.
-    #[must_use]
-    pub fn log(&self) -> String {
-        self.process.log()
-    }
-
-    /// Its process id (for CPU accounting in benchmarks).
-    #[must_use]
-    pub fn pid(&self) -> u32 {
-        self.process.child.id()
     }
 
     /// Kills it and starts it again over the same data (a cold restart:
@@ -232,16 +229,20 @@ impl StockPeerServer {
         .await?;
         Ok(Self { process, endpoint })
     }
+}
 
-    /// What it wrote to standard error so far.
-    #[must_use]
-    pub fn log(&self) -> String {
-        self.process.log()
+impl std::ops::Deref for StockTransactor {
+    type Target = StockProcess;
+
+    fn deref(&self) -> &StockProcess {
+        &self.process
     }
+}
 
-    /// Its process id (for CPU accounting in benchmarks).
-    #[must_use]
-    pub fn pid(&self) -> u32 {
-        self.process.child.id()
+impl std::ops::Deref for StockPeerServer {
+    type Target = StockProcess;
+
+    fn deref(&self) -> &StockProcess {
+        &self.process
     }
 }

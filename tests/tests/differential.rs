@@ -197,7 +197,7 @@ async fn the_same_answers_while_the_database_and_its_sagas_move_between_every_ca
             return;
         }
         let owner = fleet.index(&view.owner_id);
-        let Some(target) = fleet.candidates("diff-a").into_iter().find(|node| *node != owner) else {
+        let Some(target) = fleet.other_candidate("diff-a", owner) else {
             return;
         };
         corium::admin(&fleet.nodes[owner].endpoint())
@@ -298,7 +298,7 @@ async fn move_or_kill(
         fleet.nodes[owner].restart().await;
         return Some("kill");
     }
-    let target = fleet.candidates(db).into_iter().find(|node| *node != owner)?;
+    let target = fleet.other_candidate(db, owner)?;
     corium::admin(&fleet.nodes[owner].endpoint())
         .await
         .handoff(HandoffRequest {

@@ -24,7 +24,6 @@ use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::{Backend, Fleet, eventually};
 use corium_fleet_wire::metadata::REQUEST_ID;
 use corium_protocol::pb::transactor_client::TransactorClient;
-use nix::sys::signal::Signal;
 use prost::Message as _;
 
 const TTL: Duration = Duration::from_millis(1500);
@@ -67,11 +66,7 @@ async fn writer(
             break;
         }
         let item = format!("{db}-{label}-{n}");
-        history
-            .lock()
-            .unwrap()
-            .attempted
-            .insert((db.clone(), item.clone()));
+        history.lock().unwrap().note_attempted(&db, &item);
         let id = uuid::Uuid::from_u64_pair(seed, n).to_string();
         let deadline = Instant::now() + TX_BUDGET;
         loop {
@@ -97,9 +92,7 @@ async fn writer(
                 Err(status) => {
                     let give_up = {
                         let mut history = history.lock().unwrap();
-                        history
-                            .errors
-                            .push((db.clone(), started.elapsed(), status.code()));
+                        history.note_error(&db, started.elapsed(), status.code());
                         if !retryable(&status) {
                             history.unexpected.push(format!(
                                 "{db} {item} via {address}: {:?} {}",
@@ -270,14 +263,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
 
     // The process plan, in seeded order, after the storage faults had
     // their time: pause past the lease, kill and restart, ingress restart.
-    let record = |text: String| {
-        eprintln!("@{}ms {text}", started.elapsed().as_millis());
-        history
-            .lock()
-            .unwrap()
-            .faults
-            .push(format!("@{}ms {text}", started.elapsed().as_millis()));
-    };
+    let record = |text: String| history.lock().unwrap().note_fault(started.elapsed(), &text);
     let mut order = vec![0u8, 1, 2];
     for i in (1..order.len()).rev() {
         order.swap(i, usize::try_from(rng.below(i as u64 + 1)).unwrap());
@@ -291,15 +277,10 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
         match step {
             0 => {
                 let pause = TTL * 2 + Duration::from_millis(rng.below(1500));
-                record(format!(
-                    "SIGSTOP {} for {} ms",
-                    fleet.nodes[victim].id,
-                    pause.as_millis()
-                ));
-                fleet.nodes[victim].signal(Signal::SIGSTOP);
-                tokio::time::sleep(pause).await;
-                fleet.nodes[victim].signal(Signal::SIGCONT);
-                record(format!("SIGCONT {}", fleet.nodes[victim].id));
+                let node = &fleet.nodes[victim];
+                record(format!("SIGSTOP {} for {} ms", node.id, pause.as_millis()));
+                node.pause(pause).await;
+                record(format!("SIGCONT {}", node.id));
             }
             1 => {
                 record(format!("SIGKILL {}", fleet.nodes[victim].id));

@@ -6,7 +6,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use serde::Serialize;
 
@@ -283,23 +282,9 @@ pub(crate) async fn run(
         fleet.nodes[owner].restart().await;
         // Admin handoff to the other candidate.
         let owner = owner_index(&fleet, DB).await?;
-        let target = fleet
-            .candidates(DB)
-            .into_iter()
-            .find(|index| *index != owner)
-            .ok_or_else(|| anyhow::anyhow!("no other candidate"))?;
         let before = Instant::now();
-        let response = corium::admin(&fleet.nodes[owner].endpoint())
-            .await
-            .handoff(HandoffRequest {
-                database: DB.to_owned(),
-                target_node_id: fleet.nodes[target].id.clone(),
-            })
-            .await?
-            .into_inner();
-        handoff_reported.push(f64::from(
-            u32::try_from(response.unavailable_ms).unwrap_or(u32::MAX),
-        ));
+        let unavailable_ms = super::hand_off_from(&fleet, owner, DB).await?;
+        handoff_reported.push(f64::from(u32::try_from(unavailable_ms).unwrap_or(u32::MAX)));
         acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         handoff_gap.push(ms(writer.longest_gap(before, Instant::now())));

@@ -41,3 +41,24 @@ pub(crate) async fn filesystem_fleet(nodes: usize) -> (corium_fleet_tests::Fleet
         .await;
     (fleet, address)
 }
+
+/// Hands `db` from node `owner`, its owner, to another of its candidates
+/// (an admin handoff); the old owner's measured unavailability, ms.
+pub(crate) async fn hand_off_from(
+    fleet: &corium_fleet_tests::Fleet,
+    owner: usize,
+    db: &str,
+) -> anyhow::Result<u64> {
+    let target = fleet
+        .other_candidate(db, owner)
+        .ok_or_else(|| anyhow::anyhow!("no other candidate"))?;
+    let response = corium_fleet_tests::corium::admin(&fleet.nodes[owner].endpoint())
+        .await
+        .handoff(corium_fleet_proto::fleet::HandoffRequest {
+            database: db.to_owned(),
+            target_node_id: fleet.nodes[target].id.clone(),
+        })
+        .await?
+        .into_inner();
+    Ok(response.unavailable_ms)
+}

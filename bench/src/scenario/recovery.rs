@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use serde::Serialize;
 
@@ -35,21 +34,7 @@ struct Variant {
 /// measured unavailability.
 pub(crate) async fn hand_off(fleet: &Fleet, address: &str, db: &str) -> anyhow::Result<u64> {
     let view = corium::placement(address, db).await;
-    let owner = fleet.index(&view.owner_id);
-    let target = fleet
-        .candidates(db)
-        .into_iter()
-        .find(|candidate| *candidate != owner)
-        .ok_or_else(|| anyhow::anyhow!("no other candidate"))?;
-    let response = corium::admin(&fleet.nodes[owner].endpoint())
-        .await
-        .handoff(HandoffRequest {
-            database: db.to_owned(),
-            target_node_id: fleet.nodes[target].id.clone(),
-        })
-        .await?
-        .into_inner();
-    Ok(response.unavailable_ms)
+    super::hand_off_from(fleet, fleet.index(&view.owner_id), db).await
 }
 
 /// `CHECKPOINT` on the `PostgreSQL` server behind `backend` (the bench's own

@@ -39,8 +39,7 @@ async fn drive(
             let mut transactor = TransactorClient::new(channel);
             for n in 0..per_client {
                 let mut request =
-                    tonic::Request::new(corium::transact_request(&db, &format!("s{round}-{client}-{n}")));
-                request.set_timeout(Duration::from_secs(30));
+                    corium::transact_call(&db, &format!("s{round}-{client}-{n}"), Duration::from_secs(30));
                 request
                     .metadata_mut()
                     .insert(corium_fleet_wire::metadata::DATABASE_ROUTE, db.parse()?);

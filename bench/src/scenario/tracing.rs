@@ -114,6 +114,21 @@ fn provider(sampler: opentelemetry_sdk::trace::Sampler) -> opentelemetry_sdk::tr
         .build()
 }
 
+/// [`per_call`] with export on: spans go to a provider sampling as its
+/// parent says, else by `root` (shut down after the round).
+fn exported_per_call(root: opentelemetry_sdk::trace::Sampler, headers: &HeaderMap) -> f64 {
+    let exporting = provider(opentelemetry_sdk::trace::Sampler::ParentBased(Box::new(root)));
+    let nanos = per_call(
+        tracing_subscriber::registry()
+            .with(lines())
+            .with(tracing_opentelemetry::layer().with_tracer(exporting.tracer("bench"))),
+        headers,
+        true,
+    );
+    let _ = exporting.shutdown();
+    nanos
+}
+
 /// Runs it: `rounds` rounds of each case.
 pub(crate) fn run(rounds: usize) -> Result {
     let mut with_parent = HeaderMap::new();
@@ -133,28 +148,14 @@ pub(crate) fn run(rounds: usize) -> Result {
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
-        let everything = provider(opentelemetry_sdk::trace::Sampler::ParentBased(Box::new(
+        all.push(exported_per_call(
             opentelemetry_sdk::trace::Sampler::AlwaysOn,
-        )));
-        all.push(per_call(
-            tracing_subscriber::registry()
-                .with(lines())
-                .with(tracing_opentelemetry::layer().with_tracer(everything.tracer("bench"))),
             &with_parent,
-            true,
         ));
-        let _ = everything.shutdown();
-        let a_tenth = provider(opentelemetry_sdk::trace::Sampler::ParentBased(Box::new(
+        tenth.push(exported_per_call(
             opentelemetry_sdk::trace::Sampler::TraceIdRatioBased(0.1),
-        )));
-        tenth.push(per_call(
-            tracing_subscriber::registry()
-                .with(lines())
-                .with(tracing_opentelemetry::layer().with_tracer(a_tenth.tracer("bench"))),
             &without_parent,
-            true,
         ));
-        let _ = a_tenth.shutdown();
         opentelemetry::global::set_text_map_propagator(
             opentelemetry::propagation::TextMapCompositePropagator::new(Vec::new()),
         );

@@ -26,14 +26,6 @@ fn open_saga(id: &str) -> String {
     )
 }
 
-fn transact(db: &str, edn: &str) -> Op {
-    Op::Transact {
-        db: db.to_owned(),
-        edn: edn.to_owned(),
-        expected_basis_t: None,
-    }
-}
-
 /// One sequence with every `Transactor`, `Catalog` and `PeerServer` RPC,
 /// answers and errors both: writes and reads, thin-client reads and
 /// writes, the catalog's other calls, then sagas and the catalog's
@@ -63,19 +55,19 @@ fn writes_and_reads(a: &str) -> Vec<Op> {
             db: "diff-junk".to_owned(),
             schema: vec![0xff, 0x00, 0x13],
         },
-        transact(a, r#"[{:db/id "x" :item/name "one"}]"#),
-        transact(
+        Op::transact(a, r#"[{:db/id "x" :item/name "one"}]"#),
+        Op::transact(
             a,
             r#"[{:db/id "y" :item/name "two" :item/friend "z" :item/tags "t1"} {:db/id "z" :item/name "three" :item/born #inst 981173106000}]"#,
         ),
         // An upsert of "one", and a second tag on "two".
-        transact(
+        Op::transact(
             a,
             r#"[{:db/id "u" :item/name "one" :item/tags "t2"} [:db/add [:item/name "two"] :item/tags "t3"]]"#,
         ),
-        transact(a, r"[{:db/id"),
-        transact(a, r#"[{:db/id "x" :nope/nope 1}]"#),
-        transact(a, r#"[{:db/id "x" :item/name 42}]"#),
+        Op::transact(a, r"[{:db/id"),
+        Op::transact(a, r#"[{:db/id "x" :nope/nope 1}]"#),
+        Op::transact(a, r#"[{:db/id "x" :item/name 42}]"#),
         Op::Transact {
             db: a.to_owned(),
             edn: r#"[{:db/id "x" :item/name "stale"}]"#.to_owned(),
@@ -85,8 +77,8 @@ fn writes_and_reads(a: &str) -> Vec<Op> {
             db: a.to_owned(),
             tx_data: vec![0xde, 0xad],
         },
-        transact("diff-nope", r#"[{:db/id "x" :item/name "one"}]"#),
-        transact(a, r#"[[:db/retract [:item/name "two"] :item/tags "t1"]]"#),
+        Op::transact("diff-nope", r#"[{:db/id "x" :item/name "one"}]"#),
+        Op::transact(a, r#"[[:db/retract [:item/name "two"] :item/tags "t1"]]"#),
         Op::Sync {
             db: a.to_owned(),
             t: 0,
@@ -342,8 +334,8 @@ fn sagas_and_lifecycle(a: &str) -> Vec<Op> {
     vec![
         // A saga: opened on the parent, a step on its branch, committed;
         // a second one opened and aborted; then both again (refused).
-        transact(a, &open_saga(&saga)),
-        transact(&branch, r#"[{:db/id "s" :item/name "in the saga"}]"#),
+        Op::transact(a, &open_saga(&saga)),
+        Op::transact(&branch, r#"[{:db/id "s" :item/name "in the saga"}]"#),
         Op::Sync {
             db: branch.clone(),
             t: 0,
@@ -379,7 +371,7 @@ fn sagas_and_lifecycle(a: &str) -> Vec<Op> {
             db: a.to_owned(),
             saga: saga.clone(),
         },
-        transact(a, &open_saga(&other_saga)),
+        Op::transact(a, &open_saga(&other_saga)),
         Op::SagaFinish {
             db: a.to_owned(),
             saga: other_saga.clone(),
@@ -399,7 +391,7 @@ fn sagas_and_lifecycle(a: &str) -> Vec<Op> {
             target: "diff-copy".to_owned(),
             as_of_t: 0,
         },
-        transact("diff-copy", r#"[{:db/id "x" :item/name "in the copy"}]"#),
+        Op::transact("diff-copy", r#"[{:db/id "x" :item/name "in the copy"}]"#),
         stats("diff-copy", View::Current),
         Op::List,
         Op::Delete {

@@ -100,7 +100,7 @@ fn write(rng: &mut Rng, db: &str, state: &mut Known, counter: u64, roll: u64) ->
             let name = format!("item-{counter}");
             state.items.push(name.clone());
             state.sent += 1;
-            transact(
+            Op::transact(
                 db,
                 &format!(r#"[{{:db/id "n" :item/name "{name}" :item/size {counter}}}]"#),
             )
@@ -109,7 +109,7 @@ fn write(rng: &mut Rng, db: &str, state: &mut Known, counter: u64, roll: u64) ->
             let (a, b) = (format!("item-{counter}a"), format!("item-{counter}b"));
             state.items.extend([a.clone(), b.clone()]);
             state.sent += 1;
-            transact(
+            Op::transact(
                 db,
                 &format!(
                     r#"[{{:db/id "a" :item/name "{a}" :item/friend "b"}} {{:db/id "b" :item/name "{b}" :item/tags "t{counter}"}}]"#
@@ -120,7 +120,7 @@ fn write(rng: &mut Rng, db: &str, state: &mut Known, counter: u64, roll: u64) ->
         7 => match pick(rng, &state.items) {
             Some(name) => {
                 state.sent += 1;
-                transact(
+                Op::transact(
                     db,
                     &format!(r#"[{{:db/id "u" :item/name "{name}" :item/tags "up{counter}"}}]"#),
                 )
@@ -130,7 +130,7 @@ fn write(rng: &mut Rng, db: &str, state: &mut Known, counter: u64, roll: u64) ->
         8 => match pick(rng, &state.items) {
             Some(name) => {
                 state.sent += 1;
-                transact(
+                Op::transact(
                     db,
                     &format!(
                         r#"[[:db/retract [:item/name "{name}"] :item/size {counter}] [:db/add [:item/name "{name}"] :item/tags "r{counter}"]]"#
@@ -139,7 +139,7 @@ fn write(rng: &mut Rng, db: &str, state: &mut Known, counter: u64, roll: u64) ->
             }
             None => Op::Status { db: db.to_owned() },
         },
-        9 => transact(
+        9 => Op::transact(
             db,
             &format!(r#"[{{:db/id "x" :item/size "not a number {counter}"}}]"#),
         ),
@@ -177,10 +177,10 @@ fn other(rng: &mut Rng, db: String, state: &mut Known, counter: u64, prefix: &st
             let saga = format!("{:032x}", rng.next_u64() | 1);
             state.sagas.push(saga.clone());
             state.sent += 1;
-            transact(&db, &open_saga(&saga))
+            Op::transact(&db, &open_saga(&saga))
         }
         17 => match pick(rng, &state.sagas) {
-            Some(saga) => transact(
+            Some(saga) => Op::transact(
                 &format!("{db}.saga.{saga}"),
                 &format!(r#"[{{:db/id "s" :item/name "saga-{counter}"}}]"#),
             ),
@@ -309,14 +309,6 @@ fn peer_server(rng: &mut Rng, db: &str, state: &mut Known, counter: u64) -> Op {
             db,
             from_basis_t: rng.below(sent + 2),
         },
-    }
-}
-
-fn transact(db: &str, edn: &str) -> Op {
-    Op::Transact {
-        db: db.to_owned(),
-        edn: edn.to_owned(),
-        expected_basis_t: None,
     }
 }
 

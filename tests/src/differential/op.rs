@@ -211,6 +211,16 @@ pub enum Op {
 }
 
 impl Op {
+    /// `Transact` of the EDN `edn` into `db`, at whatever basis it has.
+    #[must_use]
+    pub fn transact(db: &str, edn: &str) -> Self {
+        Self::Transact {
+            db: db.to_owned(),
+            edn: edn.to_owned(),
+            expected_basis_t: None,
+        }
+    }
+
     /// The database the call names (a fork: its source), if any.
     #[must_use]
     pub fn db(&self) -> Option<&str> {

@@ -99,6 +99,18 @@ impl Dev {
         (dev, address)
     }
 
+    /// Waits (at most 60 s) until it exits, asserts that it failed, and
+    /// returns everything it printed on stderr.
+    fn failed(&mut self) -> String {
+        let status = wait(&mut self.child, Duration::from_mins(1))
+            .unwrap_or_else(|| panic!("corium-fleet dev still runs after 60 s:\n{}", self.stderr()));
+        // Let the reader threads take its last lines.
+        std::thread::sleep(Duration::from_millis(200));
+        let stderr = self.stderr();
+        assert!(!status.success(), "{stderr}");
+        stderr
+    }
+
     /// Everything it printed on stderr so far.
     fn stderr(&self) -> String {
         self.stderr.lock().unwrap().join("\n")
@@ -193,22 +205,26 @@ fn restarted_pid(line: &str) -> u32 {
         .unwrap_or_else(|| panic!("no pid in {line:?}"))
 }
 
+/// Creates `db` at `address`, asked again until the fleet has it (a
+/// repeated create answering `ALREADY_EXISTS` counts) within 30 s.
+async fn created_eventually(address: &str, db: &str, what: &str) {
+    eventually(Duration::from_secs(30), what, async || {
+        match corium::create(address, db).await {
+            Ok(_) => Ok(()),
+            Err(status) if status.code() == tonic::Code::AlreadyExists => Ok(()),
+            Err(status) => Err(status.to_string()),
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario: start, write, kill a node, kill the ingress, read back, stop.
 async fn a_killed_node_and_ingress_come_back_on_their_ports_while_a_stock_client_writes_and_nothing_is_lost()
 {
     let (dev, address) = Dev::start(&["--lease-ttl-ms", "1500"]).await;
     let db = "failover";
-    eventually(
-        Duration::from_secs(30),
-        "the database is created",
-        async || match corium::create(&address, db).await {
-            Ok(_) => Ok(()),
-            Err(status) if status.code() == tonic::Code::AlreadyExists => Ok(()),
-            Err(status) => Err(status.to_string()),
-        },
-    )
-    .await;
+    created_eventually(&address, db, "the database is created").await;
     let writer = StockWriter::start(&address, db);
     writer
         .acked_at_least(5, Duration::from_mins(1), "writes before the kill")
@@ -361,16 +377,7 @@ async fn a_port_taken_at_start_makes_the_fleet_start_again_on_new_ports() {
     );
     assert!(!address.ends_with(&format!(":{port}")));
     // The fleet serves.
-    eventually(
-        Duration::from_secs(30),
-        "a database is created",
-        async || match corium::create(&address, "after-a-taken-port").await {
-            Ok(_) => Ok(()),
-            Err(status) if status.code() == tonic::Code::AlreadyExists => Ok(()),
-            Err(status) => Err(status.to_string()),
-        },
-    )
-    .await;
+    created_eventually(&address, "after-a-taken-port", "a database is created").await;
     let (status, stderr) = dev.stop();
     assert!(
         status.success(),
@@ -391,14 +398,10 @@ async fn the_fleet_listens_on_the_port_given_and_says_when_it_is_taken() {
         .port();
     let (dev, address) = Dev::start(&["--port", &port.to_string()]).await;
     assert_eq!(address, format!("http://127.0.0.1:{port}"));
-    eventually(
-        Duration::from_secs(30),
+    created_eventually(
+        &address,
+        "on-the-given-port",
         "a database is created at the given port",
-        async || match corium::create(&address, "on-the-given-port").await {
-            Ok(_) => Ok(()),
-            Err(status) if status.code() == tonic::Code::AlreadyExists => Ok(()),
-            Err(status) => Err(status.to_string()),
-        },
     )
     .await;
     let (status, stderr) = dev.stop();
@@ -407,11 +410,7 @@ async fn the_fleet_listens_on_the_port_given_and_says_when_it_is_taken() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let mut dev = Dev::spawn(&["--port", &port]);
-    let status = wait(&mut dev.child, Duration::from_mins(1))
-        .unwrap_or_else(|| panic!("corium-fleet dev still runs after 60 s:\n{}", dev.stderr()));
-    std::thread::sleep(Duration::from_millis(200));
-    let stderr = dev.stderr();
-    assert!(!status.success(), "{stderr}");
+    let stderr = dev.failed();
     assert!(
         stderr.contains(&format!("port {port} on 127.0.0.1 is in use")) && stderr.contains("--port 0"),
         "{stderr}"
@@ -422,11 +421,7 @@ async fn the_fleet_listens_on_the_port_given_and_says_when_it_is_taken() {
 #[test]
 fn a_fleet_that_cannot_start_says_why_and_leaves_no_process_behind() {
     let mut dev = Dev::spawn(&["--storage", "bogus://nowhere"]);
-    let status = wait(&mut dev.child, Duration::from_mins(1))
-        .unwrap_or_else(|| panic!("corium-fleet dev still runs after 60 s:\n{}", dev.stderr()));
-    std::thread::sleep(Duration::from_millis(200));
-    let stderr = dev.stderr();
-    assert!(!status.success(), "{stderr}");
+    let stderr = dev.failed();
     assert!(
         stderr.contains("refused its configuration") && stderr.contains("bogus://nowhere"),
         "the reason is on stderr:\n{stderr}"

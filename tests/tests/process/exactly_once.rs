@@ -83,12 +83,11 @@ async fn assert_metric(node: &corium_fleet_tests::Node, series: &str, expected: 
 #[allow(clippy::too_many_lines)]
 async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() {
     for backend in Backend::all() {
+        let db = "once";
         let (mut fleet, address) = Fleet::builder(backend.clone())
             .lease_ttl(TTL)
-            .start_with_ingress()
+            .start_with_database(db)
             .await;
-        let db = "once";
-        assert!(corium::create(&address, db).await.unwrap());
         corium::transact(&address, db, "plain", &[]).await.unwrap();
 
         let id = uuid::Uuid::new_v4().to_string();
@@ -224,13 +223,12 @@ async fn request_ids_commit_once_replay_the_first_answer_and_survive_failover() 
 async fn an_owner_dying_between_append_and_reply_is_retried_with_the_same_id_and_commits_once() {
     for backend in Backend::all() {
         let id = uuid::Uuid::new_v4().to_string();
+        let db = "crashy";
         let (fleet, address) = Fleet::builder(backend.clone())
             .lease_ttl(TTL)
             .env(&[(corium_fleet_faults::env::CRASH_AFTER_COMMIT, &id)])
-            .start_with_ingress()
+            .start_with_database(db)
             .await;
-        let db = "crashy";
-        assert!(corium::create(&address, db).await.unwrap());
         corium::transact(&address, db, "before", &[]).await.unwrap();
         let owner = fleet.candidates(db)[0];
 
@@ -425,12 +423,11 @@ fn request_status_cli(address: &str, db: &str, id: &str) -> String {
 async fn request_status_answers_the_committed_answer_or_fences_the_id_for_good() {
     use corium_fleet_client::{Client, Config, RequestStatus};
     for backend in Backend::all() {
+        let db = "asked";
         let (mut fleet, address) = Fleet::builder(backend.clone())
             .lease_ttl(TTL)
-            .start_with_ingress()
+            .start_with_database(db)
             .await;
-        let db = "asked";
-        assert!(corium::create(&address, db).await.unwrap());
         let sdk = Client::connect(Config::new(&address)).await.unwrap();
         let database = sdk.database(db);
 

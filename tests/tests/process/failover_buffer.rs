@@ -86,9 +86,8 @@ async fn with_the_buffer_off_the_same_call_is_refused_at_once() {
 async fn a_read_at_the_owner_when_it_dies_is_sent_again_and_answered_by_the_successor() {
     let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
-        .start_with_ingress()
+        .start_with_database("inflight")
         .await;
-    assert!(corium::create(&address, "inflight").await.unwrap());
     let before = corium::transact(&address, "inflight", "before", &[])
         .await
         .expect("a write before the crash")

@@ -31,9 +31,8 @@ async fn written_fleet(backend: Backend, flags: &[&str], db: &str) -> (Fleet, St
     let (fleet, address) = Fleet::builder(backend)
         .lease_ttl(Duration::from_millis(1500))
         .node_flags(flags)
-        .start_with_ingress()
+        .start_with_database(db)
         .await;
-    assert!(corium::create(&address, db).await.unwrap());
     for n in 0..WRITES {
         corium::transact(&address, db, &format!("w-{n}"), &[])
             .await
@@ -86,11 +85,7 @@ async fn move_once(backend: Backend, flags: &[&str]) -> Counts {
     let before = corium::log(&address, "moving").await.unwrap();
     let view = corium::placement(&address, "moving").await;
     let owner = fleet.index(&view.owner_id);
-    let target = fleet
-        .candidates("moving")
-        .into_iter()
-        .find(|candidate| *candidate != owner)
-        .expect("another candidate");
+    let target = fleet.other_candidate("moving", owner).expect("another candidate");
     let counts_before = read_ahead_counts(fleet.nodes[target].admin).await;
     let moved = corium::admin(&fleet.nodes[owner].endpoint())
         .await
@@ -220,11 +215,7 @@ async fn node_metric(admin: u16, name: &str) -> f64 {
 async fn a_crash_is_taken_over_from_a_warm_standby(backend: Backend) {
     let (mut fleet, address) = written_fleet(backend, &["--warm-standby-interval-ms", "200"], "warm").await;
     let owner = fleet.index(&corium::placement(&address, "warm").await.owner_id);
-    let standby = fleet
-        .candidates("warm")
-        .into_iter()
-        .find(|candidate| *candidate != owner)
-        .expect("a standby");
+    let standby = fleet.other_candidate("warm", owner).expect("a standby");
     let admin = fleet.nodes[standby].admin;
     // Bounded (30 s): the owner lists the database in its registry record
     // at its next renewal, then the standby reads every record within a

@@ -3,9 +3,10 @@
 //! filesystem store, `PostgreSQL` and S3, driven by Corium's own clients.
 
 use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::time::{Duration, Instant};
 
-use corium_fleet_tests::corium::{self, channel, placement};
+use corium_fleet_tests::corium::{self, channel, expect_code, placement};
 use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::metadata;
 use corium_fleet_wire::not_owner;
@@ -20,6 +21,44 @@ async fn create_on_top_candidate(fleet: &Fleet, db: &str) -> usize {
         "created {db}"
     );
     top
+}
+
+/// A fleet on `backend` with one ingress, and `db` created on its top
+/// candidate: the fleet, the ingress's endpoint, and the indexes of the
+/// owner and of the next candidate (its successor).
+async fn owned_behind_an_ingress(backend: &Backend, db: &str) -> (Fleet, String, usize, usize) {
+    let (fleet, address) = Fleet::builder(backend.clone())
+        .lease_ttl(TTL)
+        .start_with_ingress()
+        .await;
+    let owner = create_on_top_candidate(&fleet, db).await;
+    let successor = fleet.candidates(db)[1];
+    (fleet, address, owner, successor)
+}
+
+/// Commits item `name` to `db` at `endpoint` (each call with `metadata`),
+/// asked again until a call is acknowledged within `within`.
+async fn commit_eventually(
+    fleet: &Fleet,
+    endpoint: &str,
+    db: &str,
+    name: &str,
+    metadata: &[(&'static str, &str)],
+    within: Duration,
+    what: impl Display,
+) -> corium_protocol::pb::TransactResponse {
+    eventually(within, what, async || {
+        corium::transact(endpoint, db, name, metadata)
+            .await
+            .map_err(|status| fleet.with_logs(format!("{status:?}")))
+    })
+    .await
+}
+
+/// Every committed transaction of `db` read back at `endpoint`: t → item
+/// names.
+async fn log_by_t(endpoint: &str, db: &str) -> BTreeMap<u64, Vec<String>> {
+    corium::log(endpoint, db).await.unwrap().into_iter().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,13 +108,10 @@ async fn non_holder_answers_typed_not_owner_naming_the_holder() {
         let standby = fleet.candidates(db)[1];
         let outsider = fleet.non_candidate(db).unwrap();
         for other in [standby, outsider] {
-            let status = corium::transact(&fleet.nodes[other].endpoint(), db, "b", &[])
-                .await
-                .unwrap_err();
-            assert_eq!(
-                status.code(),
+            let status = expect_code(
+                corium::transact(&fleet.nodes[other].endpoint(), db, "b", &[]).await,
                 tonic::Code::FailedPrecondition,
-                "{backend:?}: {status:?}"
+                format!("{backend:?} at {}", fleet.nodes[other].id),
             );
             assert!(
                 status.message().contains("standby"),
@@ -120,10 +156,11 @@ async fn non_holder_answers_typed_not_owner_naming_the_holder() {
         assert_eq!(log.last().unwrap().0, committed.basis_t, "{backend:?}: {log:?}");
         // An unknown database is NOT_FOUND at its candidates, never a NotOwner.
         let top = fleet.candidates("nope")[0];
-        let status = corium::transact(&fleet.nodes[top].endpoint(), "nope", "x", &[])
-            .await
-            .unwrap_err();
-        assert_eq!(status.code(), tonic::Code::NotFound);
+        expect_code(
+            corium::transact(&fleet.nodes[top].endpoint(), "nope", "x", &[]).await,
+            tonic::Code::NotFound,
+            format!("{backend:?}: an unknown database"),
+        );
     }
 }
 
@@ -140,13 +177,10 @@ async fn route_mismatch_and_forged_hops_are_rejected_and_change_nothing() {
             vec![(metadata::HOP, "2")],
             vec![(metadata::LEASE_VERSION, "not-a-number")],
         ] {
-            let status = corium::transact(&endpoint, db, "rejected", &metadata)
-                .await
-                .unwrap_err();
-            assert_eq!(
-                status.code(),
+            expect_code(
+                corium::transact(&endpoint, db, "rejected", &metadata).await,
                 tonic::Code::InvalidArgument,
-                "{backend:?} {metadata:?}: {status:?}"
+                format!("{backend:?} {metadata:?}"),
             );
         }
         // A matching route header and one hop are accepted.
@@ -178,14 +212,7 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
         let successor = fleet.candidates(db)[1];
         let old_version = placement(&fleet.nodes[owner].endpoint(), db).await.lease_version;
         // Acknowledged transactions: t → item name.
-        let mut acked = BTreeMap::new();
-        for i in 0..20 {
-            let name = format!("before-{i}");
-            let response = corium::transact(&fleet.nodes[owner].endpoint(), db, &name, &[])
-                .await
-                .unwrap();
-            acked.insert(response.basis_t, name);
-        }
+        let mut acked = corium::transact_items(&fleet.nodes[owner].endpoint(), db, "before", 20).await;
         fleet.nodes[owner].kill();
         let killed = Instant::now();
         // The successor refuses (NotOwner) until the lease lapses, then takes over.
@@ -214,11 +241,7 @@ async fn sigkill_of_the_holder_hands_over_without_losing_acknowledged_transactio
             "the successor fenced the old owner"
         );
         // Every acknowledged transaction is in the durable log, once, at its t.
-        let log: BTreeMap<u64, Vec<String>> = corium::log(&fleet.nodes[successor].endpoint(), db)
-            .await
-            .unwrap()
-            .into_iter()
-            .collect();
+        let log = log_by_t(&fleet.nodes[successor].endpoint(), db).await;
         for (t, name) in &acked {
             assert_eq!(
                 log.get(t).map(|names| names.contains(name)),
@@ -382,11 +405,15 @@ async fn cut_off_from_storage(backend: Backend) {
     )
     .await;
     // The successor, which still reaches storage, takes over after the lapse.
-    let after = eventually(TTL * 10, "takeover by the successor", async || {
-        corium::transact(&fleet.nodes[successor].endpoint(), db, "after-takeover", &[])
-            .await
-            .map_err(|status| fleet.with_logs(format!("{status:?}")))
-    })
+    let after = commit_eventually(
+        &fleet,
+        &fleet.nodes[successor].endpoint(),
+        db,
+        "after-takeover",
+        &[],
+        TTL * 10,
+        "takeover by the successor",
+    )
     .await;
     acked.insert(after.basis_t, "after-takeover".to_owned());
     // Healed, the old owner has been fenced: it points at the successor.
@@ -404,11 +431,7 @@ async fn cut_off_from_storage(backend: Backend) {
         }
     })
     .await;
-    let log: BTreeMap<u64, Vec<String>> = corium::log(&fleet.nodes[successor].endpoint(), db)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
+    let log = log_by_t(&fleet.nodes[successor].endpoint(), db).await;
     for (t, name) in &acked {
         assert!(
             log.get(t).is_some_and(|names| names.contains(name)),
@@ -593,41 +616,31 @@ async fn futures_views(fleet: &Fleet, db: &str) -> Vec<Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
     for backend in Backend::all() {
-        let (fleet, address) = Fleet::builder(backend.clone())
-            .lease_ttl(TTL)
-            .start_with_ingress()
-            .await;
         let db = "zombie";
-        let owner = create_on_top_candidate(&fleet, db).await;
-        let successor = fleet.candidates(db)[1];
+        let (fleet, address, owner, successor) = owned_behind_an_ingress(&backend, db).await;
         let before = corium::transact(&address, db, "before", &[]).await.unwrap();
         // Its candidates learn from the registry that it owns the database.
-        eventually(
-            Duration::from_secs(10),
-            format!("{backend:?}: the successor watches {db}"),
-            async || {
-                let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
-                if metrics.contains("corium_fleet_databases_standby 1\n") {
-                    Ok(())
-                } else {
-                    Err(metrics)
-                }
-            },
-        )
-        .await;
+        fleet
+            .await_node_metric(
+                successor,
+                "corium_fleet_databases_standby 1",
+                Duration::from_secs(10),
+                format!("{backend:?}: the successor watches {db}"),
+            )
+            .await;
         // Freeze the owner past its lease: it cannot renew, and cannot know.
         // (Outside a filesystem root CAS: see `Node::freeze`.)
         fleet.nodes[owner].freeze().await;
         // With a deadline, as real callers have: a call caught by the
         // frozen owner ends at its deadline, and the next one moves on.
-        let during = eventually(
+        let during = commit_eventually(
+            &fleet,
+            &address,
+            db,
+            "during",
+            &[("grpc-timeout", "2000m")],
             TTL * 10,
             format!("{backend:?}: takeover from the frozen owner"),
-            async || {
-                corium::transact(&address, db, "during", &[("grpc-timeout", "2000m")])
-                    .await
-                    .map_err(|status| fleet.with_logs(format!("{status:?}")))
-            },
         )
         .await;
         assert_eq!(
@@ -655,7 +668,7 @@ async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let log: BTreeMap<u64, Vec<String>> = corium::log(&address, db).await.unwrap().into_iter().collect();
+        let log = log_by_t(&address, db).await;
         assert!(
             log.get(&before.basis_t)
                 .is_some_and(|names| names.contains(&"before".to_owned()))
@@ -674,13 +687,8 @@ async fn an_owner_paused_past_its_lease_wakes_fenced_and_never_acknowledges() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_top_candidate_is_routed_around_once_its_lease_lapses() {
     for backend in Backend::all() {
-        let (fleet, address) = Fleet::builder(backend.clone())
-            .lease_ttl(TTL)
-            .start_with_ingress()
-            .await;
         let db = "frozen";
-        let owner = create_on_top_candidate(&fleet, db).await;
-        let successor = fleet.candidates(db)[1];
+        let (fleet, address, owner, successor) = owned_behind_an_ingress(&backend, db).await;
         // Frozen at once, before its registry record lists the database, so
         // no candidate watches it: only routing can move it. A frozen process
         // still completes TCP handshakes, so its calls hang instead of being
@@ -688,14 +696,14 @@ async fn a_frozen_top_candidate_is_routed_around_once_its_lease_lapses() {
         // every successor until it resumes: see `Node::freeze`.)
         fleet.nodes[owner].freeze().await;
         let started = Instant::now();
-        let response = eventually(
+        let response = commit_eventually(
+            &fleet,
+            &address,
+            db,
+            "after",
+            &[("grpc-timeout", "2000m")],
             TTL * 12,
             format!("{backend:?}: routed around the frozen node"),
-            async || {
-                corium::transact(&address, db, "after", &[("grpc-timeout", "2000m")])
-                    .await
-                    .map_err(|status| fleet.with_logs(format!("{status:?}")))
-            },
         )
         .await;
         eprintln!(

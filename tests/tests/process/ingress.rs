@@ -438,10 +438,7 @@ async fn a_create_sent_to_a_non_candidate_follows_the_candidates_it_names() {
 /// clients hold theirs, back where it was once they close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ingress_exports_its_open_connections() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(1)
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = Fleet::filesystem_with_ingress(1, &[]).await;
     let admin = fleet.ingresses[0].admin;
     let open = async || {
         let (_, text) = http_get(admin, "/metrics").await.unwrap();

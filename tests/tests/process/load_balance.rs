@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use corium_fleet_tests::{Backend, Fleet, corium, eventually, http_get, metric};
+use corium_fleet_tests::{Fleet, corium, eventually, http_get, metric};
 use serde_json::Value;
 
 /// Writers per busy database.
@@ -79,11 +79,7 @@ async fn load_moves(fleet: &Fleet, index: usize) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_node_hands_a_database_to_an_idle_candidate() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .node_flags(&["--load-balance-interval-ms", "1000"])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = Fleet::filesystem_with_ingress(2, &["--load-balance-interval-ms", "1000"]).await;
     let dbs = two_on_node_1(&fleet, &address).await;
     let load = Load::start(&address, &dbs);
 
@@ -138,11 +134,11 @@ async fn a_busy_node_hands_a_database_to_an_idle_candidate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_prints_the_move_and_moves_nothing() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .node_flags(&["--load-balance", "false", "--load-balance-interval-ms", "1000"])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = Fleet::filesystem_with_ingress(
+        2,
+        &["--load-balance", "false", "--load-balance-interval-ms", "1000"],
+    )
+    .await;
     let dbs = two_on_node_1(&fleet, &address).await;
     let load = Load::start(&address, &dbs);
 
@@ -190,11 +186,7 @@ async fn a_dry_run_prints_the_move_and_moves_nothing() {
 /// default 10 s, over 8 minutes each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_move_where_none_helps() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .node_flags(&["--load-balance-interval-ms", "200"])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = Fleet::filesystem_with_ingress(2, &["--load-balance-interval-ms", "200"]).await;
     let on = |index: usize| {
         (0..1_000)
             .map(|n| format!("steady-{n}"))

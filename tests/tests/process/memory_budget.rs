@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use corium_fleet_tests::{Backend, Fleet, corium, eventually, http_get, metric};
+use corium_fleet_tests::{Fleet, corium, eventually, http_get, metric};
 use serde_json::Value;
 use tonic::Code;
 
@@ -23,11 +23,7 @@ const BUDGET_MIB: u64 = 41;
 
 #[tokio::test]
 async fn a_node_keeps_its_memory_budget() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(1)
-        .node_flags(&["--memory-budget-mib", "41"])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = Fleet::filesystem_with_ingress(1, &["--memory-budget-mib", "41"]).await;
     corium::create(&address, "small").await.unwrap();
     corium::create(&address, "big").await.unwrap();
     corium::transact(&address, "small", "first", &[]).await.unwrap();
@@ -143,6 +139,19 @@ async fn owner(address: &str, db: &str) -> String {
     corium::placement(address, db).await.owner_id
 }
 
+/// Creates `db` through `address`, writes `item` to it, and asserts that
+/// node-2 owns it then.
+async fn assert_opens_at_node_2(fleet: &Fleet, address: &str, db: &str, item: &str) {
+    corium::create(address, db).await.unwrap();
+    corium::transact(address, db, item, &[]).await.unwrap();
+    assert_eq!(
+        owner(address, db).await,
+        "node-2",
+        "{}",
+        fleet.with_logs(format!("{db} at node-2"))
+    );
+}
+
 /// A database name starting `tag` whose first candidate is node `index`.
 fn first_at(fleet: &Fleet, index: usize, tag: &str) -> String {
     (0..1_000)
@@ -187,11 +196,8 @@ async fn over_budget(address: &str, index: usize) -> Result<(), String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_share_the_memory() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .node_flags(&["--memory-budget-mib", SHARED_BUDGET_MIB])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) =
+        Fleet::filesystem_with_ingress(2, &["--memory-budget-mib", SHARED_BUDGET_MIB]).await;
     let first = first_at(&fleet, 0, "first");
     let second = first_at(&fleet, 0, "second");
     let spill = first_at(&fleet, 0, "spill");
@@ -244,14 +250,7 @@ async fn two_nodes_share_the_memory() {
 
     // A new database, and a new activation at node-1 (a create opens the
     // database at its first candidate), go to node-2, which has room.
-    corium::create(&address, &spill).await.unwrap();
-    corium::transact(&address, &spill, "spilled", &[]).await.unwrap();
-    assert_eq!(
-        owner(&address, &spill).await,
-        "node-2",
-        "{}",
-        fleet.with_logs("spill at node-2")
-    );
+    assert_opens_at_node_2(&fleet, &address, &spill, "spilled").await;
     assert!(memory_counter(&fleet, 0, "corium_fleet_memory_redirects_total").await >= 1.0);
 
     // node-2 fills up too: nothing can be opened anywhere.
@@ -271,11 +270,11 @@ async fn two_nodes_share_the_memory() {
 /// own 64 MiB and made a node with 1 MiB of room publish "over budget".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_standbys_never_make_a_node_look_full() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .node_flags(&["--memory-budget-mib", "41", "--warm-standby-interval-ms", "200"])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = Fleet::filesystem_with_ingress(
+        2,
+        &["--memory-budget-mib", "41", "--warm-standby-interval-ms", "200"],
+    )
+    .await;
     let kept_warm = first_at(&fleet, 0, "warm");
     corium::create(&address, &kept_warm).await.unwrap();
     // ~4 MB of log in 20 transactions: four times node-2's whole room (the
@@ -321,14 +320,7 @@ async fn warm_standbys_never_make_a_node_look_full() {
 
     // A database whose first candidate is node-2 opens there.
     let fresh = first_at(&fleet, 1, "fresh");
-    corium::create(&address, &fresh).await.unwrap();
-    corium::transact(&address, &fresh, "first", &[]).await.unwrap();
-    assert_eq!(
-        owner(&address, &fresh).await,
-        "node-2",
-        "{}",
-        fleet.with_logs("fresh at node-2")
-    );
+    assert_opens_at_node_2(&fleet, &address, &fresh, "first").await;
     let refused_or_sent = memory_counter(&fleet, 1, "corium_fleet_memory_refusals_total").await
         + memory_counter(&fleet, 1, "corium_fleet_memory_redirects_total").await;
     assert!(
@@ -474,11 +466,8 @@ fn peak_rss(pid: u32) -> u64 {
 /// bound (1.25 × budget + 64 MiB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_load_over_many_databases_stays_within_a_small_budget() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .node_flags(&["--memory-budget-mib", &SMALL_BUDGET_MIB.to_string()])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) =
+        Fleet::filesystem_with_ingress(2, &["--memory-budget-mib", &SMALL_BUDGET_MIB.to_string()]).await;
     let pids: Vec<u32> = fleet.nodes.iter().map(|node| node.pid().unwrap()).collect();
     let dbs: Vec<String> = (0..6).map(|n| format!("wave-{n}")).collect();
     // Two waves of three databases created and written at once: the second

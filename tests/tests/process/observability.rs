@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use corium_fleet_tests::corium::{self, channel};
 use corium_fleet_tests::otlp::{ReceivedSpan, Receiver};
-use corium_fleet_tests::{Backend, Fleet};
+use corium_fleet_tests::{Backend, Fleet, Node};
 use corium_protocol::pb::transactor_client::TransactorClient;
 
 const TTL: Duration = Duration::from_millis(1500);
@@ -22,15 +22,14 @@ fn otel_env(receiver: &Receiver) -> Vec<(&'static str, String)> {
     ]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_transact_is_one_trace_with_spans_from_both_tiers() {
-    let receiver = Receiver::start().await;
-    let env = otel_env(&receiver);
-    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+/// Starts one node and one ingress, both logging JSON lines at debug level
+/// for their own crate, each with `env`; the fleet and the ingress's
+/// endpoint.
+async fn start_with_debug_json_logs(env: &[(&str, &str)]) -> (Fleet, String) {
     let mut fleet = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
-        .env(&env)
+        .env(env)
         .node_flags(&[
             "--log",
             "info,corium_fleet_transactor=debug",
@@ -43,10 +42,42 @@ async fn one_transact_is_one_trace_with_spans_from_both_tiers() {
         .start_ingresses_with_env(
             1,
             &["--log", "info,corium_fleet_ingress=debug", "--log-format", "json"],
-            &env,
+            env,
         )
         .await;
     let address = fleet.ingresses[0].endpoint();
+    (fleet, address)
+}
+
+/// `process`'s JSON log lines that mention `text`, once it has written
+/// some (within 10 s).
+async fn json_lines_naming(process: &Node, text: &str) -> Vec<serde_json::Value> {
+    corium_fleet_tests::eventually(
+        Duration::from_secs(10),
+        format!("{} log lines naming {text}", process.id),
+        async || {
+            let found: Vec<serde_json::Value> = process
+                .log()
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|line| line.to_string().contains(text))
+                .collect();
+            if found.is_empty() {
+                Err("none yet")
+            } else {
+                Ok(found)
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_transact_is_one_trace_with_spans_from_both_tiers() {
+    let receiver = Receiver::start().await;
+    let env = otel_env(&receiver);
+    let env: Vec<(&str, &str)> = env.iter().map(|(key, value)| (*key, value.as_str())).collect();
+    let (fleet, address) = start_with_debug_json_logs(&env).await;
     assert!(corium::create(&address, "traced").await.unwrap());
     // The client starts the trace (W3C traceparent, sampled).
     let trace_id = uuid::Uuid::new_v4().simple().to_string();
@@ -132,24 +163,7 @@ async fn one_transact_is_one_trace_with_spans_from_both_tiers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_correlation_id_is_in_both_tiers_logs_and_in_the_response() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .lease_ttl(TTL)
-        .nodes(1)
-        .node_flags(&[
-            "--log",
-            "info,corium_fleet_transactor=debug",
-            "--log-format",
-            "json",
-        ])
-        .start()
-        .await;
-    fleet
-        .start_ingresses(
-            1,
-            &["--log", "info,corium_fleet_ingress=debug", "--log-format", "json"],
-        )
-        .await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = start_with_debug_json_logs(&[]).await;
     assert!(corium::create(&address, "correlated").await.unwrap());
     let correlation = format!("corr-{}", uuid::Uuid::new_v4().simple());
     let mut request = tonic::Request::new(corium::transact_request("correlated", "one"));
@@ -175,30 +189,8 @@ async fn the_correlation_id_is_in_both_tiers_logs_and_in_the_response() {
         .unwrap();
     assert!(response.metadata().get("x-request-id").is_some());
     // Each tier wrote JSON lines naming the call's correlation id.
-    let lines = |log: String| -> Vec<serde_json::Value> {
-        log.lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|line| line.to_string().contains(&correlation))
-            .collect()
-    };
-    let ingress = corium_fleet_tests::eventually(Duration::from_secs(10), "ingress log lines", async || {
-        let found = lines(fleet.ingresses[0].log());
-        if found.is_empty() {
-            Err("none yet".to_owned())
-        } else {
-            Ok(found)
-        }
-    })
-    .await;
-    let node = corium_fleet_tests::eventually(Duration::from_secs(10), "node log lines", async || {
-        let found = lines(fleet.nodes[0].log());
-        if found.is_empty() {
-            Err("none yet".to_owned())
-        } else {
-            Ok(found)
-        }
-    })
-    .await;
+    let ingress = json_lines_naming(&fleet.ingresses[0], &correlation).await;
+    let node = json_lines_naming(&fleet.nodes[0], &correlation).await;
     assert_eq!(
         ingress[0]["span"]["x_request_id"].as_str(),
         Some(correlation.as_str()),
@@ -265,18 +257,14 @@ async fn both_tiers_metrics_pass_promtool_and_count_calls_by_method_and_code() {
     let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
-        .start_with_ingress()
+        .start_with_database("metered")
         .await;
-    assert!(corium::create(&address, "metered").await.unwrap());
-    for i in 0..5 {
-        corium::transact(&address, "metered", &format!("m-{i}"), &[])
-            .await
-            .unwrap();
-    }
-    let refused = corium::transact(&address, "junk name", "x", &[])
-        .await
-        .unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    corium::transact_items(&address, "metered", "m", 5).await;
+    corium::expect_code(
+        corium::transact(&address, "junk name", "x", &[]).await,
+        tonic::Code::InvalidArgument,
+        "a junk database name",
+    );
     // A database that does not exist: the ingress answers from storage;
     // asked directly, the node answers.
     let absent = corium::transact(&address, "absent-db", "x", &[])
@@ -487,9 +475,8 @@ async fn the_charts_captured_metrics_are_what_both_tiers_export() {
         .lease_ttl(TTL)
         .nodes(1)
         .mtls()
-        .start_with_ingress()
+        .start_with_database("captured")
         .await;
-    assert!(corium::create(&address, "captured").await.unwrap());
     corium::transact(&address, "captured", "c-1", &[]).await.unwrap();
     let update = std::env::var_os("CORIUM_FLEET_UPDATE_METRICS").is_some_and(|value| value == "1");
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/chart-tools/metrics");

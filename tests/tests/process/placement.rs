@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use corium_fleet_proto::fleet::HandoffRequest;
-use corium_fleet_tests::corium::{self, channel, placement as view_of};
+use corium_fleet_tests::corium::{self, channel, expect_code, placement as view_of};
 use corium_fleet_tests::{Backend, Fleet, eventually, http_get, load};
 use corium_fleet_wire::not_owner;
 
@@ -21,6 +21,16 @@ async fn create_all(fleet: &Fleet, dbs: &[String]) {
             .await
             .unwrap_or_else(|status| panic!("{db}: {status:?}\n{}", fleet.logs()));
     }
+}
+
+/// A fleet on `backend` with one ingress, and `count` databases named
+/// `{prefix}-{i}` created through it with one item each.
+async fn start_with_databases(backend: &Backend, prefix: &str, count: usize) -> (Fleet, Vec<String>) {
+    let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
+    fleet.start_ingresses(1, &[]).await;
+    let dbs: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
+    create_all(&fleet, &dbs).await;
+    (fleet, dbs)
 }
 
 /// The node id holding `db`'s lease, read at its candidate of `rank`.
@@ -48,10 +58,7 @@ async fn root_ops(port: u16) -> BTreeMap<String, serde_json::Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_databases_spread_over_three_zones_and_non_candidates_never_touch_their_roots() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let dbs: Vec<String> = (0..60).map(|i| format!("spread-{i}")).collect();
-        create_all(&fleet, &dbs).await;
+        let (fleet, dbs) = start_with_databases(&backend, "spread", 60).await;
         // Requests sent straight to non-candidates are refused without a read.
         for db in dbs.iter().take(10) {
             let outsider = fleet.non_candidate(db).unwrap();
@@ -113,45 +120,28 @@ async fn sixty_databases_spread_over_three_zones_and_non_candidates_never_touch_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_mixed_load_moves_only_the_dead_nodes_databases() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let dbs: Vec<String> = (0..9).map(|i| format!("mixed-{i}")).collect();
-        create_all(&fleet, &dbs).await;
+        let (mut fleet, dbs) = start_with_databases(&backend, "mixed", 9).await;
         let victim = fleet.candidates(&dbs[0])[0];
         let victims: BTreeSet<&String> = dbs
             .iter()
             .filter(|db| fleet.candidates(db)[0] == victim)
             .collect();
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let load = tokio::spawn(load::run(
-            fleet.ingresses[0].endpoint(),
-            dbs.clone(),
-            2_000,
-            stopped,
-        ));
+        let load = load::start(fleet.ingresses[0].endpoint(), dbs.clone(), 2_000);
         tokio::time::sleep(Duration::from_millis(1500)).await;
         fleet.nodes[victim].kill();
         tokio::time::sleep(TTL * 5).await;
-        stop.send(true).unwrap();
-        let outcomes = load.await.unwrap();
+        let outcomes = load.stop().await;
         let address = fleet.ingresses[0].endpoint();
         for (db, outcome) in &outcomes {
             if victims.contains(db) {
                 let last_error = outcome.errors.last().map(|(at, _, _)| *at);
                 assert!(!outcome.acked.is_empty(), "{backend:?}: {db} never acknowledged");
                 eprintln!(
-                    "{backend:?}: {db} (on the killed node): {} acks, {} errors, longest write unavailability {:?}, last error at {last_error:?}",
-                    outcome.acked.len(),
-                    outcome.errors.len(),
-                    outcome.longest_unavailable
+                    "{backend:?}: {db} (on the killed node): {}, last error at {last_error:?}",
+                    outcome.summary()
                 );
                 // Only retryable failures while the lease lapses: no other kind.
-                for (at, code, message) in &outcome.errors {
-                    assert!(
-                        matches!(code, tonic::Code::Unavailable | tonic::Code::FailedPrecondition),
-                        "{backend:?}: {db} at {at:?}: {code:?} {message}"
-                    );
-                }
+                outcome.assert_only_retryable_errors(format_args!("{backend:?}: {db}"));
                 // It moved: the last attempts succeeded at the next candidate.
                 assert_eq!(
                     owner_at(&fleet, db, 1).await,
@@ -174,17 +164,8 @@ async fn sigkill_under_mixed_load_moves_only_the_dead_nodes_databases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_under_load_loses_nothing() {
     for backend in Backend::all() {
-        let mut fleet = Fleet::builder(backend.clone()).lease_ttl(TTL).start().await;
-        fleet.start_ingresses(1, &[]).await;
-        let dbs: Vec<String> = (0..6).map(|i| format!("rolling-{i}")).collect();
-        create_all(&fleet, &dbs).await;
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let load = tokio::spawn(load::run(
-            fleet.ingresses[0].endpoint(),
-            dbs.clone(),
-            5_000,
-            stopped,
-        ));
+        let (mut fleet, dbs) = start_with_databases(&backend, "rolling", 6).await;
+        let load = load::start(fleet.ingresses[0].endpoint(), dbs.clone(), 5_000);
         let started = Instant::now();
         for index in 0..fleet.nodes.len() {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -192,8 +173,7 @@ async fn rolling_restart_under_load_loses_nothing() {
             fleet.nodes[index].restart().await;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-        stop.send(true).unwrap();
-        let outcomes = load.await.unwrap();
+        let outcomes = load.stop().await;
         let address = fleet.ingresses[0].endpoint();
         let mut report = Vec::new();
         for (db, outcome) in &outcomes {
@@ -201,19 +181,9 @@ async fn rolling_restart_under_load_loses_nothing() {
             let log = corium::log(&address, db).await.unwrap();
             load::check(db, outcome, &log)
                 .unwrap_or_else(|error| panic!("{backend:?}: {error}\n{}", fleet.logs()));
-            report.push(format!(
-                "{db}: {} acks, {} errors, longest unavailability {:?}",
-                outcome.acked.len(),
-                outcome.errors.len(),
-                outcome.longest_unavailable
-            ));
+            report.push(format!("{db}: {}", outcome.summary()));
             // A drain hands over: nothing waits out a lease TTL or worse.
-            for (_, code, message) in &outcome.errors {
-                assert!(
-                    matches!(code, tonic::Code::Unavailable | tonic::Code::FailedPrecondition),
-                    "{backend:?}: {db}: {code:?} {message}"
-                );
-            }
+            outcome.assert_only_retryable_errors(format_args!("{backend:?}: {db}"));
         }
         eprintln!(
             "{backend:?}: rolling restart of 3 nodes in {:?}:\n  {}",
@@ -242,40 +212,31 @@ async fn admin_handoff(backend: Backend) {
     };
     let outsider = fleet.non_candidate(db).unwrap();
     assert!(corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap());
-    let mut acked = BTreeMap::new();
-    for i in 0..5 {
-        let name = format!("before-{i}");
-        let response = corium::transact(&fleet.nodes[owner].endpoint(), db, &name, &[])
-            .await
-            .unwrap();
-        acked.insert(response.basis_t, name);
-    }
+    let mut acked = corium::transact_items(&fleet.nodes[owner].endpoint(), db, "before", 5).await;
     let before = view_of(&fleet.nodes[owner].endpoint(), db).await;
     let mut admin = corium_fleet_tests::corium::admin(&fleet.nodes[owner].endpoint()).await;
     let refuse = |target: &str| HandoffRequest {
         database: db.to_owned(),
         target_node_id: target.to_owned(),
     };
-    let to_self = admin.handoff(refuse(&fleet.nodes[owner].id)).await.unwrap_err();
-    assert_eq!(to_self.code(), tonic::Code::InvalidArgument, "{to_self:?}");
-    let to_outsider = admin
-        .handoff(refuse(&fleet.nodes[outsider].id))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        to_outsider.code(),
+    expect_code(
+        admin.handoff(refuse(&fleet.nodes[owner].id)).await,
+        tonic::Code::InvalidArgument,
+        "a handoff to the owner itself",
+    );
+    let to_outsider = expect_code(
+        admin.handoff(refuse(&fleet.nodes[outsider].id)).await,
         tonic::Code::FailedPrecondition,
-        "{to_outsider:?}"
+        "a handoff to a non-candidate",
     );
     assert!(
         to_outsider.message().contains("not a live candidate"),
         "{to_outsider:?}"
     );
-    let to_unknown = admin.handoff(refuse("node-99")).await.unwrap_err();
-    assert_eq!(
-        to_unknown.code(),
+    expect_code(
+        admin.handoff(refuse("node-99")).await,
         tonic::Code::FailedPrecondition,
-        "{to_unknown:?}"
+        "a handoff to an unknown node",
     );
     // A node that does not own it answers with a NotOwner naming the owner.
     let mut at_standby = corium_fleet_tests::corium::admin(&fleet.nodes[standby].endpoint()).await;
@@ -362,14 +323,10 @@ async fn admin_handoff(backend: Backend) {
             .deleted
     );
     for index in fleet.candidates(db) {
-        let status = corium::transact(&fleet.nodes[index].endpoint(), db, "ghost", &[])
-            .await
-            .unwrap_err();
-        assert_eq!(
-            status.code(),
+        expect_code(
+            corium::transact(&fleet.nodes[index].endpoint(), db, "ghost", &[]).await,
             tonic::Code::NotFound,
-            "{}: {status:?}",
-            fleet.nodes[index].id
+            &fleet.nodes[index].id,
         );
     }
     assert!(corium::create(&fleet.nodes[owner].endpoint(), db).await.unwrap());
@@ -619,8 +576,11 @@ async fn fork_reserves_the_target_and_places_it_on_its_own_candidates() {
             as_of_t: 0,
         };
         // A target name that cannot exist is refused before anything runs.
-        let bad = catalog.fork_database(fork("bad name!")).await.unwrap_err();
-        assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        expect_code(
+            catalog.fork_database(fork("bad name!")).await,
+            tonic::Code::InvalidArgument,
+            format!("{backend:?}: a fork to a bad name"),
+        );
         let forked = catalog
             .fork_database(fork("fork-dst"))
             .await
@@ -657,8 +617,11 @@ async fn fork_reserves_the_target_and_places_it_on_its_own_candidates() {
                 .any(|(_, names)| names.iter().any(|n| n == "only-in-target"))
         );
         // Forking into an existing name is ALREADY_EXISTS and changes nothing.
-        let again = catalog.fork_database(fork("fork-dst")).await.unwrap_err();
-        assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
+        expect_code(
+            catalog.fork_database(fork("fork-dst")).await,
+            tonic::Code::AlreadyExists,
+            format!("{backend:?}: a fork into an existing name"),
+        );
         assert_eq!(
             corium::log(&address, "fork-dst").await.unwrap().len(),
             target_log.len()
@@ -702,18 +665,13 @@ async fn candidates_take_over_a_dead_owners_databases_without_any_request() {
         // The lease in storage moves when the takeover's CAS lands; the
         // takeover is counted once the cell has recovered and serves, which
         // on a busy machine can be a moment later.
-        eventually(
-            Duration::from_secs(20),
-            format!("{backend:?}: the takeover is counted"),
-            async || {
-                let (_, metrics) = http_get(fleet.nodes[successor].admin, "/metrics").await.unwrap();
-                if metrics.contains("corium_fleet_takeovers_total 1\n") {
-                    Ok(())
-                } else {
-                    Err(fleet.with_logs(metrics))
-                }
-            },
-        )
-        .await;
+        fleet
+            .await_node_metric(
+                successor,
+                "corium_fleet_takeovers_total 1",
+                Duration::from_secs(20),
+                format!("{backend:?}: the takeover is counted"),
+            )
+            .await;
     }
 }

@@ -196,11 +196,7 @@ async fn answers(endpoint: &str, db: &str, as_of: u64) -> Answers {
 /// `(replicas held, replica reads served or waited)` per node.
 async fn replica_counts(fleet: &Fleet) -> Vec<(f64, f64)> {
     let mut counts = Vec::new();
-    for node in &fleet.nodes {
-        let text = http_get(node.admin, "/metrics")
-            .await
-            .map(|(_, text)| text)
-            .unwrap_or_default();
+    for text in node_metrics(fleet).await {
         let reads = metric(&text, "corium_fleet_replica_reads_total{result=\"served\"}").unwrap_or(0.0)
             + metric(&text, "corium_fleet_replica_reads_total{result=\"waited\"}").unwrap_or(0.0);
         counts.push((metric(&text, "corium_fleet_replicas").unwrap_or(0.0), reads));
@@ -208,15 +204,61 @@ async fn replica_counts(fleet: &Fleet) -> Vec<(f64, f64)> {
     counts
 }
 
-async fn write_items(address: &str, db: &str, prefix: &str, count: usize) -> u64 {
-    let mut basis = 0;
-    for n in 0..count {
-        basis = corium::transact(address, db, &format!("{prefix}-{n}"), &[])
-            .await
-            .unwrap_or_else(|status| panic!("write {n}: {status:?}"))
-            .basis_t;
+/// Each node's `/metrics` (empty where it does not answer), in node order.
+async fn node_metrics(fleet: &Fleet) -> Vec<String> {
+    let mut texts = Vec::new();
+    for node in &fleet.nodes {
+        texts.push(
+            http_get(node.admin, "/metrics")
+                .await
+                .map(|(_, text)| text)
+                .unwrap_or_default(),
+        );
     }
-    basis
+    texts
+}
+
+/// `series` summed over the nodes' `/metrics` `texts` (0 where absent).
+fn summed(texts: &[String], series: &str) -> f64 {
+    texts.iter().map(|text| metric(text, series).unwrap_or(0.0)).sum()
+}
+
+/// Writes items `{prefix}-{n}` for `n` in `0..count`; the last one's basis.
+async fn write_items(address: &str, db: &str, prefix: &str, count: usize) -> u64 {
+    let acked = corium::transact_items(address, db, prefix, count).await;
+    acked.into_keys().next_back().unwrap_or(0)
+}
+
+/// Creates `db` through `address`, writes `count` items `{prefix}-{n}` to
+/// it, and reads them all back through a replica at the last write's
+/// basis: the client that read, and that basis.
+async fn create_write_and_read(
+    address: &str,
+    db: &str,
+    prefix: &str,
+    count: usize,
+) -> (PeerServerClient<Channel>, u64) {
+    assert!(corium::create(address, db).await.unwrap(), "create {db}");
+    let written = write_items(address, db, prefix, count).await;
+    let mut client = PeerServerClient::new(corium::channel(address).await);
+    let rows = query_rows(&mut client, db, None, Some(written))
+        .await
+        .unwrap_or_else(|status| panic!("first read of {db}: {status:?}"));
+    assert_eq!(rows.len(), count, "{db}: every write read back: {rows:?}");
+    (client, written)
+}
+
+/// The node owning `db` and the first node serving a replica, which must
+/// be another one.
+async fn owner_and_replica(fleet: &Fleet, address: &str, db: &str) -> (usize, usize) {
+    let owner = fleet.index(&corium::placement(address, db).await.owner_id);
+    let counts = replica_counts(fleet).await;
+    let replica = counts
+        .iter()
+        .position(|(replicas, _)| *replicas >= 1.0)
+        .unwrap_or_else(|| panic!("a replica of {db} serves: {counts:?}"));
+    assert_ne!(replica, owner, "{db}: {counts:?}");
+    (owner, replica)
 }
 
 async fn reads_answer_as_a_stock_peer_server_does(backend: Backend) {
@@ -304,26 +346,19 @@ async fn reads_answer_as_a_stock_peer_server_does(backend: Backend) {
 
     // Errors are Corium's: an unknown database, a junk name.
     let mut client = PeerServerClient::new(corium::channel(&reader).await);
-    let unknown = client
-        .db_stats(with_min_basis(
-            pb::DbStatsRequest {
-                db: Some(view("no-such-db", None)),
-            },
-            None,
-        ))
-        .await
-        .unwrap_err();
-    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
-    let junk = client
-        .db_stats(with_min_basis(
-            pb::DbStatsRequest {
-                db: Some(view("../etc", None)),
-            },
-            None,
-        ))
-        .await
-        .unwrap_err();
-    assert_eq!(junk.code(), tonic::Code::InvalidArgument, "{junk:?}");
+    for (db, code) in [
+        ("no-such-db", tonic::Code::NotFound),
+        ("../etc", tonic::Code::InvalidArgument),
+    ] {
+        let request = pb::DbStatsRequest {
+            db: Some(view(db, None)),
+        };
+        corium::expect_code(
+            client.db_stats(with_min_basis(request, None)).await,
+            code,
+            format!("DbStats of {db:?}"),
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -403,27 +438,16 @@ async fn a_thousand_writes_then_reads_through_two_ingresses_never_read_behind_on
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_continue_on_another_replica_when_a_replica_node_is_killed_and_none_is_stale() {
     let (mut fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
-    assert!(corium::create(&address, "hot").await.unwrap());
-    let mut written = write_items(&address, "hot", "before", 10).await;
-    let mut client = PeerServerClient::new(corium::channel(&address).await);
+    let (mut client, _) = create_write_and_read(&address, "hot", "before", 10).await;
     let mut count = 10;
-    query_rows(&mut client, "hot", None, Some(written))
-        .await
-        .expect("first read");
-    let owner = fleet.index(&corium::placement(&address, "hot").await.owner_id);
-    let counts = replica_counts(&fleet).await;
-    let replica = counts
-        .iter()
-        .position(|(replicas, _)| *replicas >= 1.0)
-        .unwrap_or_else(|| panic!("a replica serves: {counts:?}"));
-    assert_ne!(replica, owner, "{counts:?}");
+    let (_, replica) = owner_and_replica(&fleet, &address, "hot").await;
     fleet.nodes[replica].kill();
     // Writes and reads alternate past the kill: every read succeeds (the
     // ingress goes to the next replica) and sees every write before it.
     // A fixed number of rounds, not a time window: a loaded machine makes
     // them slower, never fewer.
     for _ in 0..20 {
-        written = corium::transact(&address, "hot", &format!("after-{count}"), &[])
+        let written = corium::transact(&address, "hot", &format!("after-{count}"), &[])
             .await
             .unwrap_or_else(|status| panic!("write {count}: {status:?}"))
             .basis_t;
@@ -449,16 +473,7 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
         .node_flags(&["--replica-idle-ms", "1000"])
         .start_with_ingress()
         .await;
-    assert!(corium::create(&address, "idle").await.unwrap());
-    let written = write_items(&address, "idle", "item", 3).await;
-    let mut client = PeerServerClient::new(corium::channel(&address).await);
-    assert_eq!(
-        query_rows(&mut client, "idle", None, Some(written))
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    let (mut client, written) = create_write_and_read(&address, "idle", "item", 3).await;
     let held: f64 = replica_counts(&fleet)
         .await
         .iter()
@@ -480,17 +495,7 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
         .sum();
     assert!(listed >= 1, "{status:?}");
     // Its history is charged to its node's memory budget.
-    let replica_bytes = async || {
-        let mut bytes = 0.0;
-        for node in &fleet.nodes {
-            let text = http_get(node.admin, "/metrics")
-                .await
-                .map(|(_, text)| text)
-                .unwrap_or_default();
-            bytes += metric(&text, "corium_fleet_memory_replica_bytes").unwrap_or(0.0);
-        }
-        bytes
-    };
+    let replica_bytes = async || summed(&node_metrics(&fleet).await, "corium_fleet_memory_replica_bytes");
     eventually(
         Duration::from_secs(10),
         "the replica's memory is charged",
@@ -512,16 +517,9 @@ async fn an_idle_replica_is_evicted_and_its_memory_released() {
         Duration::from_secs(15),
         "the idle replica is evicted",
         async || {
-            let mut evicted = 0.0;
-            let mut held = 0.0;
-            for node in &fleet.nodes {
-                let text = http_get(node.admin, "/metrics")
-                    .await
-                    .map(|(_, text)| text)
-                    .unwrap_or_default();
-                evicted += metric(&text, "corium_fleet_replica_evictions_total").unwrap_or(0.0);
-                held += metric(&text, "corium_fleet_replicas").unwrap_or(0.0);
-            }
+            let texts = node_metrics(&fleet).await;
+            let evicted = summed(&texts, "corium_fleet_replica_evictions_total");
+            let held = summed(&texts, "corium_fleet_replicas");
             let charged = replica_bytes().await;
             if held == 0.0 && evicted >= 1.0 && charged == 0.0 {
                 Ok(())
@@ -594,14 +592,13 @@ async fn rows_at(fleet: &Fleet, index: usize, db: &str, min_basis: u64) -> Vec<S
 /// reads there see the writes made at the new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_follows_a_handed_off_database_without_a_rebuild() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
-    assert!(corium::create(&address, "handed").await.unwrap());
+    let (fleet, address) = Fleet::builder(Backend::Filesystem)
+        .start_with_database("handed")
+        .await;
     let written = write_items(&address, "handed", "before", 20).await;
     let owner = fleet.index(&corium::placement(&address, "handed").await.owner_id);
     let target = fleet
-        .candidates("handed")
-        .into_iter()
-        .find(|candidate| *candidate != owner)
+        .other_candidate("handed", owner)
         .expect("a second candidate");
     let reader = (0..fleet.nodes.len())
         .find(|index| *index != owner && *index != target)
@@ -643,23 +640,8 @@ async fn a_replica_follows_a_handed_off_database_without_a_rebuild() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_takeover_the_replica_follows_the_new_owner_without_a_rebuild() {
     let (fleet, address) = Fleet::builder(Backend::Filesystem).start_with_ingress().await;
-    assert!(corium::create(&address, "moving").await.unwrap());
-    let written = write_items(&address, "moving", "before", 5).await;
-    let mut client = PeerServerClient::new(corium::channel(&address).await);
-    assert_eq!(
-        query_rows(&mut client, "moving", None, Some(written))
-            .await
-            .unwrap()
-            .len(),
-        5
-    );
-    let owner = fleet.index(&corium::placement(&address, "moving").await.owner_id);
-    let counts = replica_counts(&fleet).await;
-    let reader = counts
-        .iter()
-        .position(|(replicas, _)| *replicas >= 1.0)
-        .unwrap_or_else(|| panic!("a replica serves: {counts:?}"));
-    assert_ne!(reader, owner, "{counts:?}");
+    let (mut client, _) = create_write_and_read(&address, "moving", "before", 5).await;
+    let (owner, reader) = owner_and_replica(&fleet, &address, "moving").await;
     let (built_before, _, _) = replica_moves(&fleet, reader).await;
     fleet.nodes[owner].freeze().await;
     // The ingress holds the write until a successor took the lease over.

@@ -25,18 +25,26 @@ async fn transacts_ok(admin: u16) -> f64 {
     .unwrap_or(0.0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_lived_client_reaches_an_ingress_added_later_once_connections_age() {
+/// One node and one ingress started with `ingress_flags` behind a
+/// round-robin balancer, and `db` created through it: the fleet, the
+/// balancer and its address.
+async fn behind_a_balancer(ingress_flags: &[&str], db: &str) -> (Fleet, Balancer, String) {
     let mut fleet = Fleet::builder(Backend::Filesystem)
         .lease_ttl(Duration::from_millis(1500))
         .nodes(1)
         .start()
         .await;
-    let age = ["--max-connection-age-ms", "1500"];
-    fleet.start_ingresses(1, &age).await;
+    fleet.start_ingresses(1, ingress_flags).await;
     let balancer = Balancer::start(vec![fleet.ingresses[0].grpc]).await;
     let address = balancer.endpoint();
-    assert!(corium::create(&address, "spread").await.unwrap());
+    assert!(corium::create(&address, db).await.unwrap(), "create {db}");
+    (fleet, balancer, address)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lived_client_reaches_an_ingress_added_later_once_connections_age() {
+    let age = ["--max-connection-age-ms", "1500"];
+    let (mut fleet, balancer, address) = behind_a_balancer(&age, "spread").await;
     // One client, one channel, for the whole test (as a long-lived service).
     let mut client = TransactorClient::new(channel(&address).await);
     let mut written = 0;
@@ -82,28 +90,18 @@ async fn a_long_lived_client_reaches_an_ingress_added_later_once_connections_age
     );
     // Every acknowledged write is in the log, once.
     let log = corium::log(&address, "spread").await.unwrap();
-    let count = log
-        .iter()
-        .flat_map(|(_, names)| names)
-        .filter(|name| name.starts_with("w-"))
-        .count();
-    assert_eq!(count, written, "every write once");
+    assert_eq!(
+        corium::count_names_with_prefix(&log, "w-"),
+        written,
+        "every write once"
+    );
     eprintln!("{written} writes over one client channel, none failed, the new ingress served some");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stock_client_writes_across_connection_rotations_with_no_error() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .lease_ttl(Duration::from_millis(1500))
-        .nodes(1)
-        .start()
-        .await;
-    fleet
-        .start_ingresses(1, &["--max-connection-age-ms", "1000"])
-        .await;
-    let balancer = Balancer::start(vec![fleet.ingresses[0].grpc]).await;
-    let address = balancer.endpoint();
-    assert!(corium::create(&address, "rotated").await.unwrap());
+    let (_fleet, balancer, address) =
+        behind_a_balancer(&["--max-connection-age-ms", "1000"], "rotated").await;
     let before = balancer.connections();
     let writer = StockWriter::start(&address, "rotated");
     // Each rotation brings the client back through the balancer on a new

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use corium_fleet_tests::{Backend, Fleet, corium, eventually, http_get, metric};
+use corium_fleet_tests::{Fleet, corium, eventually, http_get, metric};
 use serde_json::Value;
 use tonic::Code;
 
@@ -50,11 +50,8 @@ fn time_ordered_id() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_request_records_leave_and_old_ids_are_refused() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .node_flags(&["--request-id-retention-secs", WINDOW_SECS])
-        .start_with_ingress()
-        .await;
+    let (fleet, address) =
+        Fleet::filesystem_with_ingress(2, &["--request-id-retention-secs", WINDOW_SECS]).await;
     let db = (0..1_000)
         .map(|n| format!("kept-{n}"))
         .find(|db| fleet.candidates(db)[0] == 0)

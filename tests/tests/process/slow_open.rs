@@ -15,14 +15,9 @@ async fn an_open_longer_than_the_lease_ttl_serves_its_first_call() {
     let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
         .nodes(1)
         .lease_ttl(Duration::from_secs(1))
-        .start_with_ingress()
+        .start_with_database("slow-open")
         .await;
-    assert!(corium::create(&address, "slow-open").await.unwrap());
-    for i in 0..20 {
-        corium::transact(&address, "slow-open", &format!("item-{i}"), &[])
-            .await
-            .unwrap();
-    }
+    corium::transact_items(&address, "slow-open", "item", 20).await;
     let written = corium::log(&address, "slow-open").await.unwrap();
     // The next incarnation's operations on the database's root (the lease
     // acquire's, the open's read of the root after the fence, renewals)

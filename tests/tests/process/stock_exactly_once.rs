@@ -29,7 +29,6 @@ use corium_fleet_tests::{Backend, Fleet, eventually, http_get, metric};
 use corium_fleet_wire::outcome;
 use corium_peer::{ConnectConfig, Connection, PeerError};
 use corium_protocol::pb::transactor_client::TransactorClient;
-use nix::sys::signal::Signal;
 
 const TTL: Duration = Duration::from_millis(1500);
 
@@ -145,11 +144,7 @@ async fn raw_writer(
             break;
         }
         let item = format!("{db}-raw-{n}");
-        history
-            .lock()
-            .unwrap()
-            .attempted
-            .insert((db.clone(), item.clone()));
+        history.lock().unwrap().note_attempted(&db, &item);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let mut request = tonic::Request::new(corium::transact_request(&db, &item));
@@ -168,9 +163,7 @@ async fn raw_writer(
                     let resend = outcome::stock_peer_resends(status.code(), status.message())
                         || std::error::Error::source(&status).is_some();
                     let mut history = history.lock().unwrap();
-                    history
-                        .errors
-                        .push((db.clone(), started.elapsed(), status.code()));
+                    history.note_error(&db, started.elapsed(), status.code());
                     if !resend || Instant::now() > deadline {
                         history.faults.push(format!(
                             "@{:?} raw writer on {db}: {item}: {:?} {}",
@@ -321,14 +314,7 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
             stop.clone(),
         )));
     }
-    let record = |text: String| {
-        eprintln!("@{}ms {text}", started.elapsed().as_millis());
-        history
-            .lock()
-            .unwrap()
-            .faults
-            .push(format!("@{}ms {text}", started.elapsed().as_millis()));
-    };
+    let record = |text: String| history.lock().unwrap().note_fault(started.elapsed(), &text);
     // The plan: the kills and pauses, shuffled by the seed; self-aborts
     // come on top, whenever an armed owner reaches its count.
     let mut plan: Vec<Fault> = std::iter::repeat_n(Fault::Kill, kills)
@@ -355,14 +341,9 @@ async fn run(backend: Backend, seed: u64) -> checker::Report {
             }
             Fault::Pause => {
                 let pause = TTL * 2 + Duration::from_millis(rng.below(1000));
-                record(format!(
-                    "SIGSTOP {} for {} ms",
-                    fleet.nodes[owner].id,
-                    pause.as_millis()
-                ));
-                fleet.nodes[owner].signal(Signal::SIGSTOP);
-                tokio::time::sleep(pause).await;
-                fleet.nodes[owner].signal(Signal::SIGCONT);
+                let node = &fleet.nodes[owner];
+                record(format!("SIGSTOP {} for {} ms", node.id, pause.as_millis()));
+                node.pause(pause).await;
                 pauses_done += 1;
             }
         }

@@ -6,21 +6,8 @@
 use std::process::Command;
 use std::time::Duration;
 
+use corium_fleet_tests::backend::psql;
 use corium_fleet_tests::{Backend, Fleet, bin_dir};
-
-/// `psql URL -tAc QUERY`, its output trimmed.
-fn psql(url: &str, query: &str) -> String {
-    let output = Command::new("psql")
-        .args([url, "-tAc", query])
-        .output()
-        .expect("psql runs (make test installs PostgreSQL)");
-    assert!(
-        output.status.success(),
-        "psql {query:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_listing_index_is_created_at_start_and_serves_prefix_listings() {

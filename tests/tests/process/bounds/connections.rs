@@ -8,13 +8,17 @@ use corium_fleet_tests::{Backend, Fleet, http_get};
 
 use super::TTL;
 
+/// A filesystem fleet and one ingress started with `flags`.
+async fn start_with_one_ingress(flags: &[&str]) -> Fleet {
+    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
+    fleet.start_ingresses(1, flags).await;
+    fleet
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_per_client_cap_are_closed_and_places_come_back() {
     use tokio::io::AsyncReadExt as _;
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet
-        .start_ingresses(1, &["--max-connections-per-client", "3"])
-        .await;
+    let fleet = start_with_one_ingress(&["--max-connections-per-client", "3"]).await;
     let ingress = &fleet.ingresses[0];
     let port = ingress.grpc;
     // Three idle sockets (not even an HTTP/2 preface) take the client's places.
@@ -49,8 +53,7 @@ async fn connections_over_the_per_client_cap_are_closed_and_places_come_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_sends_nothing_is_closed_after_the_preface_timeout() {
     use tokio::io::AsyncReadExt as _;
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet.start_ingresses(1, &["--preface-timeout-ms", "1000"]).await;
+    let fleet = start_with_one_ingress(&["--preface-timeout-ms", "1000"]).await;
     let ingress = &fleet.ingresses[0];
     let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", ingress.grpc))
         .await
@@ -122,10 +125,7 @@ fn streaming_request(address: &str, path: &str) -> (StreamingRequest, futures::c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_are_closed_and_stock_clients_carry_on() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet
-        .start_ingresses(1, &["--max-connection-idle-ms", "1000"])
-        .await;
+    let fleet = start_with_one_ingress(&["--max-connection-idle-ms", "1000"]).await;
     let ingress = &fleet.ingresses[0];
     let address = ingress.endpoint();
     assert!(corium::create(&address, "idle").await.unwrap());
@@ -161,18 +161,12 @@ async fn idle_connections_are_closed_and_stock_clients_carry_on() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     let log = corium::log(&address, "idle").await.unwrap();
-    let written = log
-        .iter()
-        .flat_map(|(_, names)| names)
-        .filter(|name| name.starts_with("after-idle-"))
-        .count();
-    assert_eq!(written, 3, "{log:?}");
+    assert_eq!(corium::count_names_with_prefix(&log, "after-idle-"), 3, "{log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_over_its_open_calls_is_refused_with_a_hint_until_one_ends() {
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet.start_ingresses(1, &["--max-streams-per-client", "3"]).await;
+    let fleet = start_with_one_ingress(&["--max-streams-per-client", "3"]).await;
     let address = fleet.ingresses[0].endpoint();
     assert!(corium::create(&address, "streams").await.unwrap());
     let subscribe = async || {
@@ -215,10 +209,7 @@ async fn a_client_over_its_open_calls_is_refused_with_a_hint_until_one_ends() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_stops_arriving_is_refused_after_the_progress_bound() {
     use futures::SinkExt as _;
-    let mut fleet = Fleet::builder(Backend::Filesystem).lease_ttl(TTL).start().await;
-    fleet
-        .start_ingresses(1, &["--body-progress-timeout-ms", "700"])
-        .await;
+    let fleet = start_with_one_ingress(&["--body-progress-timeout-ms", "700"]).await;
     let ingress = &fleet.ingresses[0];
     let address = ingress.endpoint();
     assert!(corium::create(&address, "slow").await.unwrap());

@@ -142,9 +142,8 @@ async fn subscriptions_are_capped_per_principal_with_a_hint() {
         .lease_ttl(TTL)
         .nodes(1)
         .node_flags(&["--max-subscriptions-per-principal", "2"])
-        .start_with_ingress()
+        .start_with_database("watched")
         .await;
-    assert!(corium::create(&address, "watched").await.unwrap());
     let request = || corium_fleet_tests::corium::subscribe_request("watched", 0);
     // Two anonymous subscriptions take the anonymous principal's places.
     let mut held = Vec::new();

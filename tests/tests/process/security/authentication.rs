@@ -14,7 +14,7 @@ use corium_protocol::pb::catalog_client::CatalogClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
 
-use super::{Bearer, Clients, TOKEN, TTL, clients, code};
+use super::{Bearer, Clients, TOKEN, TTL, clients, code, log_as, start_strict};
 
 /// A thin client's read of `db` (`PeerServer/DbStats`, served by a read
 /// replica).
@@ -31,130 +31,146 @@ fn stats_request(db: &str) -> pb::DbStatsRequest {
 /// status code: `(class, code)`.
 #[allow(clippy::too_many_lines)] // One call per class, each spelled out.
 async fn every_class(clients: &mut Clients, db: &str) -> Vec<(&'static str, Code)> {
-    let mut codes = Vec::new();
-    codes.push((
-        "replica-read",
-        code(clients.peer.db_stats(stats_request(db)).await),
-    ));
-    codes.push((
-        "thin-client-transact",
-        code(
-            clients
-                .peer
-                .transact(corium::transact_request(db, "intruder"))
-                .await,
+    vec![
+        (
+            "replica-read",
+            code(clients.peer.db_stats(stats_request(db)).await),
         ),
-    ));
-    codes.push((
-        "create",
-        code(
-            clients
-                .catalog
-                .create_database(pb::CreateDatabaseRequest {
-                    db: "intruder".to_owned(),
-                    schema: corium::schema(),
-                    storage_key: String::new(),
-                })
-                .await,
+        (
+            "thin-client-transact",
+            code(
+                clients
+                    .peer
+                    .transact(corium::transact_request(db, "intruder"))
+                    .await,
+            ),
         ),
-    ));
-    codes.push((
-        "transact",
-        code(
-            clients
-                .transactor
-                .transact(corium::transact_request(db, "intruder"))
-                .await,
+        (
+            "create",
+            code(
+                clients
+                    .catalog
+                    .create_database(pb::CreateDatabaseRequest {
+                        db: "intruder".to_owned(),
+                        schema: corium::schema(),
+                        storage_key: String::new(),
+                    })
+                    .await,
+            ),
         ),
-    ));
-    codes.push((
-        "subscribe",
-        code(
-            clients
-                .transactor
-                .subscribe(corium_fleet_tests::corium::subscribe_request(db, 0))
-                .await,
+        (
+            "transact",
+            code(
+                clients
+                    .transactor
+                    .transact(corium::transact_request(db, "intruder"))
+                    .await,
+            ),
         ),
-    ));
-    codes.push((
-        "sync",
-        code(
-            clients
-                .transactor
-                .sync(pb::SyncRequest {
-                    db: db.to_owned(),
-                    t: 0,
-                })
-                .await,
+        (
+            "subscribe",
+            code(
+                clients
+                    .transactor
+                    .subscribe(corium_fleet_tests::corium::subscribe_request(db, 0))
+                    .await,
+            ),
         ),
-    ));
-    codes.push((
-        "list",
-        code(clients.catalog.list_databases(pb::ListDatabasesRequest {}).await),
-    ));
-    codes.push((
-        "fork",
-        code(
-            clients
-                .catalog
-                .fork_database(pb::ForkDatabaseRequest {
-                    db: db.to_owned(),
-                    target: "intruder-fork".to_owned(),
-                    ..Default::default()
-                })
-                .await,
+        (
+            "sync",
+            code(
+                clients
+                    .transactor
+                    .sync(pb::SyncRequest {
+                        db: db.to_owned(),
+                        t: 0,
+                    })
+                    .await,
+            ),
         ),
-    ));
-    codes.push((
-        "gc",
-        code(
-            clients
-                .catalog
-                .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
-                    retention_millis: Some(0),
-                })
-                .await,
+        (
+            "list",
+            code(clients.catalog.list_databases(pb::ListDatabasesRequest {}).await),
         ),
-    ));
-    codes.push((
-        "node-status",
-        code(clients.admin.node_status(NodeStatusRequest {}).await),
-    ));
-    codes.push((
-        "handoff",
-        code(
-            clients
-                .admin
-                .handoff(HandoffRequest {
-                    database: db.to_owned(),
-                    target_node_id: "node-2".to_owned(),
-                })
-                .await,
+        (
+            "fork",
+            code(
+                clients
+                    .catalog
+                    .fork_database(pb::ForkDatabaseRequest {
+                        db: db.to_owned(),
+                        target: "intruder-fork".to_owned(),
+                        ..Default::default()
+                    })
+                    .await,
+            ),
         ),
-    ));
-    codes.push((
-        "request-status",
-        code(
-            clients
-                .requests
-                .status(RequestStatusRequest {
-                    database: db.to_owned(),
-                    request_id: uuid::Uuid::new_v4().to_string(),
-                })
-                .await,
+        (
+            "gc",
+            code(
+                clients
+                    .catalog
+                    .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                        retention_millis: Some(0),
+                    })
+                    .await,
+            ),
         ),
-    ));
-    // Last: the one that would destroy the database.
-    codes.push((
-        "delete",
-        code(
-            clients
-                .catalog
-                .delete_database(pb::DeleteDatabaseRequest { db: db.to_owned() })
-                .await,
+        (
+            "node-status",
+            code(clients.admin.node_status(NodeStatusRequest {}).await),
         ),
-    ));
-    codes
+        (
+            "handoff",
+            code(
+                clients
+                    .admin
+                    .handoff(HandoffRequest {
+                        database: db.to_owned(),
+                        target_node_id: "node-2".to_owned(),
+                    })
+                    .await,
+            ),
+        ),
+        (
+            "request-status",
+            code(
+                clients
+                    .requests
+                    .status(RequestStatusRequest {
+                        database: db.to_owned(),
+                        request_id: uuid::Uuid::new_v4().to_string(),
+                    })
+                    .await,
+            ),
+        ),
+        // Last: the one that would destroy the database.
+        (
+            "delete",
+            code(
+                clients
+                    .catalog
+                    .delete_database(pb::DeleteDatabaseRequest { db: db.to_owned() })
+                    .await,
+            ),
+        ),
+    ]
+}
+
+/// Asserts that a TLS client without a certificate gets no answer at
+/// `port`: the handshake, or else its call, fails.
+async fn assert_not_served_without_certificate(fleet: &Fleet, port: u16) {
+    let anonymous = async {
+        let channel = fleet.tls_channel(port, None).await.ok()?;
+        CatalogClient::new(channel)
+            .list_databases(pb::ListDatabasesRequest {})
+            .await
+            .ok()
+    };
+    assert!(
+        anonymous.await.is_none(),
+        "a TLS client without a certificate was served at port {port}"
+    );
 }
 
 async fn ingress_metric(fleet: &Fleet, series: &str) -> f64 {
@@ -164,14 +180,7 @@ async fn ingress_metric(fleet: &Fleet, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_class_and_changes_nothing() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .lease_ttl(TTL)
-        .mtls()
-        .node_flags(&["--serve-token", TOKEN])
-        .start()
-        .await;
-    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = start_strict(Fleet::builder(Backend::Filesystem).lease_ttl(TTL).mtls()).await;
     let db = "guarded";
     let mut operator = clients(&address, Some(TOKEN)).await;
     operator
@@ -227,18 +236,8 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
         .expect("the operator reads through a replica")
         .into_inner();
     assert_eq!(stats.basis_t, written.basis_t);
-    let log = corium::read_log(
-        &mut operator
-            .transactor
-            .subscribe(corium_fleet_tests::corium::subscribe_request(db, 0))
-            .await
-            .unwrap()
-            .into_inner(),
-    )
-    .await
-    .unwrap();
-    let names: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();
-    assert_eq!(names, vec!["first"], "{log:?}");
+    let log = log_as(&address, db, TOKEN).await;
+    assert_eq!(corium::names(&log), vec!["first"], "{log:?}");
     assert_eq!(log.last().map(|(t, _)| *t), Some(written.basis_t));
 
     // The negative control: the same classes with the token all pass the
@@ -255,17 +254,7 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
     // past the handshake; a node certificate with a wrong token is refused.
     let owner = fleet.candidates("other")[0];
     let port = fleet.nodes[owner].grpc;
-    let anonymous_tls = async {
-        let channel = fleet.tls_channel(port, None).await.ok()?;
-        CatalogClient::new(channel)
-            .list_databases(pb::ListDatabasesRequest {})
-            .await
-            .ok()
-    };
-    assert!(
-        anonymous_tls.await.is_none(),
-        "a client without a certificate was served"
-    );
+    assert_not_served_without_certificate(&fleet, port).await;
     let channel = fleet.tls_channel(port, Some("node-2")).await.unwrap();
     let wrong = CatalogClient::with_interceptor(channel, Bearer(Some("wrong".to_owned())))
         .list_databases(pb::ListDatabasesRequest {})
@@ -276,14 +265,7 @@ async fn a_strict_fleet_refuses_missing_and_wrong_credentials_for_every_method_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stock_connection_with_a_token_works_through_the_ingress_across_a_failover() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .lease_ttl(TTL)
-        .mtls()
-        .node_flags(&["--serve-token", TOKEN])
-        .start()
-        .await;
-    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (mut fleet, address) = start_strict(Fleet::builder(Backend::Filesystem).lease_ttl(TTL).mtls()).await;
     let db = "tokened";
     // Stock corium-peer, configured as for a stock transactor with a token.
     let mut admin = corium_peer::Admin::connect(&address, Some(TOKEN.to_owned()), None)
@@ -383,17 +365,7 @@ async fn a_client_certificate_on_the_tls_listener_authenticates_its_holder() {
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     // Without a certificate the TLS listener refuses the handshake, and on
     // the cleartext port the same call without the token is refused.
-    let anonymous = async {
-        let channel = connect(None).await.ok()?;
-        CatalogClient::new(channel)
-            .list_databases(pb::ListDatabasesRequest {})
-            .await
-            .ok()
-    };
-    assert!(
-        anonymous.await.is_none(),
-        "a TLS client without a certificate was served"
-    );
+    assert_not_served_without_certificate(&fleet, tls_port).await;
     let status = corium::transact(&fleet.ingresses[0].endpoint(), "alices", "no-token", &[])
         .await
         .unwrap_err();
@@ -411,13 +383,8 @@ async fn a_client_certificate_on_the_tls_listener_authenticates_its_holder() {
 async fn curl_sees_the_refusal_of_an_unauthenticated_call_whose_body_comes_late() {
     use tokio::io::AsyncWriteExt as _;
     const CALLS: usize = 5;
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .lease_ttl(TTL)
-        .node_flags(&["--serve-token", TOKEN])
-        .start()
-        .await;
-    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
-    let url = format!("{}/corium.v1.Transactor/Status", fleet.ingresses[0].endpoint());
+    let (_fleet, address) = start_strict(Fleet::builder(Backend::Filesystem).lease_ttl(TTL)).await;
+    let url = format!("{address}/corium.v1.Transactor/Status");
     // One gRPC frame: StatusRequest { db: "bench" }.
     let message = b"\x0a\x05bench";
     let mut frame = vec![0u8];

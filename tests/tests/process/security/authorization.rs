@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_proto::fleet::{ActivateRequest, HandoffRequest, NodeStatusRequest};
-use corium_fleet_tests::corium::{self, channel, frame};
+use corium_fleet_tests::corium::{self, channel, expect_code, frame};
 use corium_fleet_tests::{Backend, Fleet, eventually};
 use corium_fleet_wire::metadata;
 use corium_protocol::auth::DEFAULT_DEV_TOKEN;
@@ -17,7 +17,7 @@ use corium_protocol::pb::transactor_client::TransactorClient;
 use prost::Message as _;
 use tonic::Code;
 
-use super::{TTL, clients};
+use super::{TTL, assert_operator, clients, hand_off_then_write, log_as};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario per hop kind: each step starts from the state the previous one left.
@@ -37,49 +37,43 @@ async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_
         // refused; the development token (role admin) is an operator.
         for token in [None, Some("wrong")] {
             let mut stranger = clients(&address, token).await;
-            let status = stranger
-                .admin
-                .node_status(NodeStatusRequest {})
-                .await
-                .unwrap_err();
-            assert_eq!(
-                status.code(),
-                Code::PermissionDenied,
-                "mtls={mtls} {token:?}: {status:?}"
-            );
-            let status = stranger
-                .admin
-                .handoff(HandoffRequest {
-                    database: db.to_owned(),
-                    target_node_id: fleet.nodes[fleet.candidates(db)[1]].id.clone(),
-                })
-                .await
-                .unwrap_err();
-            assert_eq!(
-                status.code(),
-                Code::PermissionDenied,
-                "mtls={mtls} {token:?}: {status:?}"
-            );
-            let status = stranger
-                .catalog
-                .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
-                    retention_millis: Some(0),
-                })
-                .await
-                .unwrap_err();
-            assert_eq!(
-                status.code(),
-                Code::PermissionDenied,
-                "mtls={mtls} {token:?}: {status:?}"
-            );
+            let answers = [
+                (
+                    "NodeStatus",
+                    stranger.admin.node_status(NodeStatusRequest {}).await.map(drop),
+                ),
+                (
+                    "Handoff",
+                    stranger
+                        .admin
+                        .handoff(HandoffRequest {
+                            database: db.to_owned(),
+                            target_node_id: fleet.nodes[fleet.candidates(db)[1]].id.clone(),
+                        })
+                        .await
+                        .map(drop),
+                ),
+                (
+                    "GcDeletedDatabases",
+                    stranger
+                        .catalog
+                        .gc_deleted_databases(pb::GcDeletedDatabasesRequest {
+                            retention_millis: Some(0),
+                        })
+                        .await
+                        .map(drop),
+                ),
+            ];
+            for (call, answer) in answers {
+                expect_code(
+                    answer,
+                    Code::PermissionDenied,
+                    format!("mtls={mtls} {token:?} {call}"),
+                );
+            }
         }
         let mut operator = clients(&address, Some(DEFAULT_DEV_TOKEN)).await;
-        let status = operator
-            .admin
-            .node_status(NodeStatusRequest {})
-            .await
-            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
-        assert!(!status.into_inner().node_id.is_empty());
+        assert_operator(&mut operator, &fleet, format!("mtls={mtls}")).await;
         // GC has a retention floor: a sweep of young unreachable blobs (which
         // a live database's index may be about to reference) is refused, the
         // default retention runs, and the database keeps working.
@@ -166,19 +160,14 @@ async fn by_default_data_is_open_as_in_stock_corium_but_the_operator_surface_is_
 
         // A handoff by the operator still works: the owner asks the target
         // to activate over the node-to-node path (certificate or token).
-        let target = fleet.nodes[fleet.candidates(db)[1]].id.clone();
-        let handed = operator
-            .admin
-            .handoff(HandoffRequest {
-                database: db.to_owned(),
-                target_node_id: target.clone(),
-            })
-            .await
-            .unwrap_or_else(|status| panic!("mtls={mtls}: {status:?}\n{}", fleet.logs()));
-        assert_eq!(handed.into_inner().to_node_id, target);
-        eventually(Duration::from_secs(20), "a write after the handoff", async || {
-            corium::transact(&address, db, "after-handoff", &[]).await
-        })
+        hand_off_then_write(
+            &fleet,
+            &address,
+            &address,
+            db,
+            "after-handoff",
+            format!("mtls={mtls}"),
+        )
         .await;
     }
 }
@@ -210,6 +199,18 @@ async fn a_fleet_certificate_speaks_for_a_node_only_if_it_names_a_member() {
     assert_eq!(answer.into_inner().node_id, fleet.nodes[0].id);
 }
 
+/// A stock corium-peer connection to `db` through `address`, as the
+/// operator (the development token).
+async fn connect_as_operator(fleet: &Fleet, address: &str, db: &str) -> corium_peer::Connection {
+    let mut config = corium_peer::ConnectConfig::new(address, db);
+    config.token = Some(DEFAULT_DEV_TOKEN.to_owned());
+    config.failover_timeout = Duration::from_secs(30);
+    tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
+        .await
+        .unwrap_or_else(|_| panic!("connect to {db} in time"))
+        .unwrap_or_else(|error| panic!("connect to {db}: {error}\n{}", fleet.logs()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario: policy made, enforced, then granted.
 async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
@@ -225,8 +226,7 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
     // as `corium authz init` does (Corium's reserved schema, its default
     // permissions, the operator owning the catalog and every database),
     // through the fleet address with stock corium-peer.
-    let operator_token = Some(DEFAULT_DEV_TOKEN.to_owned());
-    let mut admin = corium_peer::Admin::connect(&address, operator_token.clone(), None)
+    let mut admin = corium_peer::Admin::connect(&address, Some(DEFAULT_DEV_TOKEN.to_owned()), None)
         .await
         .unwrap();
     assert!(
@@ -236,13 +236,7 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
             .unwrap()
     );
     assert!(admin.create_database(db, &corium::schema_forms()).await.unwrap());
-    let mut config = corium_peer::ConnectConfig::new(&address, policy_db);
-    config.token.clone_from(&operator_token);
-    config.failover_timeout = Duration::from_secs(30);
-    let policy = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
-        .await
-        .unwrap()
-        .unwrap();
+    let policy = connect_as_operator(&fleet, &address, policy_db).await;
     let mut forms = schema::default_permission_forms();
     forms.push(bootstrap::principal_form("operator", Some("static-token"), &[]));
     forms.push(bootstrap::tuple_form("operator", "owner", "catalog:*"));
@@ -281,13 +275,7 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
     assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
 
     // Grant `user:anonymous writer database:music`, as `corium authz grant`.
-    let mut config = corium_peer::ConnectConfig::new(&address, policy_db);
-    config.token = operator_token;
-    config.failover_timeout = Duration::from_secs(30);
-    let policy = tokio::time::timeout(Duration::from_secs(30), corium_peer::Connection::connect(config))
-        .await
-        .unwrap()
-        .unwrap_or_else(|error| panic!("{error}\n{}", fleet.logs()));
+    let policy = connect_as_operator(&fleet, &address, policy_db).await;
     policy
         .transact(vec![bootstrap::tuple_form(
             "anonymous",
@@ -310,19 +298,10 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
         .unwrap_err();
     assert_eq!(delete.code(), Code::PermissionDenied, "{delete:?}");
     // Exactly the operator's and the granted write are in the log.
-    let request = corium::with_bearer(
-        tonic::Request::new(corium_fleet_tests::corium::subscribe_request(db, 0)),
-        DEFAULT_DEV_TOKEN,
+    let log = log_as(&address, db, DEFAULT_DEV_TOKEN).await;
+    assert_eq!(
+        corium::names(&log),
+        vec!["by-the-operator", "anonymous-after"],
+        "{log:?}"
     );
-    let log = corium::read_log(
-        &mut TransactorClient::new(channel(&address).await)
-            .subscribe(request)
-            .await
-            .unwrap()
-            .into_inner(),
-    )
-    .await
-    .unwrap();
-    let names: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();
-    assert_eq!(names, vec!["by-the-operator", "anonymous-after"], "{log:?}");
 }

@@ -8,17 +8,16 @@ use corium_fleet_tests::corium::{self};
 use corium_fleet_tests::{Backend, Fleet, eventually};
 use tonic::Code;
 
-use super::{SERVER_EXPIRY, TTL, UPSTREAM_EXPIRY, sample};
+use super::{SERVER_EXPIRY, TTL, UPSTREAM_EXPIRY, hand_off_then_write, sample};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_rotate_under_load_with_no_failed_call() {
+    let db = "rotating";
     let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .mtls()
-        .start_with_ingress()
+        .start_with_database(db)
         .await;
-    let db = "rotating";
-    assert!(corium::create(&address, db).await.unwrap());
     let mut issued = Vec::new();
     for node in &fleet.nodes {
         issued.push(
@@ -88,31 +87,25 @@ async fn certificates_rotate_under_load_with_no_failed_call() {
     corium::transact(&fresh, db, "through-a-fresh-ingress", &[])
         .await
         .unwrap();
-    let target = fleet.nodes[fleet.candidates(db)[1]].id.clone();
-    let handed = corium::admin(&fresh)
-        .await
-        .handoff(HandoffRequest {
-            database: db.to_owned(),
-            target_node_id: target.clone(),
-        })
-        .await
-        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
-    assert_eq!(handed.into_inner().to_node_id, target);
-    eventually(Duration::from_secs(20), "a write after the handoff", async || {
-        corium::transact(&address, db, "after-rotation", &[]).await
-    })
+    hand_off_then_write(
+        &fleet,
+        &fresh,
+        &address,
+        db,
+        "after-rotation",
+        "a handoff after the rotation",
+    )
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_whose_certificate_names_another_node_is_refused() {
+    let db = "verified";
     let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .mtls()
-        .start_with_ingress()
+        .start_with_database(db)
         .await;
-    let db = "verified";
-    assert!(corium::create(&address, db).await.unwrap());
     corium::transact(&address, db, "first", &[]).await.unwrap();
     let candidates = fleet.candidates(db);
     let (owner, target) = (candidates[0], candidates[1]);

@@ -22,12 +22,14 @@ mod request_ids;
 mod roles;
 mod two_databases;
 
+use std::fmt::Display;
 use std::time::Duration;
 
 use corium_fleet_proto::fleet::fleet_admin_client::FleetAdminClient;
 use corium_fleet_proto::fleet::requests_client::RequestsClient;
-use corium_fleet_tests::corium::channel;
-use corium_fleet_tests::{http_get, metric};
+use corium_fleet_proto::fleet::{HandoffRequest, NodeStatusRequest};
+use corium_fleet_tests::corium::{self, channel};
+use corium_fleet_tests::{Fleet, FleetBuilder, eventually, http_get, metric};
 use corium_protocol::pb::catalog_client::CatalogClient;
 use corium_protocol::pb::peer_server_client::PeerServerClient;
 use corium_protocol::pb::transactor_client::TransactorClient;
@@ -80,6 +82,69 @@ pub(crate) fn code<T>(result: Result<T, tonic::Status>) -> Code {
         Ok(_) => Code::Ok,
         Err(status) => status.code(),
     }
+}
+
+/// Starts `builder`'s nodes and one ingress, every process serving only
+/// callers with [`TOKEN`] (`--serve-token`); the fleet and the ingress's
+/// endpoint.
+pub(crate) async fn start_strict(builder: FleetBuilder) -> (Fleet, String) {
+    let mut fleet = builder.node_flags(&["--serve-token", TOKEN]).start().await;
+    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
+    let address = fleet.ingresses[0].endpoint();
+    (fleet, address)
+}
+
+/// Asserts that `clients` are served `NodeStatus`, an operator's call.
+pub(crate) async fn assert_operator(clients: &mut Clients, fleet: &Fleet, what: impl Display) {
+    let answer = clients
+        .admin
+        .node_status(NodeStatusRequest {})
+        .await
+        .unwrap_or_else(|status| panic!("{what}: {status:?}\n{}", fleet.logs()));
+    assert!(!answer.into_inner().node_id.is_empty(), "{what}");
+}
+
+/// An operator (the development token) at `via` hands `db` to its second
+/// candidate; the answer names it, and `item` then commits through
+/// `address`.
+pub(crate) async fn hand_off_then_write(
+    fleet: &Fleet,
+    via: &str,
+    address: &str,
+    db: &str,
+    item: &str,
+    what: impl Display,
+) {
+    let target = fleet.nodes[fleet.candidates(db)[1]].id.clone();
+    let handed = corium::admin(via)
+        .await
+        .handoff(HandoffRequest {
+            database: db.to_owned(),
+            target_node_id: target.clone(),
+        })
+        .await
+        .unwrap_or_else(|status| panic!("{what}: {status:?}\n{}", fleet.logs()));
+    assert_eq!(handed.into_inner().to_node_id, target, "{what}");
+    eventually(
+        Duration::from_secs(20),
+        format!("{what}: a write after the handoff"),
+        async || corium::transact(address, db, item, &[]).await,
+    )
+    .await;
+}
+
+/// Every committed transaction of `db`, read through `Subscribe` at
+/// `address` by the holder of `token`.
+pub(crate) async fn log_as(address: &str, db: &str, token: &str) -> Vec<(u64, Vec<String>)> {
+    let request = corium::with_bearer(tonic::Request::new(corium::subscribe_request(db, 0)), token);
+    let mut stream = TransactorClient::new(channel(address).await)
+        .subscribe(request)
+        .await
+        .unwrap_or_else(|status| panic!("subscribe to {db} at {address}: {status:?}"))
+        .into_inner();
+    corium::read_log(&mut stream)
+        .await
+        .unwrap_or_else(|status| panic!("read {db}'s log at {address}: {status:?}"))
 }
 
 /// One sample of a process's `/metrics`.

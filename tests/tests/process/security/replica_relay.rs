@@ -4,7 +4,8 @@
 //! through it: no token, the development token, a guessed secret — each
 //! `UNAUTHENTICATED` — and a write is never relayed.
 
-use corium_fleet_tests::{Backend, Fleet, corium};
+use corium_fleet_tests::Fleet;
+use corium_fleet_tests::corium::{self, expect_code};
 use corium_protocol::pb;
 use corium_protocol::pb::transactor_client::TransactorClient;
 use tonic::Code;
@@ -34,10 +35,7 @@ fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replica_relay_serves_no_one_but_the_nodes_replicas() {
-    let (fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .start_with_ingress()
-        .await;
+    let (fleet, address) = Fleet::filesystem_with_ingress(2, &[]).await;
     assert!(corium::create(&address, "relayed").await.unwrap());
     let before = corium::transact(&address, "relayed", "item", &[])
         .await
@@ -51,46 +49,44 @@ async fn the_replica_relay_serves_no_one_but_the_nodes_replicas() {
     let dev_token = corium_protocol::auth::DEFAULT_DEV_TOKEN;
     let guessed = format!("{}.1", "0".repeat(64));
     for token in [None, Some(dev_token), Some(guessed.as_str()), Some("1")] {
-        let subscribe = client
-            .subscribe(with_token(
-                pb::SubscribeRequest {
-                    db: "relayed".to_owned(),
-                    protocol_version: corium_protocol::PROTOCOL_VERSION,
-                    from_basis_t: 0,
-                },
-                token,
-            ))
-            .await;
-        assert_eq!(
-            subscribe.err().map(|status| status.code()),
-            Some(Code::Unauthenticated),
-            "Subscribe with {token:?}"
-        );
-        let sync = client
-            .sync(with_token(
-                pb::SyncRequest {
-                    db: "relayed".to_owned(),
-                    t: 0,
-                },
-                token,
-            ))
-            .await;
-        assert_eq!(
-            sync.err().map(|status| status.code()),
-            Some(Code::Unauthenticated),
-            "Sync with {token:?}"
-        );
-        let write = client
-            .transact(with_token(
-                corium::transact_request("relayed", "through-the-relay"),
-                token,
-            ))
-            .await;
-        assert_eq!(
-            write.err().map(|status| status.code()),
-            Some(Code::Unimplemented),
-            "Transact with {token:?}"
-        );
+        let answers = [
+            (
+                "Subscribe",
+                client
+                    .subscribe(with_token(corium::subscribe_request("relayed", 0), token))
+                    .await
+                    .map(drop),
+                Code::Unauthenticated,
+            ),
+            (
+                "Sync",
+                client
+                    .sync(with_token(
+                        pb::SyncRequest {
+                            db: "relayed".to_owned(),
+                            t: 0,
+                        },
+                        token,
+                    ))
+                    .await
+                    .map(drop),
+                Code::Unauthenticated,
+            ),
+            (
+                "Transact",
+                client
+                    .transact(with_token(
+                        corium::transact_request("relayed", "through-the-relay"),
+                        token,
+                    ))
+                    .await
+                    .map(drop),
+                Code::Unimplemented,
+            ),
+        ];
+        for (call, answer, expected) in answers {
+            expect_code(answer, expected, format!("{call} with {token:?}"));
+        }
     }
     // Nothing was written through it: the next write lands right after the
     // first (the negative control: the fleet itself still writes).

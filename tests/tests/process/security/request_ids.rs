@@ -86,12 +86,11 @@ async fn status_as(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[allow(clippy::too_many_lines)] // One scenario: the owner's write, the stranger's scan, the owner again.
 async fn another_principals_request_id_reveals_nothing_and_fences_nothing() {
+    let db = "ledger";
     let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
-        .start_with_ingress()
+        .start_with_database(db)
         .await;
-    let db = "ledger";
-    assert!(corium::create(&address, db).await.unwrap());
     owned_records_on(&fleet).await;
     // The token holder writes a secret under its own id.
     let holder = Some(DEFAULT_DEV_TOKEN);
@@ -161,12 +160,11 @@ async fn another_principals_request_id_reveals_nothing_and_fences_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_assigned_request_ids_cannot_be_fenced_or_claimed_ahead() {
+    let db = "orders";
     let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
-        .start_with_ingress()
+        .start_with_database(db)
         .await;
-    let db = "orders";
-    assert!(corium::create(&address, db).await.unwrap());
     // The attacker's own write tells it the id the ingress assigned.
     let mut client = TransactorClient::new(channel(&address).await);
     let seen = client
@@ -202,6 +200,7 @@ async fn the_next_assigned_request_ids_cannot_be_fenced_or_claimed_ahead() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_status_queries_is_shed_like_writes() {
+    let db = "flooded";
     let (_fleet, address) = Fleet::builder(Backend::Filesystem)
         .lease_ttl(TTL)
         .nodes(1)
@@ -213,10 +212,8 @@ async fn a_flood_of_status_queries_is_shed_like_writes() {
             "--max-queue-wait-ms",
             "50",
         ])
-        .start_with_ingress()
+        .start_with_database(db)
         .await;
-    let db = "flooded";
-    assert!(corium::create(&address, db).await.unwrap());
     let requests = clients(&address, None).await.requests;
     let flood: Vec<_> = (0..300)
         .map(|_| {

@@ -5,13 +5,13 @@
 //! dev` passes); a deployment's own `--serve-token` is its operator.
 
 use corium_fleet_proto::fleet::NodeStatusRequest;
-use corium_fleet_tests::corium;
+use corium_fleet_tests::corium::{self, expect_code};
 use corium_fleet_tests::{Backend, Fleet};
 use corium_protocol::auth::DEFAULT_DEV_TOKEN;
 use corium_protocol::pb;
 use tonic::Code;
 
-use super::{TOKEN, TTL, clients};
+use super::{TOKEN, TTL, assert_operator, clients, start_strict};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_development_token_is_a_data_admin_but_no_operator_outside_a_development_fleet() {
@@ -19,9 +19,8 @@ async fn the_development_token_is_a_data_admin_but_no_operator_outside_a_develop
         .lease_ttl(TTL)
         .nodes(2)
         .bare_auth()
-        .start_with_ingress()
+        .start_with_database("data")
         .await;
-    assert!(corium::create(&address, "data").await.unwrap());
     let mut dev = clients(&address, Some(DEFAULT_DEV_TOKEN)).await;
     // Data as stock Corium: it writes, and (a data admin) learns where the
     // data lives, which a backup needs.
@@ -36,48 +35,48 @@ async fn the_development_token_is_a_data_admin_but_no_operator_outside_a_develop
         .await
         .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
     // The operator surface is not its.
-    let status = dev.admin.node_status(NodeStatusRequest {}).await.unwrap_err();
-    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let status = expect_code(
+        dev.admin.node_status(NodeStatusRequest {}).await,
+        Code::PermissionDenied,
+        "NodeStatus with the development token",
+    );
     assert!(status.message().contains("fleet-operator"), "{status:?}");
     // An anonymous caller writes (stock defaults) but is told nothing of
     // the storage.
     let mut anonymous = clients(&address, None).await;
-    let status = anonymous
-        .catalog
-        .get_storage_info(pb::GetStorageInfoRequest {
-            db: "data".to_owned(),
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    let status = expect_code(
+        anonymous
+            .catalog
+            .get_storage_info(pb::GetStorageInfoRequest {
+                db: "data".to_owned(),
+            })
+            .await,
+        Code::PermissionDenied,
+        "GetStorageInfo by an anonymous caller",
+    );
     assert!(!status.message().contains('/'), "no path: {status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployments_own_token_is_its_operator() {
-    let mut fleet = Fleet::builder(Backend::Filesystem)
-        .lease_ttl(TTL)
-        .nodes(2)
-        .bare_auth()
-        .node_flags(&["--serve-token", TOKEN])
-        .start()
-        .await;
-    fleet.start_ingresses(1, &["--serve-token", TOKEN]).await;
-    let address = fleet.ingresses[0].endpoint();
+    let (fleet, address) = start_strict(
+        Fleet::builder(Backend::Filesystem)
+            .lease_ttl(TTL)
+            .nodes(2)
+            .bare_auth(),
+    )
+    .await;
     let mut operator = clients(&address, Some(TOKEN)).await;
-    let answer = operator
-        .admin
-        .node_status(NodeStatusRequest {})
-        .await
-        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
-    assert!(!answer.into_inner().node_id.is_empty());
-    let status = clients(&address, Some(DEFAULT_DEV_TOKEN))
-        .await
-        .admin
-        .node_status(NodeStatusRequest {})
-        .await
-        .unwrap_err();
-    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert_operator(&mut operator, &fleet, "the deployment's token").await;
+    expect_code(
+        clients(&address, Some(DEFAULT_DEV_TOKEN))
+            .await
+            .admin
+            .node_status(NodeStatusRequest {})
+            .await,
+        Code::Unauthenticated,
+        "the development token in a deployment",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

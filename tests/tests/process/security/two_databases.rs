@@ -2,8 +2,8 @@
 //! would route (and authorize, count, rate) by one and the node answer for
 //! the other. Refused `INVALID_ARGUMENT` at the ingress, before any hop.
 
+use corium_fleet_tests::Fleet;
 use corium_fleet_tests::corium::{self, frame, raw_call};
-use corium_fleet_tests::{Backend, Fleet};
 use corium_protocol::codec;
 use corium_protocol::pb;
 use corium_query::edn::{Edn, read_one};
@@ -28,10 +28,7 @@ fn view(db: &str) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_naming_two_databases_is_refused_at_the_ingress() {
-    let (_fleet, address) = Fleet::builder(Backend::Filesystem)
-        .nodes(2)
-        .start_with_ingress()
-        .await;
+    let (_fleet, address) = Fleet::filesystem_with_ingress(2, &[]).await;
     for db in ["routed", "answered"] {
         assert!(corium::create(&address, db).await.unwrap());
         corium::transact(&address, db, "item", &[]).await.unwrap();
