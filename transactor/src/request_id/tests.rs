@@ -17,6 +17,11 @@ use corium_protocol::authz::Principal;
 use super::answer;
 use super::record::{self, Digest, Found, Owner};
 
+/// The datoms transaction `t` wrote, read back from the log.
+async fn datoms_of(state: &corium_transactor::node::DbState, t: u64) -> Vec<corium_core::Datom> {
+    state.tx_range(t, Some(t + 1)).await.unwrap().remove(0).datoms
+}
+
 fn alice() -> Owner {
     Owner::of(&Principal::new("oidc", "alice"))
 }
@@ -103,12 +108,7 @@ async fn through_the_record(node: &Arc<TransactorNode>, db: &str, text: &str) ->
         Some(Found::Other(tx)),
         "{text}"
     );
-    let datoms = state
-        .tx_range(first.basis_t, Some(first.basis_t + 1))
-        .await
-        .unwrap()
-        .remove(0)
-        .datoms;
+    let datoms = datoms_of(&state, first.basis_t).await;
     // Without the request's identity: a status query's answer.
     assert_eq!(
         answer::answer_tempids(&after, tx, &datoms, None),
@@ -282,12 +282,7 @@ async fn long_identities_stay_out_of_the_key() {
         "the key keeps no 60-byte identity: {} bytes",
         key.len()
     );
-    let datoms = state
-        .tx_range(first.basis_t, Some(first.basis_t + 1))
-        .await
-        .unwrap()
-        .remove(0)
-        .datoms;
+    let datoms = datoms_of(&state, first.basis_t).await;
     assert_eq!(
         answer::answer_tempids(&after, tx, &datoms, written.identity.as_ref()),
         tempid_map(&first.tempids),
