@@ -297,6 +297,11 @@ pub(super) fn last_line(path: &Path) -> Option<String> {
     Some(line.chars().take(300).collect())
 }
 
+/// Whole seconds, rounded up: how a delay is printed.
+pub(super) fn seconds(delay: Duration) -> u64 {
+    u64::try_from(delay.as_millis().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,5 +364,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("corium-fleet-dev-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_delay_prints_in_whole_seconds_rounded_up() {
+        assert_eq!(seconds(Duration::from_millis(999)), 1);
+        assert_eq!(seconds(Duration::from_secs(1)), 1);
+        assert_eq!(seconds(Duration::from_millis(1001)), 2);
+        assert_eq!(seconds(Duration::ZERO), 0);
     }
 }
