@@ -31,9 +31,7 @@ struct Leaving {
 /// its sender is gone with the connection).
 pub(crate) fn watched(body: Body, mut leaving: tokio::sync::watch::Receiver<bool>) -> Body {
     use http_body_util::BodyExt as _;
-    let gone = Box::pin(async move {
-        let _ = leaving.wait_for(|leaving| *leaving).await;
-    });
+    let gone = Box::pin(async move { corium_fleet_common::signal::until_true(&mut leaving).await });
     Leaving {
         inner: body,
         gone,

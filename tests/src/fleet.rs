@@ -632,9 +632,10 @@ impl Fleet {
         what: impl fmt::Display,
     ) {
         crate::eventually(within, what, async || {
-            let (_, metrics) = crate::http_get(self.nodes[index].admin, "/metrics")
-                .await
-                .unwrap_or_else(|| panic!("{} answers /metrics", self.nodes[index].id));
+            // A node too busy to answer in time is asked again.
+            let Some((_, metrics)) = crate::http_get(self.nodes[index].admin, "/metrics").await else {
+                return Err(self.with_logs(format!("{} did not answer /metrics", self.nodes[index].id)));
+            };
             if metrics.lines().any(|line| line == sample) {
                 Ok(())
             } else {

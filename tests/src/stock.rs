@@ -27,8 +27,8 @@ pub fn binary() -> PathBuf {
 
 /// One running stock `corium` process on a loopback port, with its own
 /// temporary directory (and its standard error in a log there); killed when
-/// dropped. [`StockTransactor`] and [`StockPeerServer`] dereference to it
-/// for its log and process id.
+/// dropped. [`StockTransactor::process`] and [`StockPeerServer::process`]
+/// give it, for its log and process id.
 pub struct StockProcess {
     child: Child,
     dir: tempfile::TempDir,
@@ -150,6 +150,12 @@ pub struct StockTransactor {
 }
 
 impl StockTransactor {
+    /// The process: its log and id.
+    #[must_use]
+    pub fn process(&self) -> &StockProcess {
+        &self.process
+    }
+
     /// Starts one on the filesystem store and waits (at most 30 s) until it
     /// listens.
     ///
@@ -201,6 +207,12 @@ pub struct StockPeerServer {
 }
 
 impl StockPeerServer {
+    /// The process: its log and id.
+    #[must_use]
+    pub fn process(&self) -> &StockProcess {
+        &self.process
+    }
+
     /// Starts one hosting `db` from `transactor` (anonymous, as a stock
     /// client with `--token ""`) and waits (at most 60 s) until it listens:
     /// it listens once it has caught up with the database.
@@ -228,21 +240,5 @@ impl StockPeerServer {
         )
         .await?;
         Ok(Self { process, endpoint })
-    }
-}
-
-impl std::ops::Deref for StockTransactor {
-    type Target = StockProcess;
-
-    fn deref(&self) -> &StockProcess {
-        &self.process
-    }
-}
-
-impl std::ops::Deref for StockPeerServer {
-    type Target = StockProcess;
-
-    fn deref(&self) -> &StockProcess {
-        &self.process
     }
 }

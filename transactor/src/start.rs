@@ -19,8 +19,9 @@ use crate::{
 
 /// How often `--placement-map` is re-read.
 const MAP_RELOAD_PERIOD: Duration = Duration::from_secs(2);
+
 /// A node's host and background work (registry, standby watcher, placement
-/// map, admin HTTP), started without its gRPC server: [`run`] serves it, the
+/// map, admin HTTP), started without its gRPC server: [`run`](crate::run) serves it, the
 /// simulation tier calls its services in-process.
 pub struct Running {
     /// The node: its host (its cells and the ownership decision) and what

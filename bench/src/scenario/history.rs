@@ -144,7 +144,7 @@ pub(crate) async fn run(lengths: &[usize], reps: usize, request_ids: bool) -> an
         load::transact(&stock.endpoint, &db, &long_prefix("s"), shape).await?;
         let fleet_owner = owner(&fleet, &address, &db).await;
         let fleet_written_rss_kib = fleet.nodes[fleet_owner].pid().map_or(0, stats::rss_kib);
-        let stock_written_rss_kib = stats::rss_kib(stock.pid());
+        let stock_written_rss_kib = stats::rss_kib(stock.process().pid());
 
         let mut fleet_handoff_ms = Vec::new();
         for _ in 0..reps {
@@ -169,7 +169,7 @@ pub(crate) async fn run(lengths: &[usize], reps: usize, request_ids: bool) -> an
             first_commit_ms(&stock.endpoint, &db, &format!("stock-cold-{rep}")).await?;
             stock_cold_open_ms.push(started.elapsed().as_secs_f64() * 1000.0);
         }
-        let stock_cold_rss_kib = stats::rss_kib(stock.pid());
+        let stock_cold_rss_kib = stats::rss_kib(stock.process().pid());
         points.push(Point {
             transactions,
             fleet_written_rss_kib,

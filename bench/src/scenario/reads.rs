@@ -162,7 +162,7 @@ async fn throughput(rounds: usize, seconds: u64) -> anyhow::Result<Vec<Throughpu
         let stock = StockTransactor::start().await?;
         fill(&stock.endpoint, "hot").await?;
         let peer = StockPeerServer::start(&stock.endpoint, "hot").await?;
-        let pids = [stock.pid(), peer.pid()];
+        let pids = [stock.process().pid(), peer.process().pid()];
         round(&peer.endpoint, "hot", 8, 1, &pids).await?;
         let (mut per_second, mut per_cpu) = (Vec::new(), Vec::new());
         for _ in 0..rounds {

@@ -302,7 +302,7 @@ async fn reads_answer_as_a_stock_peer_server_does(backend: Backend) {
         tonic::Code::InvalidArgument,
         "{through_fleet:?}"
     );
-    assert_eq!(through_fleet, from_stock, "{}", stock.log());
+    assert_eq!(through_fleet, from_stock, "{}", stock.process().log());
 
     // The reads ran on a replica that is not the owner's node.
     let owner = fleet.index(&corium::placement(&writer, "reads").await.owner_id);

@@ -80,9 +80,7 @@ pub(crate) async fn serve(
     let service = TransactorServer::new(RelaySvc { relay })
         .max_decoding_message_size(super::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(super::MAX_MESSAGE_BYTES);
-    let stopped = async move {
-        let _ = stop.wait_for(|stop| *stop).await;
-    };
+    let stopped = async move { corium_fleet_common::signal::until_true(&mut stop).await };
     if let Err(error) = tonic::transport::Server::builder()
         .add_service(service)
         .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), stopped)
