@@ -21,7 +21,7 @@
 //!   one leaving for its age or shutdown ends its subscriptions, then sends
 //!   its GOAWAY once quiet;
 //! - [`leaving`] — a subscription ends `UNAVAILABLE` when its connection leaves;
-//! - [`storage_health`] — storage probed in the background; readiness;
+//! - [`storage_health`](mod@storage_health) — storage probed in the background; readiness;
 //! - [`stall`] — a stream whose client stops reading is ended;
 //! - [`owner_cache`] — database → lease holder, coalesced storage reads;
 //! - [`proxy`] — the forwarding path: intake, one hop, the owner's retry
@@ -38,6 +38,9 @@
 //! resolves; the binary and the tests start it the same way.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+// The layout above names the crate's private modules, for its contributors
+// (`cargo doc --document-private-items`).
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod body;
 mod call_tasks;

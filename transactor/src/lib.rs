@@ -35,8 +35,7 @@
 //!   fleet certificate, or the caller's own token;
 //! - [`error`] — the crate's error and its kind;
 //! - [`seams`] — the one seam tests inject through (a store wrapper, a commit
-//!   observer); empty in production.
-//!
+//!   observer); empty in production;
 //! - [`start`](mod@start) — a node started without its gRPC server: storage,
 //!   host, registration and background work ([`Running`]).
 //!
@@ -44,6 +43,9 @@
 //! the binary and the tests start nodes the same way.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+// The layout above names the crate's private modules, for its contributors
+// (`cargo doc --document-private-items`).
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod admin_http;
 mod authz;

@@ -1,7 +1,6 @@
-//! The node's Prometheus metrics, rendered as text on the admin port.
-//!
-//! A handful of atomics, no registry: every series is listed in
-//! [`Metrics::render`], which is the whole exposition.
+//! The node's own Prometheus series: a handful of atomics, each written
+//! into the scrape by [`Metrics::collect`] (`admin_http.rs` adds the
+//! components' collectors and serves the exposition).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

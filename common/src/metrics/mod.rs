@@ -43,7 +43,7 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
 
-/// Durations, in seconds, in a histogram over [`DURATION_BUCKETS`].
+/// Durations, in seconds, in a histogram over `DURATION_BUCKETS`.
 #[derive(Clone, Debug)]
 pub struct Durations(Histogram);
 

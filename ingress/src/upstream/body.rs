@@ -1,4 +1,4 @@
-//! A node's response body as an [`http_body::Body`]: DATA frames (their
+//! A node's response body as an [`hyper::body::Body`]: DATA frames (their
 //! flow-control capacity handed back as they pass), then trailers.
 
 use std::pin::Pin;

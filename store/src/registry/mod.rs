@@ -9,7 +9,7 @@
 //! guards node ids but placement uses the static list.
 //!
 //! Layout: this file holds the record, registration and renewal;
-//! [`follow`](mod@follow) reads every record in one go on a timer for
+//! `follow.rs` ([`follow()`]) reads every record in one go on a timer for
 //! everything on a node that needs them (members view, standby watcher).
 
 use std::sync::{Arc, RwLock};

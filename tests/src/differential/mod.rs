@@ -13,7 +13,7 @@
 //! Layout: [`op`] — the calls a sequence is made of; [`fixed`] — the
 //! sequence with every RPC; [`generate`] — seeded sequences and shrinking;
 //! [`answer`] — rendering an answer, entity ids renamed by first
-//! appearance; [`play`] — running a sequence against one side (where its
+//! appearance; [`play`](mod@play) — running a sequence against one side (where its
 //! `PeerServer` calls go, at which basis) and comparing two transcripts.
 
 pub mod answer;

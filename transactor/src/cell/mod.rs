@@ -1,5 +1,5 @@
 //! A cell: one database hosted as its own Corium `TransactorNode` over a
-//! [`view`](crate::view) of the shared store.
+//! [`view`] of the shared store.
 //!
 //! Activation opens a cell (lease acquire + recovery, Corium's own code);
 //! eviction drains in-flight calls, releases the lease and drops the cell;

@@ -213,7 +213,7 @@ impl Budget {
 
     /// The read-ahead for one activation of `db`: a prepared log if there
     /// is one, else armed with what is free of the budget (up to
-    /// [`MAX_PER_ACTIVATION`]), else off. Kept by the cell afterwards for
+    /// [`MAX_PER_ACTIVATION`](super::pool::MAX_PER_ACTIVATION)), else off. Kept by the cell afterwards for
     /// its whole-log reads ([`ReadAhead::whole_log`]).
     #[must_use]
     pub fn start(&self, db: &str) -> Arc<ReadAhead> {

@@ -7,7 +7,7 @@
 //! recovery lists the log and reads every record with its own `get_root`,
 //! sequentially, twice (docs/benchmarks.md: 4,015 root reads for 2,000
 //! records). The view answers the first log listing of an activation with
-//! one bulk read instead ([`PrefixRead`]: one query on `PostgreSQL`), keeps
+//! one bulk read instead ([`PrefixRead`](corium_fleet_store::prefix_read::PrefixRead): one query on `PostgreSQL`), keeps
 //! the records, and serves Corium's reads of them from memory.
 //!
 //! Why this cannot change what a new owner sees:
@@ -31,7 +31,7 @@
 //! `delete_db` leaves `lease:<db>`), so a database deleted and created again
 //! writes under higher versions; the one exception, a fork's log written
 //! under version 0 (a name forked into, deleted and forked into again), is
-//! never kept ahead. A prepared log not used within [`PREPARED_FOR`] is
+//! never kept ahead. A prepared log not used within [`PREPARED_FOR`](budget::PREPARED_FOR) is
 //! dropped.
 //!
 //! Corium 0.1.90 answers *every* `tx_range`, not only recovery's, by
@@ -39,7 +39,7 @@
 //! `read_native_merged`): a request-id replay of one transaction, or a
 //! subscription's catch-up, read 16,000 records one by one at 16,000
 //! transactions (seconds on `PostgreSQL`; the failover outliers in
-//! docs/benchmarks.md). Such a read holds a [`WholeLog`] guard, which arms
+//! docs/benchmarks.md). Such a read holds a [`WholeLog`](log::WholeLog) guard, which arms
 //! the cell's read-ahead again for its duration: its listing is one bulk
 //! read, its record reads are served from it, and the records are dropped
 //! when the last guard goes. The same argument holds: the bulk read is a
@@ -49,7 +49,7 @@
 //! The first whole-log reads come right after an open: the replay of a
 //! `Transact` that the dead owner committed (its client's retry reaches
 //! the successor within a second) and subscriptions catching up. So an
-//! open's records are kept for [`KEPT_AFTER_OPEN`]; such a read then lists
+//! open's records are kept for [`KEPT_AFTER_OPEN`](log::KEPT_AFTER_OPEN); such a read then lists
 //! the log (or is answered with the open's listing, while the cell has
 //! written nothing) and reads only the tail. Kept records are the first to
 //! go when an activation finds the budget short.
@@ -61,7 +61,7 @@
 //!
 //! Memory is bounded: every read-ahead reserves its bytes from the node's
 //! budget (`--activation-read-ahead-mib`, [`Budget`]) before it reads, at most
-//! [`MAX_PER_ACTIVATION`] each; when the budget is spent (hundreds of
+//! [`MAX_PER_ACTIVATION`](pool::MAX_PER_ACTIVATION) each; when the budget is spent (hundreds of
 //! activations at once during a drain) an activation reads as before. A read
 //! that fails or stops at its bound falls back to plain listing and reads.
 //!
@@ -76,7 +76,7 @@
 //! serves, so a takeover after a crash starts like a handoff's target.
 //!
 //! Layout: `pool.rs` — the node's memory budget, the counts and record
-//! names; `log.rs` — one cell's read-ahead and the [`WholeLog`] guard;
+//! names; `log.rs` — one cell's read-ahead and the [`WholeLog`](log::WholeLog) guard;
 //! `index.rs` — reading a database's published index blobs; `warm.rs` —
 //! the databases this node keeps warm as their first standby;
 //! `budget.rs` — starting a read-ahead for an activation, and reading a log

@@ -4,10 +4,10 @@
 //!
 //! `Transactor` and `Catalog` calls go to the side's endpoint (the stock
 //! transactor, the fleet's address). `PeerServer` calls go where a thin
-//! client of that side sends them ([`peer`]): on stock, to a stock peer
+//! client of that side sends them (`peer.rs`): on stock, to a stock peer
 //! server for the database, started on first use and kept for the run; on
 //! the fleet, to its address. Both sides' reads are made at one basis: the
-//! latest the transcript knows for the database ([`Bases`]), which the
+//! latest the transcript knows for the database (`Bases`), which the
 //! fleet is asked for with `corium-min-basis` and the stock peer server is
 //! waited for.
 //!

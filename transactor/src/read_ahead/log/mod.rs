@@ -133,7 +133,7 @@ struct Inner {
     writes: u64,
     /// While an open's records are kept for the cell's first whole-log
     /// reads ([`ReadAhead::finish_keeping`]): its entry in the pool's
-    /// [`Kept`] list.
+    /// [`Kept`](super::pool::Kept) list.
     kept: Option<u64>,
 }
 
