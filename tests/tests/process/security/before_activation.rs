@@ -109,7 +109,8 @@ async fn a_denied_caller_wakes_no_cold_database() {
     let before = activations(&fleet).await;
 
     // An anonymous caller, with no relation to the database, on every call
-    // the node hands to Corium: each denied.
+    // the node hands to Corium (the nine forwarded to Corium's own services
+    // among them): each denied.
     let mut transactor = TransactorClient::new(channel(&address).await);
     let mut catalog = CatalogClient::new(channel(&address).await);
     let db = cold.to_owned();
@@ -173,6 +174,16 @@ async fn a_denied_caller_wakes_no_cold_database() {
             "RotateStorageKey",
             catalog
                 .rotate_storage_key(pb::RotateStorageKeyRequest { db: db.clone() })
+                .await
+                .map(drop),
+        ),
+        (
+            "RewrapKeys",
+            catalog
+                .rewrap_keys(pb::RewrapKeysRequest {
+                    db: db.clone(),
+                    kek: "env:CORIUM_FLEET_NO_SUCH_KEY".to_owned(),
+                })
                 .await
                 .map(drop),
         ),
