@@ -2,7 +2,8 @@
 #   make run    builds and runs a local fleet on loopback
 #   make test   installs what the tests need, builds the previous release's binaries (the upgrade
 #               test's starting point), starts PostgreSQL and SeaweedFS (S3), runs every test
-# Others: make bench, make soak, make differential, make lint, make fmt, make chart-test, make images, make clean-run.
+# Others: make bench, make soak, make differential, make lint, make fmt, make chart-test, make images, make clean-run,
+# make patch (the Corium patches every target that builds applies first: patches/README.md).
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -10,9 +11,14 @@ WORK ?= $(CURDIR)/target/ci-services
 PG_PORT ?= 54329
 export PG_PORT
 
-.PHONY: run test bench soak differential lint fmt tools chart-test clean-run images
+.PHONY: run test bench soak differential lint fmt tools chart-test clean-run images patch
 
-run:
+## The Corium patches (patches/README.md): our own diffs applied to the pristine crates.io crates
+## into target/corium-patched/, which the workspace's [patch.crates-io] names. A no-op when current.
+patch:
+	@bash scripts/corium-patch.sh apply
+
+run: patch
 	$(CARGO) build --bins
 	$(CARGO) run --quiet --bin corium-fleet -- dev
 
@@ -21,8 +27,9 @@ run:
 tools:
 	@bash scripts/install-tools.sh
 
-test: tools lint chart-test target/stock/bin/corium
+test: tools patch lint chart-test target/stock/bin/corium
 	@bash scripts/previous-release.sh >/dev/null
+	bash scripts/corium-patch.sh test
 	$(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg; scripts/seaweedfs.sh stop $(WORK)/s3' EXIT && \
@@ -36,7 +43,7 @@ test: tools lint chart-test target/stock/bin/corium
 SOAK_SEEDS ?= 2000
 SOAK_FIRST_SEED ?= 100
 SOAK_PROCESS_SEEDS ?= 1,2,3,4,5,6,7,8,9,10
-soak: tools
+soak: tools patch
 	$(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg-soak) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg-soak; scripts/seaweedfs.sh stop $(WORK)/s3-soak' EXIT && \
@@ -53,7 +60,7 @@ soak: tools
 DIFF_SEEDS ?= 500
 DIFF_FIRST_SEED ?= 1000
 DIFF_LENGTH ?= 60
-differential: tools target/stock/bin/corium
+differential: tools patch target/stock/bin/corium
 	$(CARGO) build --workspace --bins
 	CORIUM_FLEET_DIFF_SEEDS=$(DIFF_SEEDS) CORIUM_FLEET_DIFF_FIRST_SEED=$(DIFF_FIRST_SEED) CORIUM_FLEET_DIFF_LENGTH=$(DIFF_LENGTH) \
 	  $(CARGO) nextest run --profile long -p corium-fleet-tests --test differential generated --no-capture
@@ -72,7 +79,7 @@ target/stock/bin/corium:
 	CARGO_TARGET_DIR=$(CURDIR)/target/stock-build $(CARGO) install corium-cli --version =0.1.90 --locked --root $(CURDIR)/target/stock
 	rm -rf $(CURDIR)/target/stock-build
 
-bench: tools target/stock/bin/corium
+bench: tools patch target/stock/bin/corium
 	$(CARGO) build --release --bins
 	@url=$$(scripts/postgres.sh start $(WORK)/pg-bench) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg-bench; scripts/seaweedfs.sh stop $(WORK)/s3-bench' EXIT && \
@@ -89,7 +96,7 @@ chart-test:
 
 ## The crates' docs name their private modules (for contributors), so they are checked as
 ## contributors read them: with private items, every link resolving.
-lint:
+lint: patch
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps --document-private-items --quiet
@@ -108,5 +115,5 @@ clean-run:
 ## IMAGE_BUILDER=docker|buildah forces one path.
 IMAGE_PREFIX ?= corium-fleet
 IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
-images:
+images: patch
 	IMAGE_PREFIX=$(IMAGE_PREFIX) IMAGE_TAG=$(IMAGE_TAG) bash scripts/images.sh

@@ -164,7 +164,8 @@ drop_container() {
   CONTAINERS=("${kept[@]}")
 }
 
-say "cargo build --release --locked (target/release, incremental)"
+say "cargo build --release --locked (target/release, incremental), the Corium patches applied first"
+bash scripts/corium-patch.sh apply || fail "the Corium patches did not apply (patches/README.md)"
 cargo build --release --locked \
   --bin corium-fleet-transactor --bin corium-fleet-ingress --bin corium-fleet ||
   fail "cargo build --release --locked (the previous images are left as they were)"

@@ -42,6 +42,10 @@ git -C "$root" archive "$commit" | tar -x -C "$out/src"
 echo "building the previous release ($commit) for the upgrade test..." >&2
 (
   cd "$out/src"
+  # A release that carries Corium patches applies them into its own tree first.
+  if [ -x scripts/corium-patch.sh ] || [ -f scripts/corium-patch.sh ]; then
+    bash scripts/corium-patch.sh apply
+  fi
   cargo build --locked --bins \
     --target-dir "$out/target" \
     --config 'profile.dev.debug="line-tables-only"' \

@@ -95,6 +95,7 @@ fn collect(node: &Node, scrape: &mut Scrape<'_>) {
     let warm = &host.template.read_ahead.warm;
     warm.counts.collect(warm, scrape);
     node.replicas.collect(scrape);
+    host.template.hot_standbys.collect(scrape);
     collect_corium(scrape, &cells);
     if let Some(material) = node.tls_material.get() {
         corium_fleet_common::cert_reload::collect(material, scrape);

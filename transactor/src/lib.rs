@@ -19,6 +19,9 @@
 //! - [`standby`] — standing of each database and the takeover watcher;
 //! - [`warm_standby`] — the databases this node keeps warm as their first
 //!   standby, refreshed while their owner serves;
+//! - [`hot_standby`] — the databases this node follows as their first
+//!   standby, their values kept current from the owner's stream and
+//!   promoted in place by a handoff or a takeover here (Corium's warm start);
 //! - [`service`] — `corium.v1` `Transactor`/`Catalog` and the fleet admin
 //!   service;
 //! - [`authz`] — `--authz-db`: stock Corium's policy authorizer, following
@@ -56,6 +59,7 @@ mod counting;
 mod error;
 mod fork;
 mod host;
+mod hot_standby;
 mod incoming;
 mod metrics;
 mod peer;

@@ -44,6 +44,50 @@ impl Standing {
     }
 }
 
+/// The node serving a database another process owns, as the registry names
+/// it: where a hot standby follows it.
+#[derive(Clone, Debug, Eq, PartialEq)]
+pub(crate) struct OwnerNode {
+    /// The owner's node id (over mTLS its certificate must name it).
+    pub(crate) node_id: String,
+    /// Its internal endpoint.
+    pub(crate) endpoint: String,
+}
+
+/// The databases `records` say another process owns whose first candidate
+/// other than that owner is this node (it takes over first: [`stagger`]),
+/// with that owner, in name order.
+pub(crate) fn first_standby_of(
+    host: &Host,
+    records: &[Record],
+) -> std::collections::BTreeMap<String, OwnerNode> {
+    let mut dbs = std::collections::BTreeMap::new();
+    for record in records
+        .iter()
+        .filter(|record| record.node_id != host.config.node_id)
+    {
+        for db in &record.owned {
+            if host.cell(db).is_some() {
+                continue;
+            }
+            let first = host
+                .candidates(db)
+                .into_iter()
+                .find(|member| member.node_id != record.node_id);
+            if first.is_some_and(|member| member.node_id == host.config.node_id) {
+                dbs.insert(
+                    db.clone(),
+                    OwnerNode {
+                        node_id: record.node_id.clone(),
+                        endpoint: record.endpoint.clone(),
+                    },
+                );
+            }
+        }
+    }
+    dbs
+}
+
 /// Classifies `db` from its root.
 #[must_use]
 pub(crate) fn standing(host: &Host, db: &str, view: &RootView, now_ms: i64) -> Standing {

@@ -1,6 +1,6 @@
 //! Starting a node: its storage opened, its host and services' shared
 //! state built, the node registered, and its background work (registry
-//! keep-alive and follower, standby watcher, warm standbys, placement map,
+//! keep-alive and follower, standby watcher, warm and hot standbys, placement map,
 //! read-replica sweeps and relay, memory budget, load balance, request-id
 //! retention, admin HTTP) spawned — everything but the gRPC server, which
 //! [`run`](crate::run) adds.
@@ -14,11 +14,15 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::service::node::Node;
 use crate::{
-    admin_http, authz, cell, counting, host, peer, read_ahead, replica, seams, service, standby, warm_standby,
+    admin_http, authz, cell, counting, host, hot_standby, peer, read_ahead, replica, seams, service, standby,
+    warm_standby,
 };
 
 /// How often `--placement-map` is re-read.
 const MAP_RELOAD_PERIOD: Duration = Duration::from_secs(2);
+/// How long a hot standby's stream may be silent before it is resumed:
+/// three of Corium's subscription heartbeats (10 s) and a margin.
+const HOT_STANDBY_SILENCE: Duration = Duration::from_secs(35);
 
 /// A node's host and background work (registry, standby watcher, placement
 /// map, admin HTTP), started without its gRPC server: [`run`](crate::run) serves it, the
@@ -180,6 +184,11 @@ fn follow_registry(
         records_rx.clone(),
         stop.clone(),
     ));
+    tokio::spawn(Arc::clone(&host.template.hot_standbys).run(
+        Arc::clone(host),
+        records_rx.clone(),
+        stop.clone(),
+    ));
     tokio::spawn(standby::watch(Arc::clone(host), records_rx, stop.clone()));
 }
 
@@ -207,6 +216,41 @@ async fn bind_relay(peers: &peer::Peers) -> Result<(Arc<replica::Relay>, tokio::
     Ok((relay, listener))
 }
 
+/// What every cell of the node is opened with: the shared store under the
+/// view `view_kind`, this process's lease owner names, the read-ahead and
+/// the hot standbys (reaching owners through `peers`).
+fn template(
+    config: &Config,
+    base: &Arc<dyn corium_store::FullStore>,
+    incarnation: &str,
+    view_kind: &'static str,
+    prefix_read: Arc<dyn corium_fleet_store::prefix_read::PrefixRead>,
+    peers: &peer::Peers,
+) -> cell::Template {
+    cell::Template {
+        base: Arc::clone(base),
+        view_kind,
+        data_dir: config.storage.data_dir.clone(),
+        owner_prefix: format!("{}/{}", config.node_id, incarnation),
+        generation: std::sync::atomic::AtomicU64::new(1),
+        advertise: config.advertise.clone(),
+        lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
+        read_ahead: read_ahead::Budget::new(
+            config.activation_read_ahead_mib,
+            config.warm_standby_mib,
+            prefix_read,
+        ),
+        hot_standbys: hot_standby::HotStandbys::new(
+            config.hot_standbys,
+            hot_standby::Reach {
+                base: Arc::clone(base),
+                peers: peers.clone(),
+                silence: HOT_STANDBY_SILENCE,
+            },
+        ),
+    }
+}
+
 /// Starts a node's host over `store` (already opened, and wrapped as the
 /// caller wants), with cells opened through the storage view `view_kind`,
 /// their logs read ahead through `prefix_read` (`None`: listing and reads
@@ -231,20 +275,6 @@ pub async fn start(
         Arc::new(corium_fleet_store::prefix_read::ListThenRead(Arc::clone(&base)))
             as Arc<dyn corium_fleet_store::prefix_read::PrefixRead>
     });
-    let template = cell::Template {
-        base: Arc::clone(&base),
-        view_kind,
-        data_dir: config.storage.data_dir.clone(),
-        owner_prefix: format!("{}/{}", config.node_id, incarnation),
-        generation: std::sync::atomic::AtomicU64::new(1),
-        advertise: config.advertise.clone(),
-        lease_ttl_ms: i64::try_from(config.lease_ttl.as_millis()).unwrap_or(i64::MAX),
-        read_ahead: read_ahead::Budget::new(
-            config.activation_read_ahead_mib,
-            config.warm_standby_mib,
-            Arc::clone(&prefix_read),
-        ),
-    };
     let node_token = peer::node_token(&config)?;
     let peers = peer::Peers::new(
         config.tls.as_ref(),
@@ -252,6 +282,14 @@ pub async fn start(
         node_token.clone(),
         config.membership.verify_node_identity,
     )?;
+    let template = template(
+        &config,
+        &base,
+        &incarnation,
+        view_kind,
+        Arc::clone(&prefix_read),
+        &peers,
+    );
     // Authorization is permit-all, as a stock transactor's without a policy
     // database, or follows `--authz-db`; authentication follows the flags.
     let client_tls = config.tls.as_ref().map(peer::Peers::client_tls).transpose()?;

@@ -41,7 +41,9 @@ pub(crate) async fn run(
             return;
         }
         let records = Arc::clone(&registry.borrow());
-        let dbs = first_standby_of(&host, &records);
+        let dbs: HashSet<String> = crate::standby::first_standby_of(&host, &records)
+            .into_keys()
+            .collect();
         warm.retain(&dbs);
         if dbs.is_empty() {
             continue;
@@ -63,28 +65,4 @@ pub(crate) async fn run(
             }
         }
     }
-}
-
-/// The databases `records` say another process owns whose first candidate
-/// other than that owner is this node.
-fn first_standby_of(host: &Host, records: &[Record]) -> HashSet<String> {
-    let mut dbs = HashSet::new();
-    for record in records
-        .iter()
-        .filter(|record| record.node_id != host.config.node_id)
-    {
-        for db in &record.owned {
-            if host.cell(db).is_some() {
-                continue;
-            }
-            let first = host
-                .candidates(db)
-                .into_iter()
-                .find(|member| member.node_id != record.node_id);
-            if first.is_some_and(|member| member.node_id == host.config.node_id) {
-                dbs.insert(db.clone());
-            }
-        }
-    }
-    dbs
 }

@@ -11,10 +11,11 @@ use corium_fleet_faults::{FaultyStore, Schedule};
 use corium_fleet_proto::fleet::fleet_admin_server::FleetAdminServer;
 use corium_fleet_store::postgres::PoolOptions;
 use corium_fleet_store::{Storage, StorageSettings};
-use corium_fleet_transactor::FleetAdminSvc;
 use corium_fleet_transactor::Node;
 use corium_fleet_transactor::config::{Config, Membership};
+use corium_fleet_transactor::{FleetAdminSvc, FleetTransactor};
 use corium_fleet_transactor::{Running, view_kind};
+use corium_protocol::pb::transactor_server::TransactorServer;
 use corium_store::{FullStore, LogPlacement, MemoryStore};
 use tokio::net::TcpListener;
 
@@ -136,6 +137,10 @@ impl World {
             // every cache in place.
             warm_standby_mib: 64,
             warm_standby_interval: Duration::from_millis(300),
+            // Hot standbys on: handoffs and takeovers in the simulation
+            // promote followed values in place, and the fault suite checks
+            // them with everything else.
+            hot_standbys: 16,
             read_replicas: corium_fleet_transactor::config::ReplicaSettings::default(),
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
@@ -178,10 +183,14 @@ impl World {
         .unwrap_or_else(|error| panic!("node-{n} did not start: {error}"));
         let listener = bind_again(self.slots[n].port).await;
         let svc = FleetAdminServer::new(FleetAdminSvc(Arc::clone(&running.node)));
+        // `corium.v1.Transactor` too: a node's hot standbys subscribe to the
+        // owner over it, so handoffs and takeovers here promote them.
+        let transactor = TransactorServer::new(FleetTransactor(Arc::clone(&running.node)));
         let admin = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .timeout(Duration::from_secs(10))
                 .add_service(svc)
+                .add_service(transactor)
                 .serve_with_incoming(tokio_stream_of(listener))
                 .await;
         });

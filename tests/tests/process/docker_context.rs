@@ -9,7 +9,8 @@
 //! a pattern matching a parent directory matches everything under it, `*`
 //! and `?` within one path segment, `**` across any number of segments,
 //! every pattern cleaned of a leading and trailing `/`), the files it leaves
-//! are copied to a temporary directory, and `cargo metadata --locked` must
+//! are copied to a temporary directory, the Corium patches are applied there
+//! from the context (as the build does), and `cargo metadata --locked` must
 //! load the workspace there.
 
 use std::path::{Path, PathBuf};
@@ -295,6 +296,19 @@ fn cargo_loads_the_workspace_locked_from_exactly_the_image_build_context() {
             .iter()
             .any(|file| file.starts_with("charts/") || file.starts_with("docs/")),
         "only what the build needs: {context:?}"
+    );
+    // The build applies the Corium patches first (`scripts/corium-patch.sh`,
+    // from the context), as the Dockerfile does.
+    let applied = Command::new("bash")
+        .args(["scripts/corium-patch.sh", "apply"])
+        .current_dir(copy.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        applied.status.success(),
+        "the Corium patches apply in the build context: {}",
+        String::from_utf8_lossy(&applied.stderr)
     );
     // The workspace loads and resolves against the lock file as it is
     // (`--locked`: the build's flag); offline, from the local registry cache,

@@ -6,7 +6,7 @@
 //!
 //! One module per concern, as the files were before they shared a binary:
 //! ownership and fencing (`foundation`, `placement`, `rebalance`, `drain`,
-//! `fast_moves`), memory and load (`memory_budget`, `load_balance`), the
+//! `fast_moves`, `hot_standby`), memory and load (`memory_budget`, `load_balance`), the
 //! ingress (`ingress`, `failover_buffer`, `readiness`),
 //! exactly-once (`exactly_once`, `stock_exactly_once`, `stock_statuses`,
 //! `retention`),
@@ -24,6 +24,7 @@ mod failover_buffer;
 mod fast_moves;
 mod fleet_status;
 mod foundation;
+mod hot_standby;
 mod ingress;
 mod load_balance;
 mod memory_budget;

@@ -34,6 +34,9 @@ pub struct Template {
     pub lease_ttl_ms: i64,
     /// The node's log read-ahead for activations (`read_ahead.rs`).
     pub read_ahead: read_ahead::Budget,
+    /// The databases this node follows as their first standby: every open
+    /// is offered their values (Corium's warm start, `hot_standby`).
+    pub hot_standbys: Arc<crate::hot_standby::HotStandbys>,
 }
 
 impl Template {
@@ -67,6 +70,10 @@ impl Template {
         // GC is node-wide work over every root; a cell must not run it.
         config.gc_interval = None;
         config.advertise = Some(self.advertise.clone());
+        // A hot standby's value, when this node follows the database, is
+        // offered after the lease is won; Corium checks it against the log.
+        config.warm_start =
+            Some(Arc::clone(&self.hot_standbys) as Arc<dyn corium_transactor::warm::WarmStart>);
         config
     }
 }

@@ -195,6 +195,13 @@ pub struct Args {
     /// requests for the tail a takeover reads [default: 5000].
     #[arg(long)]
     pub warm_standby_interval_ms: Option<u64>,
+    /// Databases this node follows at most as their first standby, each a
+    /// whole database value kept current from the owner's stream, so that a
+    /// handoff or a takeover here promotes it in place instead of reading
+    /// the whole history; their memory is charged to the budget and dropped
+    /// first past it. 0 turns hot standbys off [default: 16].
+    #[arg(long)]
+    pub hot_standbys: Option<usize>,
     /// Read replicas (`corium.v1.PeerServer` reads) this node keeps at most;
     /// past it the least recently used is evicted. 0 turns hosted reads off
     /// on this node [default: 64].

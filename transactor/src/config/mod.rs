@@ -200,6 +200,7 @@ impl Args {
                 }
                 ms => Duration::from_millis(ms),
             },
+            hot_standbys: self.hot_standbys.unwrap_or(16),
             read_replicas: ReplicaSettings {
                 max: self.max_replicas.unwrap_or(64),
                 idle: match self.replica_idle_ms.unwrap_or(300_000) {

@@ -95,6 +95,9 @@ pub struct Config {
     pub warm_standby_mib: usize,
     /// How often warm databases are refreshed (positive).
     pub warm_standby_interval: Duration,
+    /// Databases followed at most as their first standby (`hot_standby`;
+    /// 0: none).
+    pub hot_standbys: usize,
     /// Hosted read replicas: how many, how long kept idle, how often each
     /// checks it still follows its owner.
     pub read_replicas: ReplicaSettings,

@@ -203,6 +203,7 @@ impl Host {
             Ok(answer) => {
                 self.metrics.handoffs.fetch_add(1, Ordering::Relaxed);
                 self.metrics.handoff_seconds.observe(elapsed);
+                self.follow_after_handoff(db, &target);
                 tracing::info!(
                     db,
                     to = %target.node_id,
@@ -231,6 +232,28 @@ impl Host {
                     answer: status,
                 })
             }
+        }
+    }
+
+    /// After handing `db` to `target`: when this node is now its first
+    /// standby, its hot standby starts at once (not at the next registry
+    /// round), from the index this handoff just published.
+    fn follow_after_handoff(&self, db: &str, target: &Member) {
+        if self.is_stopping() {
+            return;
+        }
+        let first_standby = self
+            .candidates(db)
+            .into_iter()
+            .find(|member| member.node_id != target.node_id);
+        if first_standby.is_some_and(|member| member.node_id == self.config.node_id) {
+            self.template.hot_standbys.follow_now(
+                db,
+                crate::standby::OwnerNode {
+                    node_id: target.node_id.clone(),
+                    endpoint: target.endpoint.clone(),
+                },
+            );
         }
     }
 

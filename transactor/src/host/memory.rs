@@ -11,9 +11,11 @@
 //! does not fall when a database is evicted and a loop driven by it would
 //! evict everything. The resident set is reported beside the estimate.
 //!
-//! Caches are told apart from firm memory: warm standbys (log records and
+//! Caches are told apart from firm memory: hot standbys (whole database
+//! values followed for a promotion in place), warm standbys (log records and
 //! index blobs kept for a takeover) and read replicas are rebuilt on
-//! demand, so they are dropped first past the budget, warm standbys fill
+//! demand, so they are dropped first past the budget (hot standbys before
+//! the rest), warm standbys fill
 //! at most half the room firm memory leaves, and the load a node publishes
 //! to its peers counts only its firm memory — a node whose caches fill it
 //! still takes activations, dropping them (design note 0021).
@@ -59,7 +61,8 @@ const TOO_LARGE_FOR: Duration = Duration::from_mins(5);
 const MIB: u64 = 1024 * 1024;
 
 /// Memory a node holds beside its cells that can be dropped and rebuilt
-/// (read replicas): charged to the budget, and dropped first past it.
+/// (read replicas, hot standbys): charged to the budget, and dropped first
+/// past it.
 pub(crate) trait DroppableMemory: Send + Sync {
     /// The datoms it holds (charged at [`BYTES_PER_DATOM`], like a cell's).
     fn datoms(&self) -> u64;
@@ -81,6 +84,8 @@ pub struct MemoryUse {
     pub replicas: u64,
     /// What warm standbys hold (part of `used`; a cache).
     pub warm: u64,
+    /// What hot standbys hold (part of `used`; a cache, dropped first).
+    pub hot: u64,
     /// Each open database's estimate.
     pub databases: HashMap<String, u64>,
 }
@@ -96,7 +101,10 @@ impl MemoryUse {
     /// and read replicas (what it publishes to its peers as used).
     #[must_use]
     pub fn firm(&self) -> u64 {
-        self.used.saturating_sub(self.replicas).saturating_sub(self.warm)
+        self.used
+            .saturating_sub(self.replicas)
+            .saturating_sub(self.warm)
+            .saturating_sub(self.hot)
     }
 
     /// The budget's room left by firm memory (`None`: no budget).
@@ -152,11 +160,14 @@ impl Host {
             .get()
             .map_or(0, |droppable| droppable.datoms().saturating_mul(BYTES_PER_DATOM));
         let warm = u64::try_from(self.template.read_ahead.warm.usage().1).unwrap_or(u64::MAX);
+        let hot =
+            DroppableMemory::datoms(self.template.hot_standbys.as_ref()).saturating_mul(BYTES_PER_DATOM);
         let used = BASE_BYTES
             .saturating_add(databases.values().sum())
             .saturating_add(self.template.read_ahead.held_bytes())
             .saturating_add(warm)
-            .saturating_add(replicas);
+            .saturating_add(replicas)
+            .saturating_add(hot);
         MemoryUse {
             budget: self.config.memory_budget,
             used,
@@ -164,14 +175,39 @@ impl Host {
             databases,
             replicas,
             warm,
+            hot,
         }
+    }
+
+    /// Whether the last check found the node over its budget (a cache that
+    /// would grow asks this before it does).
+    #[must_use]
+    pub(crate) fn is_over_memory_budget(&self) -> bool {
+        self.config
+            .memory_budget
+            .is_some_and(|budget| self.metrics.memory_used_bytes.load(Ordering::Relaxed) > budget)
     }
 
     /// Drops the node's caches (warm standbys, read replicas) when `usage`
     /// says it is over its budget and they hold anything; returns whether
     /// it dropped any.
     fn drop_caches(&self, usage: &MemoryUse, budget: u64) -> bool {
-        if !usage.over() || usage.warm.saturating_add(usage.replicas) == 0 {
+        if !usage.over() {
+            return false;
+        }
+        // Hot standbys first: each holds a whole database, and the next
+        // round starts them again once there is room.
+        if usage.hot > 0 {
+            tracing::info!(
+                hot_mib = usage.hot / MIB,
+                used_mib = usage.used / MIB,
+                budget_mib = budget / MIB,
+                "over the memory budget; dropping hot standbys"
+            );
+            DroppableMemory::drop_all(self.template.hot_standbys.as_ref());
+            return true;
+        }
+        if usage.warm.saturating_add(usage.replicas) == 0 {
             return false;
         }
         tracing::info!(

@@ -1,0 +1,185 @@
+//! Hot standbys promoted in place (issue 49): the first standby of an active
+//! database follows the owner's acknowledged stream, and a handoff to it or
+//! a takeover by it opens the database from the value it holds — Corium's
+//! warm start, the fleet's patch (`docs/upstream/0002`) — applying only the
+//! log after that value. The database then holds exactly what it held, and
+//! the node that let it go follows the new owner at once.
+
+use std::time::Duration;
+
+use corium_fleet_proto::fleet::HandoffRequest;
+use corium_fleet_tests::{Backend, Fleet, corium, http_get};
+
+/// Items written before the move.
+const WRITES: u32 = 60;
+
+/// A node's hot-standby counters.
+#[derive(Debug, Default, PartialEq)]
+struct Counts {
+    followed: u64,
+    applied: u64,
+    taken: u64,
+    refused: u64,
+}
+
+async fn counts(fleet: &Fleet, node: usize) -> Counts {
+    let (_, text) = http_get(fleet.nodes[node].admin, "/metrics")
+        .await
+        .expect("metrics");
+    let get = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+    };
+    Counts {
+        followed: get("corium_fleet_hot_standbys"),
+        applied: get("corium_fleet_hot_standby_applied_total"),
+        taken: get("corium_fleet_hot_standby_promotions_total{outcome=\"taken\"}"),
+        refused: get("corium_fleet_hot_standby_promotions_total{outcome=\"refused\"}"),
+    }
+}
+
+/// A fleet of two nodes on `backend` with `flags`, `db` created and written
+/// [`WRITES`] times through the ingress; returns the fleet, the ingress, the
+/// owner and the other node.
+async fn written(backend: Backend, flags: &[&str], db: &str) -> (Fleet, String, usize, usize) {
+    let (fleet, address) = Fleet::builder(backend)
+        .nodes(2)
+        .lease_ttl(Duration::from_millis(1500))
+        .node_flags(flags)
+        .start_with_database(db)
+        .await;
+    for n in 0..WRITES {
+        corium::transact(&address, db, &format!("w-{n}"), &[])
+            .await
+            .unwrap_or_else(|status| panic!("write {n}: {status:?}"));
+    }
+    let owner = fleet.index(&corium::placement(&address, db).await.owner_id);
+    let standby = fleet
+        .other_candidate(db, owner)
+        .expect("the other node is a candidate");
+    (fleet, address, owner, standby)
+}
+
+/// Waits until `node` follows one database and has applied a transaction
+/// from its owner's stream (its value is then anchored: offerable).
+async fn await_following(fleet: &Fleet, node: usize, address: &str, db: &str) {
+    corium_fleet_tests::eventually(
+        Duration::from_secs(30),
+        "the first standby follows the owner",
+        async || {
+            // A write, so the stream carries a transaction past any start value.
+            corium::transact(address, db, "nudge", &[])
+                .await
+                .map_err(|status| fleet.with_logs(format!("{status:?}")))?;
+            let now = counts(fleet, node).await;
+            if now.followed >= 1 && now.applied >= 1 {
+                Ok(())
+            } else {
+                Err(fleet.with_logs(format!("{now:?}")))
+            }
+        },
+    )
+    .await;
+}
+
+/// The log has every write once, then the new one.
+async fn assert_every_write(address: &str, db: &str, before: &[(u64, Vec<String>)]) {
+    let after = corium::log(address, db).await.unwrap();
+    assert_eq!(
+        after[..before.len()],
+        before[..],
+        "the log before the move is intact"
+    );
+    corium::transact(address, db, "after-the-move", &[])
+        .await
+        .expect("a write after the move");
+    let log = corium::log(address, db).await.unwrap();
+    let items: Vec<&String> = log.iter().flat_map(|(_, names)| names).collect();
+    let before_items: usize = before.iter().map(|(_, names)| names.len()).sum();
+    assert_eq!(
+        items.len(),
+        before_items + 1,
+        "every write once, then the new one"
+    );
+}
+
+async fn handoff_promotes_in_place(backend: Backend) {
+    let (fleet, address, owner, standby) = written(backend, &[], "hot").await;
+    await_following(&fleet, standby, &address, "hot").await;
+    let before = corium::log(&address, "hot").await.unwrap();
+    let moved = corium::admin(&fleet.nodes[owner].endpoint())
+        .await
+        .handoff(HandoffRequest {
+            database: "hot".into(),
+            target_node_id: fleet.nodes[standby].id.clone(),
+        })
+        .await
+        .expect("handoff")
+        .into_inner();
+    assert_eq!(moved.to_node_id, fleet.nodes[standby].id);
+    let target = counts(&fleet, standby).await;
+    assert_eq!(
+        (target.taken, target.refused),
+        (1, 0),
+        "the target opened the database from its hot standby: {}",
+        fleet.logs()
+    );
+    assert_eq!(target.followed, 0, "it follows nothing once it owns the database");
+    assert_every_write(&address, "hot", &before).await;
+    // The node that let it go is its first standby now, and follows at once.
+    await_following(&fleet, owner, &address, "hot").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_promotes_the_hot_standby_in_place() {
+    handoff_promotes_in_place(Backend::Filesystem).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_promotes_the_hot_standby_in_place_on_postgres() {
+    let base = std::env::var("CORIUM_FLEET_TEST_PG_URL").expect(
+        "CORIUM_FLEET_TEST_PG_URL is not set: run the suite with `make test`, which starts PostgreSQL",
+    );
+    handoff_promotes_in_place(Backend::postgres(&base)).await;
+}
+
+/// SIGKILL of the owner: the first standby takes the database over from
+/// the value it follows, and every acknowledged write is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_after_a_crash_promotes_the_hot_standby() {
+    let (mut fleet, address, owner, standby) = written(Backend::Filesystem, &[], "crash").await;
+    await_following(&fleet, standby, &address, "crash").await;
+    let before = corium::log(&address, "crash").await.unwrap();
+    fleet.nodes[owner].kill();
+    corium_fleet_tests::eventually(Duration::from_secs(30), "the standby takes over", async || {
+        let now = counts(&fleet, standby).await;
+        if now.taken == 1 {
+            Ok(())
+        } else {
+            Err(fleet.with_logs(format!("{now:?}")))
+        }
+    })
+    .await;
+    assert_eq!(counts(&fleet, standby).await.refused, 0);
+    assert_every_write(&address, "crash", &before).await;
+}
+
+/// `--hot-standbys 0`: nothing is followed, and a handoff recovers from
+/// storage as before (the counters stay at zero).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_hot_standbys_off_a_handoff_recovers_from_storage() {
+    let (fleet, address, owner, standby) =
+        written(Backend::Filesystem, &["--hot-standbys", "0"], "cold").await;
+    let before = corium::log(&address, "cold").await.unwrap();
+    corium::admin(&fleet.nodes[owner].endpoint())
+        .await
+        .handoff(HandoffRequest {
+            database: "cold".into(),
+            target_node_id: fleet.nodes[standby].id.clone(),
+        })
+        .await
+        .expect("handoff");
+    assert_eq!(counts(&fleet, standby).await, Counts::default());
+    assert_every_write(&address, "cold", &before).await;
+}
