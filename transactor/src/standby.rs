@@ -203,6 +203,77 @@ pub(crate) async fn watch(
     }
 }
 
+/// Takes `db` over at the moment its owner's lease can lapse, when this
+/// node is a candidate: called when a hot standby lost its owner's stream
+/// (a crash closes it at once), so the takeover does not wait for the
+/// watcher's next round (up to a third of the TTL later). One root read
+/// now, one at the expiry (plus this node's stagger); nothing when the
+/// owner renewed meanwhile or released the lease, which the watcher's
+/// rounds then follow as before. At most one pending per database.
+pub(crate) async fn take_over_when_lapsed(host: Arc<Host>, db: String) {
+    let Some(rank) = host.rank(&db) else { return };
+    if host.cell(&db).is_some() || !host.lapse_watch(&db) {
+        return;
+    }
+    let _pending = LapseWatch { host: &host, db: &db };
+    let Ok(view) = host.read_root(&db).await else {
+        return;
+    };
+    let Some(root) = view
+        .live_owner(now_unix_ms())
+        .filter(|root| !host.template.is_own(&root.owner))
+    else {
+        return;
+    };
+    let wait_ms = root
+        .lease_expires_unix_ms
+        .saturating_sub(now_unix_ms())
+        .saturating_add(i64::try_from(stagger(host.config.lease_ttl, rank).as_millis()).unwrap_or(i64::MAX));
+    // A lease runs at most one TTL ahead; anything else is not a lapse to wait for.
+    let Ok(wait) = u64::try_from(wait_ms) else { return };
+    if Duration::from_millis(wait) > host.config.lease_ttl * 2 {
+        return;
+    }
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    let Ok(view) = host.read_root(&db).await else {
+        return;
+    };
+    let Some(root) = &view.root else { return };
+    if host.cell(&db).is_some()
+        || !takeover_due(
+            root,
+            |owner| host.template.is_own(owner),
+            rank,
+            host.config.lease_ttl,
+            now_unix_ms(),
+        )
+    {
+        return;
+    }
+    tracing::info!(
+        db,
+        rank,
+        previous_owner = node_of(&root.owner),
+        lease_version = root.lease_version,
+        "lease lapsed after its owner's stream broke; taking over"
+    );
+    if let Err(status) = host.activate(&db, true).await {
+        tracing::info!(db, %status, "takeover not done");
+    }
+}
+
+/// A database's pending [`take_over_when_lapsed`], cleared when dropped.
+struct LapseWatch<'a> {
+    host: &'a Host,
+    db: &'a str,
+}
+
+impl Drop for LapseWatch<'_> {
+    fn drop(&mut self) {
+        self.host.lapse_watched(self.db);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,12 @@ pub const REPLAYED: &str = "corium-replayed";
 pub const PRINCIPAL: &str = "corium-principal";
 /// Correlation id carried across client, ingress and owner.
 pub const X_REQUEST_ID: &str = "x-request-id";
+/// On a `Subscribe`: `1` from a node's hot standby, which follows the owner's
+/// acknowledged stream. Such a stream does not keep its database from idle
+/// eviction, and never activates it: a database not open at the node is
+/// answered `NotOwner`. Harmless from anyone (it only takes away), so it is
+/// not refused from clients.
+pub const HOT_STANDBY: &str = "corium-hot-standby";
 /// On a `corium.v1.PeerServer` read: the basis the answer must reflect at
 /// least (a `t` the client has seen, e.g. its last write's `basis_t`). A
 /// read replica waits until it has applied that basis, within the call's

@@ -183,3 +183,42 @@ async fn with_hot_standbys_off_a_handoff_recovers_from_storage() {
     assert_eq!(counts(&fleet, standby).await, Counts::default());
     assert_every_write(&address, "cold", &before).await;
 }
+
+/// A followed database still goes idle: the hot standby's stream neither
+/// keeps it open nor wakes it once evicted (the owner answers `NotOwner`
+/// for a database it does not have open), so it ends cold on both nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_database_is_still_evicted_when_idle_and_stays_cold() {
+    let (fleet, address, owner, standby) =
+        written(Backend::Filesystem, &["--idle-evict-after-ms", "1500"], "idle").await;
+    await_following(&fleet, standby, &address, "idle").await;
+    corium_fleet_tests::eventually(
+        Duration::from_secs(20),
+        "the idle database is evicted",
+        async || {
+            let view = corium::placement(&fleet.nodes[owner].endpoint(), "idle").await;
+            if view.lease_expires_unix_ms == 0 {
+                Ok(())
+            } else {
+                Err(fleet.with_logs(format!("{view:?}")))
+            }
+        },
+    )
+    .await;
+    // Two registry periods and more: the follower has been told the owner
+    // let it go, and nothing woke the database meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let view = corium::placement(&fleet.nodes[owner].endpoint(), "idle").await;
+    assert_eq!(view.lease_expires_unix_ms, 0, "still cold: {view:?}");
+    for node in [owner, standby] {
+        let (_, text) = http_get(fleet.nodes[node].admin, "/metrics")
+            .await
+            .expect("metrics");
+        assert!(text.contains("\ncorium_fleet_databases_owned 0\n"), "{text}");
+    }
+    assert_eq!(
+        counts(&fleet, standby).await.followed,
+        0,
+        "nothing followed once it is cold"
+    );
+}

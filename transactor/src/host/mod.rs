@@ -92,6 +92,9 @@ pub struct Host {
     activating: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Set once shutdown begins: no new activations.
     stopping: std::sync::atomic::AtomicBool,
+    /// Databases with a takeover pending at their lease's expiry
+    /// (`standby::take_over_when_lapsed`).
+    lapse_watches: Mutex<std::collections::HashSet<String>>,
     /// Databases found too large for the memory budget: refused without
     /// opening them again for a while.
     too_large: memory::TooLarge,
@@ -136,6 +139,7 @@ impl Host {
             cells: Mutex::new(HashMap::new()),
             activating: Mutex::new(HashMap::new()),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            lapse_watches: Mutex::new(std::collections::HashSet::new()),
             too_large: memory::TooLarge::default(),
             moves: balance::Moves::default(),
             droppable: std::sync::OnceLock::new(),
@@ -273,6 +277,23 @@ impl Host {
             host: self,
             db: db.to_owned(),
         }
+    }
+
+    /// Marks a takeover pending at `db`'s lease expiry; `false` when one
+    /// already is.
+    pub(crate) fn lapse_watch(&self, db: &str) -> bool {
+        self.lapse_watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(db.to_owned())
+    }
+
+    /// Clears `db`'s pending takeover mark.
+    pub(crate) fn lapse_watched(&self, db: &str) {
+        self.lapse_watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(db);
     }
 
     /// Whether shutdown has begun.

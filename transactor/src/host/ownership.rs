@@ -109,17 +109,10 @@ impl Host {
         map: &tonic::metadata::MetadataMap,
         db: &str,
     ) -> Result<Arc<Cell>, Refusal> {
-        corium_fleet_common::names::check(db)?;
-        let routing = self.check_metadata(map, db)?;
-        // A saga branch is hosted by its database's cell and fenced by its
-        // lease: the decision is that database's.
-        let db = corium_fleet_common::names::home(db);
-        if let Some(cell) = self.cell(db) {
-            return self.check_cell(&cell, &routing).await.map(|()| cell);
-        }
-        if let Some(target) = self.handoff_target(db) {
-            return Err(self.not_owner_hint(db, &target.node_id, 0, &target.endpoint));
-        }
+        let (db, routing) = match self.open_owner(map, db).await? {
+            Opened::Cell(cell) => return Ok(cell),
+            Opened::Not { db, routing } => (db, routing),
+        };
         if self.is_closing(db) {
             // Draining and releasing here: retry in a moment.
             return Err(self.not_owner(db, None));
@@ -151,6 +144,50 @@ impl Host {
         Ok(cell)
     }
 
+    /// The decision for a call that must not wake the database (a hot
+    /// standby's subscription): this node's open cell for `db`, else a
+    /// `NotOwner` — naming a handoff's target, else no one — without reading
+    /// storage.
+    ///
+    /// # Errors
+    /// As [`Self::owner`], and [`Refusal::NotOwner`] when the database is not
+    /// open here.
+    pub async fn owner_if_open(
+        self: &Arc<Self>,
+        map: &tonic::metadata::MetadataMap,
+        db: &str,
+    ) -> Result<Arc<Cell>, Refusal> {
+        match self.open_owner(map, db).await? {
+            Opened::Cell(cell) => Ok(cell),
+            Opened::Not { db, .. } => Err(self.not_owner(db, None)),
+        }
+    }
+
+    /// What both decisions start with: the name and the metadata, then this
+    /// node's open cell (checked against the routing), or a handoff's
+    /// target.
+    async fn open_owner<'a>(
+        &self,
+        map: &tonic::metadata::MetadataMap,
+        db: &'a str,
+    ) -> Result<Opened<'a>, Refusal> {
+        corium_fleet_common::names::check(db)?;
+        let routing = self.check_metadata(map, db)?;
+        // A saga branch is hosted by its database's cell and fenced by its
+        // lease: the decision is that database's.
+        let db = corium_fleet_common::names::home(db);
+        if let Some(cell) = self.cell(db) {
+            return self
+                .check_cell(&cell, &routing)
+                .await
+                .map(|()| Opened::Cell(cell));
+        }
+        if let Some(target) = self.handoff_target(db) {
+            return Err(self.not_owner_hint(db, &target.node_id, 0, &target.endpoint));
+        }
+        Ok(Opened::Not { db, routing })
+    }
+
     async fn check_cell(&self, cell: &Cell, routing: &Routing) -> Result<(), Refusal> {
         if let Some(version) = routing.lease_version
             && version != cell.lease_version
@@ -177,4 +214,11 @@ impl Host {
         }
         Ok(())
     }
+}
+
+/// This node's open cell for a database, or the (home) database and the
+/// routing the decision goes on with.
+enum Opened<'a> {
+    Cell(Arc<Cell>),
+    Not { db: &'a str, routing: Routing },
 }

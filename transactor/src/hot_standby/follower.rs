@@ -27,7 +27,7 @@ use futures::StreamExt as _;
 use tokio::sync::watch;
 
 use super::start::{self, Started};
-use super::{HotStandbyCounts, Reach};
+use super::{HotStandbyCounts, Reach, Shared};
 use crate::standby::OwnerNode;
 
 /// Pause after a failed start or subscription, doubled up to the ceiling.
@@ -64,23 +64,11 @@ enum Ended {
 
 impl Follower {
     /// Starts following `db` at `owner`.
-    pub(super) fn start(
-        db: String,
-        owner: OwnerNode,
-        reach: Arc<Reach>,
-        counts: Arc<HotStandbyCounts>,
-    ) -> Self {
+    pub(super) fn start(db: String, owner: OwnerNode, shared: Arc<Shared>) -> Self {
         let (owner, owner_rx) = watch::channel(owner);
         let value = Arc::new(Mutex::new(None));
         let datoms = Arc::new(AtomicU64::new(0));
-        let task = tokio::spawn(run(
-            db,
-            owner_rx,
-            reach,
-            counts,
-            Arc::clone(&value),
-            Arc::clone(&datoms),
-        ));
+        let task = tokio::spawn(run(db, owner_rx, shared, Arc::clone(&value), Arc::clone(&datoms)));
         Self {
             owner,
             value,
@@ -113,11 +101,11 @@ impl Follower {
 async fn run(
     db: String,
     mut owner: watch::Receiver<OwnerNode>,
-    reach: Arc<Reach>,
-    counts: Arc<HotStandbyCounts>,
+    shared: Arc<Shared>,
     slot: Arc<Mutex<Option<WarmValue>>>,
     datoms: Arc<AtomicU64>,
 ) {
+    let (reach, counts) = (&shared.reach, &shared.counts);
     let mut retry = RETRY_FLOOR;
     let mut state: Option<Started> = None;
     let mut moved_to: Option<OwnerNode> = None;
@@ -136,9 +124,13 @@ async fn run(
         let at = moved_to
             .take()
             .unwrap_or_else(|| owner.borrow_and_update().clone());
-        let ended = subscribe(&db, &at, &reach, following, &mut owner, &slot, &datoms, &counts).await;
+        let ended = subscribe(&db, &at, reach, following, &mut owner, &slot, &datoms, counts).await;
         match ended {
-            Ok(Ended::Resume) | Err(_) => pause(&mut retry).await,
+            Ok(Ended::Resume) | Err(_) => {
+                // The owner may have died: its lease is watched to lapse.
+                let _ = shared.lost.send(db.clone());
+                pause(&mut retry).await;
+            }
             Ok(Ended::MovedTo(holder)) => {
                 retry = RETRY_FLOOR;
                 moved_to = Some(holder);
@@ -187,6 +179,12 @@ async fn subscribe(
         protocol_version: corium_protocol::PROTOCOL_VERSION,
         from_basis_t,
     });
+    // It lets the database go idle and never wakes it (the owner answers
+    // `NotOwner` for one it does not have open).
+    request.metadata_mut().insert(
+        corium_fleet_wire::metadata::HOT_STANDBY,
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
     if let Some(token) = reach.peers.token()
         && let Ok(value) = format!("Bearer {token}").parse()
     {

@@ -50,10 +50,13 @@ use follower::Follower;
 pub struct HotStandbys {
     /// Most databases followed at once (`--hot-standbys`; 0: none).
     max: usize,
-    /// What a follower needs to reach storage and the owner.
-    reach: Arc<Reach>,
+    /// What every follower shares: how it reaches storage and owners, the
+    /// counts, where it reports a broken stream.
+    shared: Arc<Shared>,
     followers: Mutex<HashMap<String, Follower>>,
-    counts: Arc<HotStandbyCounts>,
+    /// Databases whose owner's stream broke, for [`Self::run`] to watch
+    /// their lease for a lapse (`standby::take_over_when_lapsed`).
+    lost: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
 }
 
 /// How a follower reaches the shared store (the published index, the
@@ -65,6 +68,14 @@ pub(crate) struct Reach {
     /// How long a stream may be silent before it is dropped and resumed
     /// (a few owner heartbeats).
     pub(crate) silence: Duration,
+}
+
+/// What a follower has besides [`Reach`]: the node's counts, and where it
+/// says its owner's stream broke.
+pub(crate) struct Shared {
+    pub(crate) reach: Reach,
+    pub(crate) counts: HotStandbyCounts,
+    pub(crate) lost: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
 /// What hot standbys did, for `/metrics`.
@@ -92,11 +103,16 @@ impl HotStandbys {
     /// At most `max` followers, reaching storage and owners through `reach`.
     #[must_use]
     pub(crate) fn new(max: usize, reach: Reach) -> Arc<Self> {
+        let (lost, lost_rx) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Self {
             max,
-            reach: Arc::new(reach),
+            shared: Arc::new(Shared {
+                reach,
+                counts: HotStandbyCounts::default(),
+                lost,
+            }),
             followers: Mutex::new(HashMap::new()),
-            counts: Arc::new(HotStandbyCounts::default()),
+            lost: Mutex::new(Some(lost_rx)),
         })
     }
 
@@ -105,19 +121,28 @@ impl HotStandbys {
     }
 
     /// Follows the databases this node is the first standby of, one round
-    /// per registry read, until `stop`.
+    /// per registry read, until `stop`; a database whose owner's stream
+    /// broke is watched for its lease to lapse
+    /// (`standby::take_over_when_lapsed`).
     pub(crate) async fn run(
         self: Arc<Self>,
         host: Arc<Host>,
         mut registry: tokio::sync::watch::Receiver<Arc<Vec<Record>>>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
+        let Some(mut lost) = self.lost.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+            return;
+        };
         if self.max == 0 {
             return;
         }
         loop {
             tokio::select! {
                 changed = registry.changed() => if changed.is_err() { break },
+                Some(db) = lost.recv() => {
+                    tokio::spawn(crate::standby::take_over_when_lapsed(Arc::clone(&host), db));
+                    continue;
+                }
                 () = corium_fleet_common::signal::until_true(&mut stop) => break,
             }
             if host.is_stopping() {
@@ -147,14 +172,9 @@ impl HotStandbys {
             match followers.get(&db) {
                 Some(follower) => follower.follow(owner),
                 None if !over_budget => {
-                    self.counts.started.fetch_add(1, Ordering::Relaxed);
+                    self.shared.counts.started.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(db, owner = %owner.node_id, "following as hot standby");
-                    let follower = Follower::start(
-                        db.clone(),
-                        owner,
-                        Arc::clone(&self.reach),
-                        Arc::clone(&self.counts),
-                    );
+                    let follower = Follower::start(db.clone(), owner, Arc::clone(&self.shared));
                     followers.insert(db, follower);
                 }
                 None => {}
@@ -176,13 +196,8 @@ impl HotStandbys {
         if followers.len() >= self.max {
             return;
         }
-        self.counts.started.fetch_add(1, Ordering::Relaxed);
-        let follower = Follower::start(
-            db.to_owned(),
-            owner,
-            Arc::clone(&self.reach),
-            Arc::clone(&self.counts),
-        );
+        self.shared.counts.started.fetch_add(1, Ordering::Relaxed);
+        let follower = Follower::start(db.to_owned(), owner, Arc::clone(&self.shared));
         followers.insert(db.to_owned(), follower);
     }
 
@@ -195,7 +210,7 @@ impl HotStandbys {
     /// Writes the hot-standby series.
     pub(crate) fn collect(&self, scrape: &mut corium_fleet_common::metrics::Scrape<'_>) {
         let load = |value: &AtomicU64| value.load(Ordering::Relaxed);
-        let counts = &self.counts;
+        let counts = &self.shared.counts;
         scrape.gauge(
             "corium_fleet_hot_standbys",
             "Databases this node follows as their first standby (--hot-standbys), kept current from the owner's stream.",
@@ -251,12 +266,15 @@ impl WarmStart for HotStandbys {
         self.followers().remove(db);
         match outcome {
             Ok(tail) => {
-                self.counts.promoted.fetch_add(1, Ordering::Relaxed);
-                self.counts.promoted_tail.fetch_add(tail, Ordering::Relaxed);
+                self.shared.counts.promoted.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .counts
+                    .promoted_tail
+                    .fetch_add(tail, Ordering::Relaxed);
                 tracing::info!(db, tail, "hot standby promoted in place");
             }
             Err(refusal) => {
-                self.counts.refused.fetch_add(1, Ordering::Relaxed);
+                self.shared.counts.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(db, %refusal, "hot standby's value refused; recovered from storage");
             }
         }
@@ -271,7 +289,10 @@ impl crate::host::DroppableMemory for HotStandbys {
     fn drop_all(&self) {
         let dropped = std::mem::take(&mut *self.followers());
         if !dropped.is_empty() {
-            self.counts.dropped_for_memory.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .counts
+                .dropped_for_memory
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -64,6 +64,9 @@ pub(crate) struct Door<'a> {
     /// A write through Corium's own service: a failure that may follow a
     /// durable append is answered as an unknown outcome (`write_status`).
     pub(super) writes: bool,
+    /// Served only by a cell open here: never activates the database (a hot
+    /// standby's subscription).
+    open_only: bool,
 }
 
 impl<'a> Door<'a> {
@@ -76,6 +79,7 @@ impl<'a> Door<'a> {
             db,
             place: Place::Work,
             writes: false,
+            open_only: false,
         }
     }
 
@@ -88,6 +92,7 @@ impl<'a> Door<'a> {
             db: "",
             place: Place::Work,
             writes: false,
+            open_only: false,
         }
     }
 
@@ -101,6 +106,7 @@ impl<'a> Door<'a> {
             db,
             place: Place::Exempt,
             writes: false,
+            open_only: false,
         }
     }
 
@@ -126,6 +132,13 @@ impl<'a> Door<'a> {
     /// A wait for a basis: a place among the waits instead of a work place.
     pub(crate) fn waits(mut self) -> Self {
         self.place = Place::Wait;
+        self
+    }
+
+    /// Served only by a cell open here, never activating the database
+    /// (when `only`).
+    pub(crate) fn open_only(mut self, only: bool) -> Self {
+        self.open_only = only;
         self
     }
 
@@ -237,7 +250,11 @@ pub(crate) async fn admit_owner<T>(
     let principal = authz::principal(request);
     allow(node, &principal, door).await?;
     // The name and metadata are checked by the decision itself.
-    let cell = node.host.owner(request.metadata(), door.db).await?;
+    let cell = if door.open_only {
+        node.host.owner_if_open(request.metadata(), door.db).await?
+    } else {
+        node.host.owner(request.metadata(), door.db).await?
+    };
     let place = take_place(node, &principal, door).await?;
     let permit = if door.place == Place::Wait {
         None

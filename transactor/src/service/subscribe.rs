@@ -37,8 +37,9 @@ fn moved(db: &str) -> Status {
 pub(crate) struct Admission {
     _node: Counted<()>,
     _principal: Counted<String>,
-    /// Keeps the cell from idle eviction, and counts it per database.
-    _cell: crate::cell::Subscribed,
+    /// Keeps the cell from idle eviction, and counts it per database; `None`
+    /// for a hot standby's stream, which must let the database go idle.
+    _cell: Option<crate::cell::Subscribed>,
 }
 
 /// The node's subscriptions: in all and per principal (per database is
@@ -75,8 +76,9 @@ pub(crate) fn admit(
     open: &Subscriptions,
     principal: &str,
     limits: SubscriptionLimits,
+    keeps_alive: bool,
 ) -> Result<Admission, Status> {
-    let cell_guard = cell.subscribed();
+    let cell_guard = keeps_alive.then(|| cell.subscribed());
     if cell.subscribers() > limits.per_database {
         return Err(full(format!(
             "{:?} has {} subscriptions on this node, its limit \

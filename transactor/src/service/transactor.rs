@@ -176,7 +176,13 @@ impl Transactor for FleetTransactor {
         let host = &node.host;
         // The place is held while the stream is set up (its backfill read),
         // not for the stream's life: subscriptions have their own limits.
-        let at = admit_owner(node, &request, &Door::on(Action::Subscribe, &db)).await?;
+        // A hot standby follows what is open and lets it go idle.
+        let hot_standby = request
+            .metadata()
+            .get(corium_fleet_wire::metadata::HOT_STANDBY)
+            .is_some_and(|value| value == "1");
+        let door = Door::on(Action::Subscribe, &db).open_only(hot_standby);
+        let at = admit_owner(node, &request, &door).await?;
         let principal = at.call.principal_key();
         let request = request.into_inner();
         check_version(request.protocol_version)?;
@@ -185,6 +191,7 @@ impl Transactor for FleetTransactor {
             &node.subscriptions,
             &principal,
             host.config.max_subscriptions,
+            !hot_standby,
         )
         .inspect_err(|_| {
             host.metrics
