@@ -80,6 +80,7 @@ target/stock/bin/corium:
 	rm -rf $(CURDIR)/target/stock-build
 
 bench: tools patch target/stock/bin/corium
+	@bash scripts/previous-release.sh --release >/dev/null
 	$(CARGO) build --release --bins
 	@url=$$(scripts/postgres.sh start $(WORK)/pg-bench) && \
 	  trap 'scripts/postgres.sh stop $(WORK)/pg-bench; scripts/seaweedfs.sh stop $(WORK)/s3-bench' EXIT && \

@@ -3,6 +3,10 @@
 # corium-fleet-ingress) for the rolling-upgrade test, into target/previous-release/bin.
 #   scripts/previous-release.sh        -> builds them unless they are there for the commit named
 #                                         in tests/previous-release; prints the directory
+#   scripts/previous-release.sh --release
+#                                      -> the same, built in release into
+#                                         target/previous-release/release-bin (make bench compares
+#                                         this build's moves with them, corium-fleet-bench moves)
 # The source is the commit's tree from git (`git archive`; a shallow clone fetches the one commit
 # from origin). It is built in a target directory of its own, then only the binaries are kept:
 # cargo names a workspace crate's artifacts by its path relative to the workspace root, so the
@@ -12,6 +16,12 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=$root/target/previous-release
+profile=debug
+bin_dir=bin
+if [ "${1:-}" = --release ]; then
+  profile=release
+  bin_dir=release-bin
+fi
 bins=(corium-fleet corium-fleet-transactor corium-fleet-ingress)
 commit=$(grep -v '^#' "$root/tests/previous-release" | tr -d '[:space:]')
 fail() {
@@ -21,11 +31,11 @@ fail() {
 [[ $commit =~ ^[0-9a-f]{40}$ ]] || fail "tests/previous-release names no commit (40 hex digits): '$commit'"
 
 have_all() {
-  [ "$(cat "$out/bin/COMMIT" 2>/dev/null)" = "$commit" ] || return 1
-  for bin in "${bins[@]}"; do [ -x "$out/bin/$bin" ] || return 1; done
+  [ "$(cat "$out/$bin_dir/COMMIT" 2>/dev/null)" = "$commit" ] || return 1
+  for bin in "${bins[@]}"; do [ -x "$out/$bin_dir/$bin" ] || return 1; done
 }
 if have_all; then
-  echo "$out/bin"
+  echo "$out/$bin_dir"
   exit 0
 fi
 
@@ -36,17 +46,20 @@ if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null; then
 fi
 
 t0=$(date +%s)
-rm -rf "$out"
-mkdir -p "$out/src" "$out/bin"
+# Only this profile's binaries are replaced (the other's, if built, stay).
+rm -rf "${out:?}/src" "${out:?}/target" "${out:?}/$bin_dir"
+mkdir -p "$out/src" "$out/$bin_dir"
 git -C "$root" archive "$commit" | tar -x -C "$out/src"
 echo "building the previous release ($commit) for the upgrade test..." >&2
 (
   cd "$out/src"
   # A release that carries Corium patches applies them into its own tree first.
-  if [ -x scripts/corium-patch.sh ] || [ -f scripts/corium-patch.sh ]; then
+  if [ -f scripts/corium-patch.sh ]; then
     bash scripts/corium-patch.sh apply
   fi
-  cargo build --locked --bins \
+  release=()
+  [ "$profile" = release ] && release=(--release)
+  cargo build --locked --bins "${release[@]}" \
     --target-dir "$out/target" \
     --config 'profile.dev.debug="line-tables-only"' \
     --config 'profile.dev.package."*".opt-level=1' \
@@ -54,10 +67,10 @@ echo "building the previous release ($commit) for the upgrade test..." >&2
     "${bins[@]/#/--bin=}"
 ) >&2 || fail "building commit $commit failed"
 for bin in "${bins[@]}"; do
-  cp "$out/target/debug/$bin" "$out/bin/$bin"
+  cp "$out/target/$profile/$bin" "$out/$bin_dir/$bin"
 done
-echo "$commit" >"$out/bin/COMMIT"
+echo "$commit" >"$out/$bin_dir/COMMIT"
 # Only the binaries are kept (the build's gigabytes would sit on disk for nothing).
 rm -rf "$out/src" "$out/target"
 echo "previous release built in $(($(date +%s) - t0)) s" >&2
-echo "$out/bin"
+echo "$out/$bin_dir"

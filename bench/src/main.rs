@@ -7,6 +7,10 @@
 //! - `activation`: cold vs hot requests, memory per hot/cold database,
 //!   root-store operations with few databases active among many;
 //! - `recovery`: handoff unavailability against a database's history length;
+//! - `moves`: SIGKILL takeover, handoff and SIGTERM drain under a steady
+//!   writer, and a cold open, at 5,000, 50,000 and 200,000 transactions on
+//!   each store, this build (hot standbys promoted in place) beside the
+//!   previous release over the same database;
 //! - `backup`: `corium-fleet backup` (full, then incremental) and `restore`
 //!   of a 50,000-transaction database on each store, the copy read back
 //!   whole, beside stock `corium backup`/`restore` (filesystem store);
@@ -53,7 +57,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, backup, history, replica-moves, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, moves, backup, history, replica-moves, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -168,6 +172,9 @@ async fn main() -> anyhow::Result<()> {
         }
         if wants("recovery") {
             recovery(&args, server, label, &mut report).await?;
+        }
+        if wants("moves") {
+            moves(&args, server, label, &mut report).await?;
         }
         if wants("backup") {
             backups.push(scenario::backup::run(label, server.backend(), args.backup_transactions).await?);
@@ -546,6 +553,46 @@ async fn recovery(args: &Args, server: &Store, label: &str, report: &mut Report)
         }
         report.insert(format!("recovery_{label}_{key}"), serde_json::to_value(&points)?);
     }
+    Ok(())
+}
+
+/// `moves`: the events of `failover` and a cold open at each history
+/// length, the previous release and this build over the same database.
+/// Prints the table and adds the figures to `report`.
+async fn moves(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
+    let lengths: &[usize] = if args.quick {
+        &[2_000]
+    } else {
+        &[5_000, 50_000, 200_000]
+    };
+    let points = scenario::moves::run(|| server.backend(), lengths, args.rounds).await?;
+    println!(
+        "\n== moves ({label}, 2 nodes, lease TTL 5 s, a writer through the ingress): previous release / this build, median (min–max) ms =="
+    );
+    for point in &points {
+        println!("{} transactions:", point.transactions);
+        let row = |what: &str, pick: &dyn Fn(&scenario::moves::Build) -> String| {
+            let cells: Vec<String> = point.builds.iter().map(pick).collect();
+            println!("  {what:<34} {}", cells.join("  /  "));
+        };
+        row("SIGKILL → first commit", &|b| {
+            b.events.sigkill_to_commit_ms.to_string()
+        });
+        row("handoff, owner-reported", &|b| {
+            b.events.handoff_reported_ms.to_string()
+        });
+        row("handoff, longest client gap", &|b| {
+            b.events.handoff_client_gap_ms.to_string()
+        });
+        row("SIGTERM drain, longest client gap", &|b| {
+            b.events.drain_client_gap_ms.to_string()
+        });
+        row("cold open (all nodes restarted)", &|b| b.cold_open_ms.to_string());
+        row("promoted in place / refused", &|b| {
+            format!("{} / {}", b.promotions, b.promotions_refused)
+        });
+    }
+    report.insert(format!("moves_{label}"), serde_json::to_value(&points)?);
     Ok(())
 }
 

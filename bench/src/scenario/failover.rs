@@ -228,11 +228,6 @@ pub(crate) async fn run(
     node_flags: &[&str],
 ) -> anyhow::Result<Result> {
     const DB: &str = "bench-failover";
-    let name = match &backend {
-        Backend::Filesystem => "filesystem",
-        Backend::Postgres { .. } => "postgres",
-        Backend::S3 { .. } => "s3",
-    };
     let ttl = Duration::from_secs(5);
     let mut fleet = Fleet::builder(backend)
         .lease_ttl(ttl)
@@ -250,7 +245,59 @@ pub(crate) async fn run(
         };
         crate::load::transact(&address, DB, "history", shape).await?;
     }
-    let writer = Writer::start(address.clone(), DB);
+    measure(&mut fleet, DB, reps, ttl, history, false).await
+}
+
+/// Waits (at most a minute) until the candidate of `db` other than `owner`
+/// follows it as a hot standby and has applied a transaction from its
+/// stream since this call (the writer keeps writing): a move then finds the
+/// successor as a promotion in place would. `false` when it did not.
+pub(crate) async fn await_hot_standby(fleet: &Fleet, db: &str, owner: usize) -> bool {
+    let Some(successor) = fleet.other_candidate(db, owner) else {
+        return false;
+    };
+    let applied = || async {
+        let text = super::metrics(fleet.nodes[successor].admin).await;
+        (
+            super::counter(&text, "corium_fleet_hot_standbys"),
+            super::counter(&text, "corium_fleet_hot_standby_applied_total"),
+        )
+    };
+    let (_, from) = applied().await;
+    let deadline = Instant::now() + Duration::from_mins(1);
+    while Instant::now() < deadline {
+        let (followed, now) = applied().await;
+        if followed >= 1.0 && now > from {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// The events of [`run`] on `fleet` (its first ingress, `db` written with
+/// `history` transactions already): `reps` times SIGKILL of the owner, an
+/// admin handoff and a SIGTERM drain, under a client's steady writes; with
+/// `hot_standbys`, each event waits first for the successor to follow
+/// ([`await_hot_standby`]).
+///
+/// # Errors
+/// When the fleet does not recover within bounds.
+pub(crate) async fn measure(
+    fleet: &mut Fleet,
+    db: &'static str,
+    reps: usize,
+    ttl: Duration,
+    history: usize,
+    hot_standbys: bool,
+) -> anyhow::Result<Result> {
+    let name = match &fleet.backend {
+        Backend::Filesystem => "filesystem",
+        Backend::Postgres { .. } => "postgres",
+        Backend::S3 { .. } => "s3",
+    };
+    let address = fleet.ingresses[0].endpoint();
+    let writer = Writer::start(address.clone(), db);
     acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
     let (mut kill, mut handoff_reported, mut handoff_gap, mut drain_gap, mut quiet_gap) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -262,13 +309,16 @@ pub(crate) async fn run(
         tokio::time::sleep(Duration::from_secs(2)).await;
         quiet_gap.push(ms(writer.longest_gap(from, Instant::now())));
         // SIGKILL.
-        let owner = owner_index(&fleet, DB).await?;
+        let owner = owner_index(fleet, db).await?;
+        if hot_standbys && !await_hot_standby(fleet, db, owner).await {
+            eprintln!("the successor of {db} did not follow it within a minute; measuring anyway");
+        }
         let mut recovered = Vec::new();
         for index in 0..fleet.nodes.len() {
             recovered.push(if index == owner {
                 0.0
             } else {
-                recovery_seconds(&fleet, index).await?
+                recovery_seconds(fleet, index).await?
             });
         }
         fleet.nodes[owner].kill();
@@ -277,28 +327,34 @@ pub(crate) async fn run(
         kill.push(ms(first - killed));
         errors.sigkill += writer.errors_between(killed, first);
         errors.sync_sigkill += writer.sync_errors_between(killed, first + Duration::from_millis(500));
-        let successor = owner_index(&fleet, DB).await?;
-        takeover.push((recovery_seconds(&fleet, successor).await? - recovered[successor]) * 1e3);
+        let successor = owner_index(fleet, db).await?;
+        takeover.push((recovery_seconds(fleet, successor).await? - recovered[successor]) * 1e3);
         fleet.nodes[owner].restart().await;
         // Admin handoff to the other candidate.
-        let owner = owner_index(&fleet, DB).await?;
-        let before = Instant::now();
-        let unavailable_ms = super::hand_off_from(&fleet, owner, DB).await?;
+        let owner = owner_index(fleet, db).await?;
+        if hot_standbys && !await_hot_standby(fleet, db, owner).await {
+            eprintln!("the successor of {db} did not follow it within a minute; measuring anyway");
+        }
+        let started = Instant::now();
+        let unavailable_ms = super::hand_off_from(fleet, owner, db).await?;
         handoff_reported.push(f64::from(u32::try_from(unavailable_ms).unwrap_or(u32::MAX)));
         acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        handoff_gap.push(ms(writer.longest_gap(before, Instant::now())));
-        errors.handoff += writer.errors_between(before, Instant::now());
-        errors.sync_handoff += writer.sync_errors_between(before, Instant::now());
+        handoff_gap.push(ms(writer.longest_gap(started, Instant::now())));
+        errors.handoff += writer.errors_between(started, Instant::now());
+        errors.sync_handoff += writer.sync_errors_between(started, Instant::now());
         // SIGTERM drain of the owner.
-        let owner = owner_index(&fleet, DB).await?;
-        let before = Instant::now();
+        let owner = owner_index(fleet, db).await?;
+        if hot_standbys && !await_hot_standby(fleet, db, owner).await {
+            eprintln!("the successor of {db} did not follow it within a minute; measuring anyway");
+        }
+        let started = Instant::now();
         fleet.nodes[owner].terminate().await;
         acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
-        drain_gap.push(ms(writer.longest_gap(before, Instant::now())));
-        errors.drain += writer.errors_between(before, Instant::now());
-        errors.sync_drain += writer.sync_errors_between(before, Instant::now());
+        drain_gap.push(ms(writer.longest_gap(started, Instant::now())));
+        errors.drain += writer.errors_between(started, Instant::now());
+        errors.sync_drain += writer.sync_errors_between(started, Instant::now());
         fleet.nodes[owner].restart().await;
     }
     writer.stop().await;

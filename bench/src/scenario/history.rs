@@ -104,7 +104,7 @@ async fn cold_open_fleet(fleet: &mut Fleet, owner: usize, db: &str, name: &str) 
 /// A small database whose first candidate is node `index` (the first such
 /// of `history-warmup-<n>`), opened after a restart before the history
 /// database is timed.
-fn warmup(fleet: &Fleet, index: usize) -> String {
+pub(crate) fn warmup(fleet: &Fleet, index: usize) -> String {
     // Bounded: with two nodes, each name is a node's first with odds ½.
     (0..1_000)
         .map(|n| format!("history-warmup-{n}"))
