@@ -11,6 +11,9 @@
 //!   writer, and a cold open, at 5,000, 50,000 and 200,000 transactions on
 //!   each store, this build (hot standbys promoted in place) beside the
 //!   previous release over the same database;
+//! - `many-databases`: 1,000 and 10,000 small databases on three nodes:
+//!   create and first-write rates, idle CPU per node, idle root operations,
+//!   memory, reactivation latency, beside the previous release;
 //! - `backup`: `corium-fleet backup` (full, then incremental) and `restore`
 //!   of a 50,000-transaction database on each store, the copy read back
 //!   whole, beside stock `corium backup`/`restore` (filesystem store);
@@ -57,7 +60,7 @@ type Report = serde_json::Map<String, serde_json::Value>;
     about = "Corium Fleet benchmarks (ratios inside one run)"
 )]
 struct Args {
-    /// Scenarios to run: real-path, failover, activation, recovery, moves, backup, history, replica-moves, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
+    /// Scenarios to run: real-path, failover, activation, recovery, moves, many-databases, backup, history, replica-moves, rebalance, scaling, reads, owner-cache, auth, tracing, drain, overload, scale-model, or all.
     #[arg(default_value = "all")]
     scenarios: Vec<String>,
     /// `PostgreSQL` server URL (a fresh database is made per scenario); without
@@ -175,6 +178,9 @@ async fn main() -> anyhow::Result<()> {
         }
         if wants("moves") {
             moves(&args, server, label, &mut report).await?;
+        }
+        if wants("many-databases") {
+            many_databases(&args, server, label, &mut report).await?;
         }
         if wants("backup") {
             backups.push(scenario::backup::run(label, server.backend(), args.backup_transactions).await?);
@@ -593,6 +599,70 @@ async fn moves(args: &Args, server: &Store, label: &str, report: &mut Report) ->
         });
     }
     report.insert(format!("moves_{label}"), serde_json::to_value(&points)?);
+    Ok(())
+}
+
+/// `many-databases`: what idle databases cost against how many there are,
+/// the previous release beside this build. Prints the table and adds the
+/// figures to `report`.
+async fn many_databases(args: &Args, server: &Store, label: &str, report: &mut Report) -> anyhow::Result<()> {
+    let counts: &[usize] = if args.quick { &[200] } else { &[1_000, 10_000] };
+    let runs = scenario::many::run(|| server.backend(), counts).await?;
+    println!(
+        "\n== many-databases ({label}, 3 nodes, one write each, then idle 20 s): previous release / this build =="
+    );
+    println!(
+        "{:>9} {:>8} {:>26} {:>26} {:>6} {:>18} {:>15} {:>18} {:>26}",
+        "databases",
+        "build",
+        "create /s, p50/p99 ms",
+        "first write /s, p50/p99 ms",
+        "open",
+        "idle CPU % per node",
+        "root ops/s r/w",
+        "RSS MiB per node",
+        "reactivation p50/p99 ms"
+    );
+    let ms = |us: f64| us / 1000.0;
+    for run in &runs {
+        let per_node = |values: &[f64]| {
+            values
+                .iter()
+                .map(|v| format!("{v:.1}"))
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        println!(
+            "{:>9} {:>8} {:>26} {:>26} {:>6} {:>18} {:>15} {:>18} {:>26}",
+            run.databases,
+            run.binaries,
+            format!(
+                "{:.0}, {:.1}/{:.1}",
+                run.create.per_second,
+                ms(run.create.p50_us),
+                ms(run.create.p99_us)
+            ),
+            format!(
+                "{:.0}, {:.1}/{:.1}",
+                run.first_write.per_second,
+                ms(run.first_write.p50_us),
+                ms(run.first_write.p99_us)
+            ),
+            run.open_when_idle,
+            per_node(&run.idle_cpu_percent),
+            format!(
+                "{:.0}/{:.0}",
+                run.idle_root_reads_per_s, run.idle_root_writes_per_s
+            ),
+            per_node(&run.rss_mib),
+            format!(
+                "{:.1}/{:.1}",
+                ms(run.reactivation.p50_us),
+                ms(run.reactivation.p99_us)
+            ),
+        );
+    }
+    report.insert(format!("many_databases_{label}"), serde_json::to_value(&runs)?);
     Ok(())
 }
 

@@ -4,7 +4,7 @@
 //! Corium's `TransactorNode` hosts every database its store lists under
 //! `meta:`. A fleet node hosts each database as its own `TransactorNode` (a
 //! cell, see `cell.rs`) over this view, which
-//! - answers the `meta:` catalog listing with point reads of the cell's own
+//! - answers the `meta:` catalog listing with a point read of the cell's own
 //!   database (activation is O(1), never a catalog scan);
 //! - fences writes (`cas_root`, `delete_root`) to root names the database
 //!   owns, so a cell can never write another database's roots;
@@ -184,18 +184,22 @@ impl RootStore for CellView {
         if prefix != "meta:" {
             return self.base.list_roots(prefix).await;
         }
-        // The catalog listing a node opens at start: answer it with point
-        // reads of this cell's own database.
+        // The catalog listing a node opens at start: answer it with a point
+        // read of this cell's own database. Its saga branches are not
+        // listed: Corium opens no branch from this listing (it filters them
+        // out and opens a branch beside its parent when it is asked for),
+        // and a prefix listing on the filesystem store reads the whole roots
+        // directory — once per activation, growing with every database
+        // (issue 48).
         let Some(db) = &self.db else {
             return Ok(Vec::new());
         };
         let own = format!("meta:{db}");
-        let mut names = Vec::new();
-        if self.base.get_root(&own).await?.is_some() {
-            names.push(own);
-        }
-        names.extend(self.base.list_roots(&format!("meta:{db}.saga.")).await?);
-        Ok(names)
+        Ok(if self.base.get_root(&own).await?.is_some() {
+            vec![own]
+        } else {
+            Vec::new()
+        })
     }
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod backup;
 pub(crate) mod drain;
 pub(crate) mod failover;
 pub(crate) mod history;
+pub(crate) mod many;
 pub(crate) mod moves;
 pub(crate) mod overload;
 pub(crate) mod owner_cache;

@@ -78,7 +78,18 @@ pub struct Cell {
     /// Set when a commit failed in storage: the cell's in-memory log state
     /// may no longer match storage, so it must be reset (`Host::reset`).
     storage_failed: std::sync::atomic::AtomicBool,
+    /// How long its activation took, in milliseconds: what its next open
+    /// will cost roughly, so how long it is worth keeping idle
+    /// ([`Self::idle_limit`]).
+    open_ms: AtomicU64,
 }
+
+/// An idle database is kept this many times its open time before it is
+/// evicted (an open of 1 s: 10 minutes), when that is above the node's
+/// `--idle-evict-after-ms`.
+const IDLE_PER_OPEN: u32 = 600;
+/// The longest an idle database is kept for its open time.
+const IDLE_AT_MOST: Duration = Duration::from_hours(1);
 
 /// Keeps a cell from looking idle while a subscription streams from it.
 pub struct Subscribed {
@@ -232,6 +243,7 @@ impl Cell {
             fork_targets,
             read_ahead,
             storage_failed: std::sync::atomic::AtomicBool::new(false),
+            open_ms: AtomicU64::new(0),
         }))
     }
 
@@ -291,6 +303,22 @@ impl Cell {
         Some(self.opened.elapsed().saturating_sub(last))
     }
 
+    /// Records how long the cell's activation took.
+    pub fn opened_in(&self, open: Duration) {
+        self.open_ms
+            .store(u64::try_from(open.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// How long this cell may stay idle before it is evicted: `floor` (the
+    /// node's `--idle-evict-after-ms`), or [`IDLE_PER_OPEN`] times its open
+    /// time when that is longer, at most [`IDLE_AT_MOST`] — so a small
+    /// database costs nothing soon after its last call, and a large one is
+    /// not reopened from its whole history for every sporadic call.
+    #[must_use]
+    pub fn idle_limit(&self, floor: Duration) -> Duration {
+        idle_limit(floor, Duration::from_millis(self.open_ms.load(Ordering::Relaxed)))
+    }
+
     /// A receiver that turns true when the cell stops serving.
     #[must_use]
     pub fn closed(&self) -> watch::Receiver<bool> {
@@ -301,5 +329,31 @@ impl Cell {
     pub fn close(&self) {
         self.gate.close();
         let _ = self.closed.send(true);
+    }
+}
+
+/// [`Cell::idle_limit`] of a database that took `open` to open.
+fn idle_limit(floor: Duration, open: Duration) -> Duration {
+    floor.max((open * IDLE_PER_OPEN).min(IDLE_AT_MOST))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_slow_to_open_is_kept_idle_longer_within_bounds() {
+        let floor = Duration::from_secs(30);
+        // A small database: the floor.
+        assert_eq!(idle_limit(floor, Duration::from_millis(5)), floor);
+        assert_eq!(idle_limit(floor, Duration::from_millis(50)), floor);
+        // A second to open: ten minutes.
+        assert_eq!(idle_limit(floor, Duration::from_secs(1)), Duration::from_mins(10));
+        // Never past an hour, and never below the floor.
+        assert_eq!(idle_limit(floor, Duration::from_mins(1)), IDLE_AT_MOST);
+        assert_eq!(
+            idle_limit(Duration::from_hours(2), Duration::from_secs(1)),
+            Duration::from_hours(2)
+        );
     }
 }

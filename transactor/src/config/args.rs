@@ -53,8 +53,11 @@ pub struct Args {
     #[arg(long)]
     pub lease_ttl_ms: Option<i64>,
     /// Release and drop a database's cell after this long with no call and
-    /// no subscription (0: never); its next request activates it again
-    /// [default: 600000].
+    /// no subscription (0: never); its next request activates it again. A
+    /// database whose open took longer is kept idle longer, 600 times its
+    /// open time (an open of 1 s: 10 minutes), at most an hour: an idle
+    /// database costs a lease renewal every third of the TTL and a few
+    /// timers, a large one's next open costs its history [default: 30000].
     #[arg(long)]
     pub idle_evict_after_ms: Option<u64>,
     /// Smallest `retention_millis` a `GcDeletedDatabases` call may ask for:

@@ -220,7 +220,7 @@ impl Args {
             static_members,
             registry_ttl,
             registry_renew,
-            idle_evict_after: match self.idle_evict_after_ms.unwrap_or(600_000) {
+            idle_evict_after: match self.idle_evict_after_ms.unwrap_or(30_000) {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },

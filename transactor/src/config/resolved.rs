@@ -104,7 +104,9 @@ pub struct Config {
     /// How long a drain may take before the databases not yet handed over
     /// are only released.
     pub drain_deadline: Duration,
-    /// Idle interval after which a cell is released and dropped.
+    /// Idle interval after which a cell is released and dropped (the
+    /// floor: `Cell::idle_limit` keeps a database that is slow to open
+    /// longer).
     pub idle_evict_after: Option<Duration>,
     /// The retention floor of `GcDeletedDatabases`: blobs younger than this
     /// are never swept (an index being published references them soon).

@@ -61,6 +61,7 @@ impl Host {
         match opened {
             Ok(cell) => {
                 self.metrics.recovery_seconds.observe(started.elapsed());
+                cell.opened_in(started.elapsed());
                 self.await_first_renewal(&cell, started).await;
                 self.install(Arc::clone(&cell));
                 self.metrics.activations.fetch_add(1, Ordering::Relaxed);

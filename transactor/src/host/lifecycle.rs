@@ -41,7 +41,7 @@ impl Host {
                     return;
                 }
                 () = tokio::time::sleep(period) => {
-                    if let Some(limit) = self.config.idle_evict_after
+                    if let Some(limit) = self.config.idle_evict_after.map(|floor| cell.idle_limit(floor))
                         && cell.idle_for().is_some_and(|idle| idle >= limit)
                     {
                         tracing::info!(db = %cell.db, lease_version = cell.lease_version, idle_ms = limit.as_millis(), "idle; releasing the lease and evicting");
