@@ -33,6 +33,24 @@ impl Every {
     }
 }
 
+impl Every {
+    /// [`Self::tick`], or sooner when `nudge` is notified (the next tick is
+    /// then a period later).
+    pub async fn tick_or(&mut self, nudge: &tokio::sync::Notify) -> bool {
+        if *self.shutdown.borrow() {
+            return false;
+        }
+        tokio::select! {
+            _ = self.shutdown.wait_for(|stop| *stop) => false,
+            _ = self.ticks.tick() => true,
+            () = nudge.notified() => {
+                self.ticks.reset();
+                true
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,6 +67,18 @@ mod tests {
         assert!(!every.tick().await);
         drop(stop);
         assert!(!every.tick().await, "and stays over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_nudge_ticks_at_once() {
+        let (_stop, shutdown) = watch::channel(false);
+        let mut every = Every::new(Duration::from_hours(1), shutdown);
+        let nudge = tokio::sync::Notify::new();
+        assert!(every.tick_or(&nudge).await, "the first tick is at once");
+        let started = tokio::time::Instant::now();
+        nudge.notify_one();
+        assert!(every.tick_or(&nudge).await);
+        assert_eq!(started.elapsed(), Duration::ZERO, "nudged, not an hour later");
     }
 
     #[tokio::test(start_paused = true)]

@@ -32,6 +32,8 @@
 //!   how far ahead a basis may be asked for;
 //! - [`call_metrics`] — calls by method and status code, and their durations;
 //! - [`admin_http`], [`metrics`] — `/metrics`, `/healthz`, `/readyz`;
+//! - [`allocator`] — what jemalloc says the process holds (the memory
+//!   budget's measure), when the binary runs on it;
 //! - [`incoming`] — accepted connections: TCP without Nagle, TLS handshakes
 //!   with the current (reloadable) certificate;
 //! - [`principal`] — who is calling: the ingress's `corium-principal`, a
@@ -51,6 +53,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 mod admin_http;
+pub mod allocator;
 mod authz;
 mod call_metrics;
 mod cell;

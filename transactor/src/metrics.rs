@@ -62,6 +62,9 @@ pub struct Metrics {
     pub memory_budget_bytes: AtomicU64,
     /// What the node is estimated to hold, in bytes (`host/memory.rs`).
     pub memory_used_bytes: AtomicU64,
+    /// Writes refused while the node was over its budget with no candidate
+    /// to hand a database to.
+    pub memory_write_refusals: AtomicU64,
     /// The part of it its read replicas hold.
     pub memory_replica_bytes: AtomicU64,
     /// The part of it that is not a cache (used less warm standbys and read
@@ -136,6 +139,11 @@ impl Metrics {
             "corium_fleet_memory_refusals_total",
             "Activations refused RESOURCE_EXHAUSTED for memory (over budget, or a database too large for it).",
             load(&self.memory_refusals),
+        );
+        scrape.counter(
+            "corium_fleet_memory_write_refusals_total",
+            "Writes refused RESOURCE_EXHAUSTED while the node was over its memory budget and no candidate had room for a database.",
+            load(&self.memory_write_refusals),
         );
         scrape.counter(
             "corium_fleet_memory_redirects_total",

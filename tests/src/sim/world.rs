@@ -129,6 +129,7 @@ impl World {
             drain_timeout: Duration::from_secs(2),
             drain_deadline: Duration::from_secs(50),
             memory_budget: None,
+            memory_from_allocator: false,
             load_balance: None,
             request_id_retention: None,
             storage_info: corium_transactor::StorageInfoConfig::default(),

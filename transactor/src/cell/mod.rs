@@ -82,6 +82,12 @@ pub struct Cell {
     /// will cost roughly, so how long it is worth keeping idle
     /// ([`Self::idle_limit`]).
     open_ms: AtomicU64,
+    /// The database's published index basis when the cell opened. Until it
+    /// moves, Corium's next publication in this cell rebuilds every index
+    /// chunk (it carries chunks over only from a publication of its own):
+    /// memory several times the database's, for a moment — what the memory
+    /// budget keeps in reserve (`host/memory.rs`).
+    pub opened_index_basis: u64,
 }
 
 /// An idle database is kept this many times its open time before it is
@@ -228,7 +234,9 @@ impl Cell {
         fork_targets: view::ForkTargets,
         read_ahead: Arc<ReadAhead>,
     ) -> Result<Arc<Self>, OpenError> {
-        let lease_version = node.db_state(db).await?.lease().version;
+        let state = node.db_state(db).await?;
+        let (lease_version, opened_index_basis) = (state.lease().version, state.index_basis());
+        drop(state);
         Ok(Arc::new(Self {
             db: db.to_owned(),
             node,
@@ -244,6 +252,7 @@ impl Cell {
             read_ahead,
             storage_failed: std::sync::atomic::AtomicBool::new(false),
             open_ms: AtomicU64::new(0),
+            opened_index_basis,
         }))
     }
 
@@ -305,8 +314,10 @@ impl Cell {
 
     /// Records how long the cell's activation took.
     pub fn opened_in(&self, open: Duration) {
-        self.open_ms
-            .store(u64::try_from(open.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.open_ms.store(
+            u64::try_from(open.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// How long this cell may stay idle before it is evicted: `floor` (the

@@ -129,15 +129,23 @@ pub struct Args {
     /// `corium-principal` is trusted; repeatable [default: corium-fleet-ingress].
     #[arg(long = "ingress-identity", help_heading = "TLS")]
     pub ingress_identities: Option<Vec<String>>,
-    /// The node's memory budget: the databases it holds open (estimated from
-    /// their history), its read-ahead and its process's base count against
-    /// it. Past it, idle databases are evicted (least recently used first),
-    /// then the largest is handed to another candidate; an activation that
-    /// finds no room is refused `RESOURCE_EXHAUSTED`. 0: no budget
-    /// [default: 75 % of the container's cgroup memory limit; none without
-    /// a limit].
+    /// The node's memory budget: what the process holds (`--memory-measure`)
+    /// is kept under it. Past it, caches are dropped (hot standbys first),
+    /// idle databases evicted (least recently used first), the largest open
+    /// database — idle or busy — handed to a candidate with room, and when
+    /// no candidate has room, writes are refused `RESOURCE_EXHAUSTED` until
+    /// there is; an activation that finds no room is refused too. 0: no
+    /// budget [default: 75 % of the container's cgroup memory limit; none
+    /// without a limit].
     #[arg(long)]
     pub memory_budget_mib: Option<u64>,
+    /// How the node measures what it holds against its budget: `allocator`
+    /// (jemalloc's own accounting of the pages it keeps, each database's
+    /// share from its datoms at the cost of a datom measured from the heap)
+    /// or `datoms` (an estimate: 6,000 bytes a datom recorded, plus a 40 MiB
+    /// base; deterministic, what the policy tests use) [default: allocator].
+    #[arg(long, value_parser = ["allocator", "datoms"])]
+    pub memory_measure: Option<String>,
     /// A read-only `PostgreSQL` connection string that `GetStorageInfo`
     /// hands to storage-aware clients (stock `corium backup`), as a stock
     /// transactor's flag of the same name; never derived from --storage

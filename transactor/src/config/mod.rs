@@ -177,6 +177,7 @@ impl Args {
                 self.memory_budget_mib,
                 corium_fleet_common::memory::cgroup_limit_bytes(),
             ),
+            memory_from_allocator: self.memory_measure.as_deref() != Some("datoms"),
             storage_info,
             request_id_retention: match self.request_id_retention_secs.unwrap_or(86_400) {
                 0 => None,

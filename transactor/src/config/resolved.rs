@@ -77,6 +77,9 @@ pub struct Config {
     /// databases, read-ahead and base are estimated to hold stays under it
     /// (`host/memory.rs`).
     pub memory_budget: Option<u64>,
+    /// Whether what the node holds is measured from the allocator (`true`,
+    /// the default) or estimated from datoms (`--memory-measure datoms`).
+    pub memory_from_allocator: bool,
     /// The read-only storage access `GetStorageInfo` describes
     /// (`--postgres-read-only-url`, `--s3-read-only-*`): separately
     /// provisioned, never the node's own credentials.

@@ -138,8 +138,14 @@ impl Host {
         // Publish the indexes first, while still serving: the target then
         // recovers from a fresh index instead of replaying the whole log
         // tail, which is most of a handoff's unavailability on storage
-        // where the log is one root per record.
-        self.publish_indexes(&cell).await;
+        // where the log is one root per record. Not when the move is for
+        // memory: a publication encodes every index anew (memory as large as
+        // the database, for a moment) just when the node has none to spare,
+        // and the target reads the tail instead (or promotes its hot
+        // standby, which needs no index).
+        if reason != "memory" {
+            self.publish_indexes(&cell).await;
+        }
         // A target that cannot be reached, or whose certificate does not
         // name it, is found out before the lease is let go: nothing changes.
         // The same connection then carries the activation.
@@ -239,7 +245,7 @@ impl Host {
     /// standby, its hot standby starts at once (not at the next registry
     /// round), from the index this handoff just published.
     fn follow_after_handoff(&self, db: &str, target: &Member) {
-        if self.is_stopping() {
+        if self.is_stopping() || self.is_over_memory_budget() {
             return;
         }
         let first_standby = self

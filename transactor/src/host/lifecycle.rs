@@ -100,6 +100,17 @@ impl Host {
     /// drain, release, drop.
     pub async fn evict(&self, cell: &Arc<Cell>) {
         self.publish_indexes(cell).await;
+        self.release(cell).await;
+    }
+
+    /// Evicts one cell without publishing its indexes first (an eviction for
+    /// memory: a publication would take memory as large as the database just
+    /// when the node has none; the next open reads a longer tail).
+    pub(super) async fn evict_for_memory(&self, cell: &Arc<Cell>) {
+        self.release(cell).await;
+    }
+
+    async fn release(&self, cell: &Arc<Cell>) {
         let drained = self.close_and_release(cell).await;
         self.metrics.evictions.fetch_add(1, Ordering::Relaxed);
         tracing::info!(db = %cell.db, lease_version = cell.lease_version, drained, "lease released");

@@ -98,6 +98,9 @@ pub struct Host {
     /// Databases found too large for the memory budget: refused without
     /// opening them again for a while.
     too_large: memory::TooLarge,
+    /// The memory budget's own state (what the process held at start,
+    /// whether writes are refused).
+    budget: memory::Budget,
     /// Load-aware placement: the last interval's rates and the moves made.
     pub moves: balance::Moves,
     /// Memory held beside the cells that the budget charges and drops
@@ -120,6 +123,7 @@ impl Host {
         after_commit: Option<crate::seams::CommitObserver>,
     ) -> Arc<Self> {
         let base: Arc<dyn FullStore> = Arc::clone(&root_ops) as Arc<dyn FullStore>;
+        let budget = memory::Budget::measure(config.memory_from_allocator);
         Arc::new(Self {
             members: corium_fleet_store::registry::Members::new(config.membership.members.clone()),
             features: corium_fleet_store::registry::Features::default(),
@@ -141,6 +145,7 @@ impl Host {
             stopping: std::sync::atomic::AtomicBool::new(false),
             lapse_watches: Mutex::new(std::collections::HashSet::new()),
             too_large: memory::TooLarge::default(),
+            budget,
             moves: balance::Moves::default(),
             droppable: std::sync::OnceLock::new(),
             after_commit,

@@ -54,6 +54,25 @@ pub enum Refusal {
         /// Its budget, in MiB.
         budget_mib: u64,
     },
+    /// The node is over its memory budget and no candidate has room for a
+    /// database: a write that would grow memory is refused
+    /// (`RESOURCE_EXHAUSTED`), before it ran. Reads go on; nothing
+    /// acknowledged is lost; writes are admitted again once room returns.
+    #[error(
+        "node {node} is over its memory budget ({used_mib} MiB in use of {budget_mib} MiB) and no other candidate has room; writes to {db:?} ({db_mib} MiB here) are refused until memory is freed (a database deleted, handed away or evicted); reads go on"
+    )]
+    WritesRefused {
+        /// This node.
+        node: String,
+        /// The database written to.
+        db: String,
+        /// What that database holds here, in MiB.
+        db_mib: u64,
+        /// What the node holds now, in MiB.
+        used_mib: u64,
+        /// Its budget, in MiB.
+        budget_mib: u64,
+    },
     /// The database alone needs more memory than this node's budget (a
     /// poison database): `RESOURCE_EXHAUSTED`, refused without opening it
     /// again until it is forgotten.
@@ -81,7 +100,9 @@ impl Refusal {
                 ErrorKind::GiveUp
             }
             Self::NotOwner(detail) => not_owner::kind(detail),
-            Self::Unverifiable { .. } | Self::OverBudget { .. } => ErrorKind::RetryLater,
+            Self::Unverifiable { .. } | Self::OverBudget { .. } | Self::WritesRefused { .. } => {
+                ErrorKind::RetryLater
+            }
         }
     }
 }

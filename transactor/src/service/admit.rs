@@ -10,7 +10,9 @@
 //! 3. **the name** — Corium's database-name rule and the fleet metadata
 //!    (route header = body, at most one hop);
 //! 4. **the owner** (owner calls) — this node's cell for the database, found
-//!    or activated here when this node is its candidate (`Host::owner`);
+//!    or activated here when this node is its candidate (`Host::owner`); a
+//!    write is refused while the node is over its memory budget with nowhere
+//!    to hand a database to (`Host::admit_growth`);
 //! 5. **a place** — a work place under the node's limits
 //!    (`work_limits.rs`) for work, a place among the waits (`waiters.rs`) for
 //!    a wait for a basis; the fleet's own calls take neither;
@@ -255,6 +257,15 @@ pub(crate) async fn admit_owner<T>(
     } else {
         node.host.owner(request.metadata(), door.db).await?
     };
+    // A write grows memory: refused while the node is over its budget with
+    // nowhere to hand a database to (`host/memory.rs`); reads go on.
+    if door
+        .access
+        .as_ref()
+        .is_some_and(|access| access.action == Action::Transact)
+    {
+        node.host.admit_growth(&cell).await?;
+    }
     let place = take_place(node, &principal, door).await?;
     let permit = if door.place == Place::Wait {
         None

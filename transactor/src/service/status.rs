@@ -56,7 +56,7 @@ fn refusal_status(refusal: &Refusal) -> Status {
         Refusal::InvalidName(error) => Status::invalid_argument(error.to_string()),
         Refusal::UnknownDatabase(_) => Status::not_found(refusal.to_string()),
         Refusal::Unverifiable { .. } => Status::unavailable(refusal.to_string()),
-        Refusal::OverBudget { .. } | Refusal::TooLarge { .. } => {
+        Refusal::OverBudget { .. } | Refusal::TooLarge { .. } | Refusal::WritesRefused { .. } => {
             Status::resource_exhausted(refusal.to_string())
         }
     }
