@@ -7,11 +7,12 @@
 
 use std::path::Path;
 
-/// The share of its cgroup's memory limit a node budgets for by default:
-/// the rest covers what no budget counts (the binary, thread stacks, the
-/// allocator's slack, the kernel's page cache of the container), so that a
-/// node at its budget is not yet at its limit.
-pub const DEFAULT_BUDGET_PERCENT: u64 = 75;
+/// What a node's resident set may reach beyond its budget, as the budget
+/// keeps it (design note 0030): a quarter of the budget (the allocator's
+/// slack, a publication in progress) plus this much (code, stacks, the
+/// kernel's share of the container). The default budget is the largest that
+/// keeps `1.25 × budget + DEFAULT_HEADROOM` within the cgroup's limit.
+pub const DEFAULT_HEADROOM: u64 = 64 << 20;
 
 /// The process's resident set in bytes (`VmRSS` of `/proc/self/status`, in
 /// KiB there, so no page-size assumption).
@@ -72,13 +73,14 @@ fn parse_limit(text: &str) -> Option<u64> {
 }
 
 /// A node's memory budget in bytes: `mib` when given (`Some(0)`: none);
-/// else [`DEFAULT_BUDGET_PERCENT`] of `cgroup_limit`, when there is one.
+/// else the largest budget whose bound, `1.25 × budget + DEFAULT_HEADROOM`,
+/// stays within `cgroup_limit`, when there is one (a 1 GiB limit: 768 MiB).
 #[must_use]
 pub fn budget_bytes(mib: Option<u64>, cgroup_limit: Option<u64>) -> Option<u64> {
     match mib {
         Some(0) => None,
         Some(mib) => Some(mib.saturating_mul(1024 * 1024)),
-        None => cgroup_limit.map(|limit| limit / 100 * DEFAULT_BUDGET_PERCENT),
+        None => cgroup_limit.map(|limit| limit.saturating_sub(DEFAULT_HEADROOM) / 5 * 4),
     }
 }
 
@@ -90,7 +92,9 @@ mod tests {
     fn budgets_come_from_the_flag_or_a_share_of_the_cgroup_limit() {
         assert_eq!(budget_bytes(Some(512), Some(4 << 30)), Some(512 << 20));
         assert_eq!(budget_bytes(Some(0), Some(4 << 30)), None);
-        assert_eq!(budget_bytes(None, Some(1000 << 20)), Some(750 << 20));
+        assert_eq!(budget_bytes(None, Some(1 << 30)), Some(768 << 20));
+        assert_eq!(budget_bytes(None, Some(512 << 20)), Some((448 << 20) / 5 * 4));
+        assert_eq!(budget_bytes(None, Some(32 << 20)), Some(0), "a limit below the headroom leaves nothing");
         assert_eq!(budget_bytes(None, None), None);
     }
 

@@ -135,7 +135,8 @@ pub struct Args {
     /// database — idle or busy — handed to a candidate with room, and when
     /// no candidate has room, writes are refused `RESOURCE_EXHAUSTED` until
     /// there is; an activation that finds no room is refused too. 0: no
-    /// budget [default: 75 % of the container's cgroup memory limit; none
+    /// budget [default: the largest budget whose bound, 1.25 × budget + 64
+    /// MiB, fits the container's cgroup memory limit (1 GiB: 768 MiB); none
     /// without a limit].
     #[arg(long)]
     pub memory_budget_mib: Option<u64>,
