@@ -597,6 +597,9 @@ async fn moves(args: &Args, server: &Store, label: &str, report: &mut Report) ->
         row("promoted in place / refused", &|b| {
             format!("{} / {}", b.promotions, b.promotions_refused)
         });
+        if let Some(ms) = point.stock_cold_open_ms {
+            println!("  {:<34} {ms:.0}", "stock corium transactor, cold open");
+        }
     }
     report.insert(format!("moves_{label}"), serde_json::to_value(&points)?);
     Ok(())

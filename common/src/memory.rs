@@ -94,7 +94,11 @@ mod tests {
         assert_eq!(budget_bytes(Some(0), Some(4 << 30)), None);
         assert_eq!(budget_bytes(None, Some(1 << 30)), Some(768 << 20));
         assert_eq!(budget_bytes(None, Some(512 << 20)), Some((448 << 20) / 5 * 4));
-        assert_eq!(budget_bytes(None, Some(32 << 20)), Some(0), "a limit below the headroom leaves nothing");
+        assert_eq!(
+            budget_bytes(None, Some(32 << 20)),
+            Some(0),
+            "a limit below the headroom leaves nothing"
+        );
         assert_eq!(budget_bytes(None, None), None);
     }
 

@@ -187,6 +187,35 @@ impl StockTransactor {
         Ok(Self { process, endpoint })
     }
 
+    /// Starts one over an existing data directory — a fleet's filesystem
+    /// store, stopped: the same databases, opened by stock Corium — and waits
+    /// (at most `within`: it opens every database as it starts) until it
+    /// listens.
+    ///
+    /// # Errors
+    /// No stock binary, or it did not listen in time.
+    pub async fn start_over(data_dir: &std::path::Path, within: Duration) -> anyhow::Result<Self> {
+        let data_dir = data_dir.to_path_buf();
+        let (process, endpoint) =
+            StockProcess::start("corium transactor", "stock.log", within, move |_, port| {
+                let mut args: Vec<String> = ["transactor", "--store", "fs", "--data-dir"]
+                    .map(String::from)
+                    .into();
+                args.push(data_dir.display().to_string());
+                args.extend([
+                    "--listen".into(),
+                    format!("127.0.0.1:{port}"),
+                    "--gc-interval".into(),
+                    "off".into(),
+                    "--advertise".into(),
+                    format!("http://127.0.0.1:{port}"),
+                ]);
+                args
+            })
+            .await?;
+        Ok(Self { process, endpoint })
+    }
+
     /// Kills it and starts it again over the same data (a cold restart:
     /// its databases open again on their first call).
     ///

@@ -14,7 +14,9 @@
 //! successor follows the database. A cold open (every node restarted: no
 //! standby holds anything) is timed for both builds: after a small
 //! database's first commit at the first candidate (which waits out the
-//! restart), the first commit through the ingress.
+//! restart), the first commit through the ingress. On the filesystem store
+//! a stock `corium transactor` is then started over the same store and
+//! timed from its start to its first commit at the database.
 //!
 //! [`failover::measure`]: super::failover::measure
 
@@ -53,6 +55,25 @@ pub(crate) struct Build {
 pub(crate) struct Point {
     pub(crate) transactions: usize,
     pub(crate) builds: Vec<Build>,
+    /// A stock `corium transactor` started over the same store once the
+    /// fleet stopped (filesystem only): its start to its first commit at the
+    /// database, ms (it opens every database as it starts).
+    pub(crate) stock_cold_open_ms: Option<f64>,
+}
+
+/// Stops every node (SIGTERM: leases released), starts a stock transactor
+/// over the fleet's filesystem store and times its start to a first commit
+/// at the database.
+async fn stock_cold_open(fleet: &mut Fleet) -> anyhow::Result<f64> {
+    for node in &mut fleet.nodes {
+        node.terminate().await;
+    }
+    let started = Instant::now();
+    let stock =
+        corium_fleet_tests::stock::StockTransactor::start_over(&fleet.path("data"), Duration::from_mins(5))
+            .await?;
+    first_commit_ms(&stock.endpoint, DB, "stock-cold").await?;
+    Ok(started.elapsed().as_secs_f64() * 1e3)
 }
 
 /// The previous release's release-built binaries (`scripts/previous-release.sh
@@ -225,7 +246,16 @@ pub(crate) async fn run(
         let mut builds = vec![measure(&mut fleet, &address, "previous", reps, transactions).await?];
         roll(&mut fleet, &this).await;
         builds.push(measure(&mut fleet, &address, "this", reps, transactions).await?);
-        points.push(Point { transactions, builds });
+        let stock_cold_open_ms = if matches!(fleet.backend, Backend::Filesystem) {
+            Some(stock_cold_open(&mut fleet).await?)
+        } else {
+            None
+        };
+        points.push(Point {
+            transactions,
+            builds,
+            stock_cold_open_ms,
+        });
     }
     Ok(points)
 }
