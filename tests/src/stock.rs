@@ -162,29 +162,7 @@ impl StockTransactor {
     /// # Errors
     /// No stock binary (`make test` installs it), or it did not listen.
     pub async fn start() -> anyhow::Result<Self> {
-        let (process, endpoint) = StockProcess::start(
-            "corium transactor",
-            "stock.log",
-            Duration::from_secs(30),
-            |dir, port| {
-                let mut args: Vec<String> = ["transactor", "--store", "fs", "--data-dir"]
-                    .map(String::from)
-                    .into();
-                args.push(dir.join("data").display().to_string());
-                args.extend([
-                    "--listen".into(),
-                    format!("127.0.0.1:{port}"),
-                    "--gc-interval".into(),
-                    "off".into(),
-                    // Its client endpoint in `Status`, as every fleet node advertises.
-                    "--advertise".into(),
-                    format!("http://127.0.0.1:{port}"),
-                ]);
-                args
-            },
-        )
-        .await?;
-        Ok(Self { process, endpoint })
+        Self::start_with(None, Duration::from_secs(30)).await
     }
 
     /// Starts one over an existing data directory — a fleet's filesystem
@@ -195,18 +173,25 @@ impl StockTransactor {
     /// # Errors
     /// No stock binary, or it did not listen in time.
     pub async fn start_over(data_dir: &std::path::Path, within: Duration) -> anyhow::Result<Self> {
-        let data_dir = data_dir.to_path_buf();
+        Self::start_with(Some(data_dir.to_path_buf()), within).await
+    }
+
+    /// Starts one over `data_dir` (`None`: a `data` folder of its own
+    /// temporary directory), waiting at most `within` until it listens.
+    async fn start_with(data_dir: Option<PathBuf>, within: Duration) -> anyhow::Result<Self> {
         let (process, endpoint) =
-            StockProcess::start("corium transactor", "stock.log", within, move |_, port| {
+            StockProcess::start("corium transactor", "stock.log", within, move |dir, port| {
                 let mut args: Vec<String> = ["transactor", "--store", "fs", "--data-dir"]
                     .map(String::from)
                     .into();
-                args.push(data_dir.display().to_string());
+                let data = data_dir.unwrap_or_else(|| dir.join("data"));
+                args.push(data.display().to_string());
                 args.extend([
                     "--listen".into(),
                     format!("127.0.0.1:{port}"),
                     "--gc-interval".into(),
                     "off".into(),
+                    // Its client endpoint in `Status`, as every fleet node advertises.
                     "--advertise".into(),
                     format!("http://127.0.0.1:{port}"),
                 ]);

@@ -176,25 +176,8 @@ pub(crate) async fn watch(
             if standing(&host, &db, &view, now_unix_ms()) == Standing::Standby {
                 standby += 1;
             }
-            let Some(root) = &view.root else { continue };
-            if !takeover_due(
-                root,
-                |owner| host.template.is_own(owner),
-                rank,
-                host.config.lease_ttl,
-                now_unix_ms(),
-            ) {
-                continue;
-            }
-            tracing::info!(
-                db,
-                rank,
-                previous_owner = node_of(&root.owner),
-                lease_version = root.lease_version,
-                "lease lapsed; taking over"
-            );
-            if let Err(status) = host.activate(&db, true).await {
-                tracing::info!(db, %status, "takeover not done");
+            if let Some(root) = &view.root {
+                take_over_if_due(&host, &db, rank, root, "lease lapsed; taking over").await;
             }
         }
         host.metrics
@@ -238,16 +221,30 @@ pub(crate) async fn take_over_when_lapsed(host: Arc<Host>, db: String) {
     let Ok(view) = host.read_root(&db).await else {
         return;
     };
-    let Some(root) = &view.root else { return };
-    if host.cell(&db).is_some()
-        || !takeover_due(
-            root,
-            |owner| host.template.is_own(owner),
-            rank,
-            host.config.lease_ttl,
-            now_unix_ms(),
-        )
+    if let Some(root) = &view.root
+        && host.cell(&db).is_none()
     {
+        take_over_if_due(
+            &host,
+            &db,
+            rank,
+            root,
+            "lease lapsed after its owner's stream broke; taking over",
+        )
+        .await;
+    }
+}
+
+/// Takes `db` over (an activation) when `root`'s lease lapsed for a
+/// candidate of `rank` ([`takeover_due`]), saying `why`.
+async fn take_over_if_due(host: &Arc<Host>, db: &str, rank: usize, root: &DbRoot, why: &'static str) {
+    if !takeover_due(
+        root,
+        |owner| host.template.is_own(owner),
+        rank,
+        host.config.lease_ttl,
+        now_unix_ms(),
+    ) {
         return;
     }
     tracing::info!(
@@ -255,9 +252,9 @@ pub(crate) async fn take_over_when_lapsed(host: Arc<Host>, db: String) {
         rank,
         previous_owner = node_of(&root.owner),
         lease_version = root.lease_version,
-        "lease lapsed after its owner's stream broke; taking over"
+        "{why}"
     );
-    if let Err(status) = host.activate(&db, true).await {
+    if let Err(status) = host.activate(db, true).await {
         tracing::info!(db, %status, "takeover not done");
     }
 }

@@ -57,7 +57,7 @@ fn long_prefix(tag: &str) -> String {
 /// Times one commit of a fresh item through `endpoint` (the first call after
 /// a restart opens the database), retrying refusals while it opens, for at
 /// most a minute.
-async fn first_commit_ms(endpoint: &str, db: &str, name: &str) -> anyhow::Result<f64> {
+pub(crate) async fn first_commit_ms(endpoint: &str, db: &str, name: &str) -> anyhow::Result<f64> {
     let started = Instant::now();
     let deadline = started + Duration::from_mins(1);
     loop {
@@ -82,7 +82,12 @@ async fn owner(fleet: &Fleet, address: &str, db: &str) -> usize {
 /// Stops every node (the non-owners first, SIGTERM), starts them again,
 /// waits until they serve, and times one commit at `db`'s first candidate
 /// (which opens it there), in milliseconds.
-async fn cold_open_fleet(fleet: &mut Fleet, owner: usize, db: &str, name: &str) -> anyhow::Result<f64> {
+pub(crate) async fn cold_open_fleet(
+    fleet: &mut Fleet,
+    owner: usize,
+    db: &str,
+    name: &str,
+) -> anyhow::Result<f64> {
     let order: Vec<usize> = (0..fleet.nodes.len())
         .filter(|index| *index != owner)
         .chain([owner])

@@ -14,7 +14,7 @@
 //! successor follows the database. A cold open (every node restarted: no
 //! standby holds anything) is timed for both builds: after a small
 //! database's first commit at the first candidate (which waits out the
-//! restart), the first commit through the ingress. On the filesystem store
+//! restart), the database's first commit there. On the filesystem store
 //! a stock `corium transactor` is then started over the same store and
 //! timed from its start to its first commit at the database.
 //!
@@ -72,7 +72,7 @@ async fn stock_cold_open(fleet: &mut Fleet) -> anyhow::Result<f64> {
     let stock =
         corium_fleet_tests::stock::StockTransactor::start_over(&fleet.path("data"), Duration::from_mins(5))
             .await?;
-    first_commit_ms(&stock.endpoint, DB, "stock-cold").await?;
+    super::history::first_commit_ms(&stock.endpoint, DB, "stock-cold").await?;
     Ok(started.elapsed().as_secs_f64() * 1e3)
 }
 
@@ -111,39 +111,10 @@ async fn summed(fleet: &Fleet, name: &str) -> f64 {
 
 /// Restarts every node (the owner last, SIGTERM first so leases are let
 /// go), then times one commit through the ingress: the database opens at
-/// its first candidate, from storage.
+/// its first candidate, from storage (`history`'s cold open).
 async fn cold_open(fleet: &mut Fleet, address: &str, name: &str) -> anyhow::Result<f64> {
     let owner = fleet.index(&corium::placement(address, DB).await.owner_id);
-    let order: Vec<usize> = (0..fleet.nodes.len())
-        .filter(|index| *index != owner)
-        .chain([owner])
-        .collect();
-    for &index in &order {
-        fleet.nodes[index].terminate().await;
-    }
-    for &index in &order {
-        fleet.nodes[index].restart().await;
-    }
-    // A restarted node serves nothing until its earlier incarnation's leases
-    // could have lapsed: a small database's first commit at the first
-    // candidate waits that out, so this one's measures its open.
-    let first = fleet.candidates(DB)[0];
-    first_commit_ms(address, &super::history::warmup(fleet, first), name).await?;
-    first_commit_ms(address, DB, name).await
-}
-
-/// Times one commit to `db` through `address`, retrying refusals (at most
-/// two minutes).
-async fn first_commit_ms(address: &str, db: &str, name: &str) -> anyhow::Result<f64> {
-    let started = Instant::now();
-    let deadline = started + Duration::from_mins(2);
-    loop {
-        match tokio::time::timeout(Duration::from_secs(30), corium::transact(address, db, name, &[])).await {
-            Ok(Ok(_)) => return Ok(started.elapsed().as_secs_f64() * 1e3),
-            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(10)).await,
-            _ => anyhow::bail!("no commit at {db} within two minutes of the restart"),
-        }
-    }
+    super::history::cold_open_fleet(fleet, owner, DB, name).await
 }
 
 /// Rolls every node, then the ingress, to the binaries in `dir` (SIGTERM:

@@ -159,8 +159,18 @@ impl Cell {
         // The log is read in one go for the two recovery passes, then kept
         // a little for the first whole-log reads (a replay after a takeover).
         let read_ahead = template.read_ahead.start(db);
-        let opened =
-            TransactorNode::open(template.node_config(Some(db), &fork_targets, Some(&read_ahead))).await;
+        let config = template.node_config(Some(db), &fork_targets, Some(&read_ahead));
+        // Corium renews a lease only once the database is open: an open that
+        // outlasts the TTL (a long history, a slow store) would let another
+        // candidate take the database over meanwhile. Renew it here until
+        // the open returns.
+        let opened = keep_lease_while(
+            template,
+            db,
+            &config.owner,
+            Box::pin(TransactorNode::open(config.clone())),
+        )
+        .await;
         if opened.is_ok() {
             read_ahead.finish_keeping();
         } else {
@@ -340,6 +350,56 @@ impl Cell {
     pub fn close(&self) {
         self.gate.close();
         let _ = self.closed.send(true);
+    }
+}
+
+/// Runs `open` (Corium's open of `db`, whose lease it acquires as `owner`)
+/// while renewing that lease every third of the TTL, as Corium's own renewal
+/// will once the open returns. A renewal is Corium's `lease::renew`: a CAS
+/// that holds only while the root still names `owner` at the version it
+/// read, so it never extends a lease someone else holds, and Corium's own
+/// renewals (reading the root afresh) go on after it.
+async fn keep_lease_while<T>(
+    template: &Template,
+    db: &str,
+    owner: &str,
+    open: impl std::future::Future<Output = T>,
+) -> T {
+    let renewal = tokio::spawn(renew_while_opening(
+        Arc::clone(&template.base),
+        db.to_owned(),
+        owner.to_owned(),
+        template.lease_ttl_ms,
+    ));
+    let opened = open.await;
+    renewal.abort();
+    opened
+}
+
+/// The renewals of [`keep_lease_while`], until aborted.
+async fn renew_while_opening(base: Arc<dyn corium_store::FullStore>, db: String, owner: String, ttl: i64) {
+    let every = Duration::from_millis(u64::try_from(ttl / 3).unwrap_or(1).max(50));
+    loop {
+        tokio::time::sleep(every).await;
+        let Ok(Some(bytes)) = base.get_root(&corium_store::db_root_name(&db)).await else {
+            continue;
+        };
+        let Some(root) = corium_store::DbRoot::decode(&bytes) else {
+            continue;
+        };
+        if root.owner != owner || root.lease_expires_unix_ms == 0 {
+            continue;
+        }
+        let held = lease::Lease {
+            owner: root.owner.clone(),
+            version: root.lease_version,
+            expires_unix_ms: root.lease_expires_unix_ms,
+            endpoint: root.owner_endpoint.clone(),
+        };
+        let now = corium_fleet_common::owner::now_unix_ms();
+        if let Err(error) = lease::renew(base.as_ref(), &db, &held, ttl, now).await {
+            tracing::debug!(db, %error, "lease renewal during the open failed");
+        }
     }
 }
 

@@ -45,7 +45,7 @@ impl Host {
         }
         self.make_room(db).await?;
         let started = Instant::now();
-        let mut opened = Cell::open(&self.template, db).await;
+        let mut opened = Box::pin(Cell::open(&self.template, db)).await;
         if let Err(OpenError::Held { owner, .. }) = &opened
             && self.template.is_own(owner)
             && !self.is_closing(db)
@@ -55,7 +55,7 @@ impl Host {
             // cell is deposed (it commits nothing more), so releasing its
             // lease here is safe; then open again, once.
             if self.reclaim_own_lease(db, owner).await {
-                opened = Cell::open(&self.template, db).await;
+                opened = Box::pin(Cell::open(&self.template, db)).await;
             }
         }
         match opened {
@@ -93,12 +93,12 @@ impl Host {
     }
 
     /// Corium acquires a database's lease, recovers it, and only then starts
-    /// renewing (its first renewal runs at once): an open that outlasts the
-    /// lease TTL (a long history, a slow store) returns with the lease it
-    /// acquired already expired, and the ownership check would answer the
-    /// first caller `UNAVAILABLE`. Waits (at most the storage timeout) until
-    /// that renewal lands. It does not renew itself: a second renewer would
-    /// race Corium's, whose lease would then look lost.
+    /// renewing (its first renewal runs at once). `Cell::open` renews the
+    /// lease meanwhile, but on a store slower than the TTL (each renewal a
+    /// read and a CAS) the open can still return with the lease it acquired
+    /// expired, and the ownership check would answer the first caller
+    /// `UNAVAILABLE`. Waits (at most the storage timeout) until Corium's
+    /// renewal lands.
     async fn await_first_renewal(&self, cell: &Cell, started: Instant) {
         let expired = |lease: &corium_transactor::lease::Lease| lease.expires_unix_ms <= now_unix_ms();
         if !matches!(cell.lease().await, Ok(lease) if expired(&lease)) {
