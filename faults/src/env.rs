@@ -14,6 +14,10 @@
 //!   a partition of this one node from storage, lost acknowledgements,
 //!   errors, delays, stale reads, a freeze. A schedule that does not parse
 //!   stops the node (exit 2) naming the entry.
+//! - `CORIUM_FLEET_FAULT_WARM_START=refuse`: the node's hot standbys offer
+//!   Corium values that diverge from the log at their basis, so every warm
+//!   start is refused and each open recovers from storage (the fallback
+//!   path, which must keep every promise too).
 
 use std::sync::OnceLock;
 
@@ -60,6 +64,29 @@ pub fn wrap_store(
     let schedule: crate::Schedule = text.parse().map_err(|error| format!("{SCHEDULE}: {error}"))?;
     tracing::warn!(schedule = %schedule, "FAULT INJECTION ARMED: this node's storage follows a fault schedule");
     Ok(std::sync::Arc::new(crate::FaultyStore::new(store, schedule)))
+}
+
+/// The environment variable that forces warm starts to be refused.
+pub const WARM_START: &str = "CORIUM_FLEET_FAULT_WARM_START";
+
+/// Whether [`WARM_START`] says `refuse` (anything else: warm starts as
+/// usual; a value other than empty or `refuse` is logged and ignored).
+#[must_use]
+pub fn refuse_warm_starts() -> bool {
+    match std::env::var(WARM_START).ok().as_deref().map(str::trim) {
+        Some("refuse") => {
+            tracing::warn!("FAULT INJECTION ARMED: this node's hot standbys offer values Corium must refuse");
+            true
+        }
+        None | Some("") => false,
+        Some(other) => {
+            tracing::warn!(
+                value = other,
+                "{WARM_START} is neither empty nor `refuse`; ignored"
+            );
+            false
+        }
+    }
 }
 
 /// Logs any fault that is armed (called once at start).

@@ -611,6 +611,27 @@ impl Fleet {
             .find(|candidate| *candidate != not)
     }
 
+    /// Asks node `from` to hand `db` to node `to` (the operator's planned
+    /// move), returning its answer.
+    ///
+    /// # Errors
+    /// The node's refusal.
+    pub async fn handoff(
+        &self,
+        from: usize,
+        db: &str,
+        to: usize,
+    ) -> Result<corium_fleet_proto::fleet::HandoffResponse, tonic::Status> {
+        crate::corium::admin(&self.nodes[from].endpoint())
+            .await
+            .handoff(corium_fleet_proto::fleet::HandoffRequest {
+                database: db.to_owned(),
+                target_node_id: self.nodes[to].id.clone(),
+            })
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
     /// Index of a node that is not a candidate of `db`.
     #[must_use]
     pub fn non_candidate(&self, db: &str) -> Option<usize> {

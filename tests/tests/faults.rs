@@ -8,10 +8,14 @@
 //! the SDK follows a database by subscription. The checker
 //! (`tests/src/checker.rs`) judges the run and prints its report.
 //!
-//! - `CORIUM_FLEET_FAULT_SEEDS=a,b,c` picks the seeds (default: 1); odd
-//!   seeds run on `PostgreSQL`, even seeds on the filesystem store; `make
-//!   soak` runs ten; `CORIUM_FLEET_FAULT_LOGS=1` prints every process's log
-//!   even when the run passes.
+//! - `CORIUM_FLEET_FAULT_SEEDS=a,b,c` picks the seeds (default: 1,2); odd
+//!   seeds run on `PostgreSQL`, even seeds on the filesystem store; seeds 2
+//!   and 3 modulo 4 run with every warm start refused
+//!   (`CORIUM_FLEET_FAULT_WARM_START=refuse`: hot standbys offer values that
+//!   diverge from the log, so every move recovers from storage), the others
+//!   with hot standbys promoted in place; `make soak` runs ten;
+//!   `CORIUM_FLEET_FAULT_LOGS=1` prints every process's log even when the
+//!   run passes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -168,11 +172,18 @@ async fn hand_to(fleet: &Fleet, dbs: &[String], to: usize) {
 #[allow(clippy::too_many_lines)] // One seeded scenario, from the fleet's start to the checker's verdict.
 async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     let mut rng = Rng::new(seed);
+    let refuse_warm_starts = seed % 4 >= 2;
+    let warm_env: &[(&str, &str)] = if refuse_warm_starts {
+        &[(corium_fleet_faults::env::WARM_START, "refuse")]
+    } else {
+        &[]
+    };
     // Load-aware placement compares every 500 ms (instead of 10 s), so its
     // moves — the victim owns the busy databases — land among the faults.
     let mut fleet = Fleet::builder(backend.clone())
         .lease_ttl(TTL)
         .node_flags(&["--load-balance-interval-ms", "500"])
+        .env(warm_env)
         .start()
         .await;
     fleet.start_ingresses(2, &[]).await;
@@ -212,8 +223,9 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
     let started = Instant::now();
     let history = Arc::new(Mutex::new(History::default()));
     history.lock().unwrap().faults.push(format!(
-        "victim {} (top candidate of {moved:?}); storage schedule of its first incarnation: {schedule}",
-        fleet.nodes[victim].id
+        "victim {} (top candidate of {moved:?}); storage schedule of its first incarnation: {schedule}; warm starts {}",
+        fleet.nodes[victim].id,
+        if refuse_warm_starts { "refused" } else { "taken" },
     ));
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let mut writers = Vec::new();
@@ -377,7 +389,7 @@ async fn run_seed(seed: u64, backend: Backend) -> checker::Report {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seeded_process_faults_keep_every_promise() {
     let seeds: Vec<u64> = std::env::var("CORIUM_FLEET_FAULT_SEEDS").ok().map_or_else(
-        || vec![1],
+        || vec![1, 2],
         |text| {
             text.split(',')
                 .filter_map(|seed| seed.trim().parse().ok())

@@ -94,7 +94,7 @@ use tokio::net::TcpListener;
 pub use config::{Args, Config};
 pub use error::Error;
 pub use host::Host;
-pub use seams::{CommitObserver, Seams, StoreWrapper};
+pub use seams::{CommitObserver, Hooks, Seams, StoreWrapper};
 pub use service::admin::FleetAdminSvc;
 pub use service::catalog::FleetCatalog;
 pub use service::node::Node;
@@ -199,10 +199,7 @@ pub async fn run_with(
     seams: Seams,
 ) -> Result<(), Error> {
     corium_fleet_common::tls::install_default_provider();
-    let Seams {
-        wrap_store,
-        after_commit,
-    } = seams;
+    let Seams { wrap_store, hooks } = seams;
     std::fs::create_dir_all(&config.storage.data_dir).map_err(|source| Error::Storage {
         storage: format!("data directory {}", config.storage.data_dir.display()),
         source: source.into(),
@@ -216,15 +213,7 @@ pub async fn run_with(
             .ok_or_else(|| Error::Config(format!("storage backend {kind:?} is not compiled in")))?;
         let view_kind = view::kind_for(placement)?;
         // Boxed: the node's start is a large future.
-        Box::pin(start(
-            config,
-            store,
-            prefix_read,
-            view_kind,
-            Some(admin),
-            after_commit,
-        ))
-        .await
+        Box::pin(start(config, store, prefix_read, view_kind, Some(admin), hooks)).await
     };
     let (grpc, started) = refuse_until(grpc, ready).await;
     let Running {

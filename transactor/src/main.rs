@@ -22,7 +22,10 @@ fn seams() -> corium_fleet_transactor::Seams {
     corium_fleet_faults::env::announce();
     corium_fleet_transactor::Seams {
         wrap_store: Some(Box::new(corium_fleet_faults::env::wrap_store)),
-        after_commit: Some(std::sync::Arc::new(corium_fleet_faults::env::after_commit)),
+        hooks: corium_fleet_transactor::Hooks {
+            after_commit: Some(std::sync::Arc::new(corium_fleet_faults::env::after_commit)),
+            refuse_warm_starts: corium_fleet_faults::env::refuse_warm_starts(),
+        },
     }
 }
 

@@ -1,6 +1,7 @@
 //! The one seam through which tests change what a node does: a wrapper
-//! around the shared store (storage faults) and an observer of commits (a
-//! crash right after one). Production runs with [`Seams::default`], which
+//! around the shared store (storage faults), an observer of commits (a
+//! crash right after one) and hot standbys whose values Corium's warm start
+//! must refuse (the fallback path). Production runs with [`Seams::default`], which
 //! changes nothing; the binary fills them in only when built with the
 //! `fault-injection` feature (the test suite's `corium-fleet-faults`).
 
@@ -20,6 +21,17 @@ pub type CommitObserver = Arc<dyn Fn(&uuid::Uuid) + Send + Sync>;
 pub struct Seams {
     /// Wraps the store (`None`: the store as opened).
     pub wrap_store: Option<StoreWrapper>,
+    /// What the node does differently once its store is open.
+    pub hooks: Hooks,
+}
+
+/// The seams a started node consults ([`crate::start`]).
+#[derive(Clone, Default)]
+pub struct Hooks {
     /// Observes commits (`None`: nobody).
     pub after_commit: Option<CommitObserver>,
+    /// Hot standbys offer Corium values that diverge from the log at their
+    /// basis, so every warm start is refused and the open recovers from
+    /// storage: the fallback path, exercised under the fault suite.
+    pub refuse_warm_starts: bool,
 }

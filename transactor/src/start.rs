@@ -226,6 +226,7 @@ fn template(
     view_kind: &'static str,
     prefix_read: Arc<dyn corium_fleet_store::prefix_read::PrefixRead>,
     peers: &peer::Peers,
+    refuse_warm_starts: bool,
 ) -> cell::Template {
     cell::Template {
         base: Arc::clone(base),
@@ -247,6 +248,7 @@ fn template(
                 peers: peers.clone(),
                 silence: HOT_STANDBY_SILENCE,
             },
+            refuse_warm_starts,
         ),
     }
 }
@@ -265,7 +267,7 @@ pub async fn start(
     prefix_read: Option<Arc<dyn corium_fleet_store::prefix_read::PrefixRead>>,
     view_kind: &'static str,
     admin: Option<TcpListener>,
-    after_commit: Option<seams::CommitObserver>,
+    hooks: seams::Hooks,
 ) -> Result<Running, Error> {
     let describe = config.storage.backend.describe();
     let root_ops = Arc::new(counting::CountingStore::new(store));
@@ -289,6 +291,7 @@ pub async fn start(
         view_kind,
         Arc::clone(&prefix_read),
         &peers,
+        hooks.refuse_warm_starts,
     );
     // Authorization is permit-all, as a stock transactor's without a policy
     // database, or follows `--authz-db`; authentication follows the flags.
@@ -298,7 +301,7 @@ pub async fn start(
         .auth
         .guard(authorizer)
         .map_err(|error| Error::Config(error.to_string()))?;
-    let host = host::Host::new(config, template, root_ops, peers, incarnation, after_commit);
+    let host = host::Host::new(config, template, root_ops, peers, incarnation, hooks.after_commit);
     let (relay, relay_listener) = bind_relay(&host.peers).await?;
     let node = Node::new(Arc::clone(&host), guard, Arc::clone(&relay));
     if let Some(policy) = policy {

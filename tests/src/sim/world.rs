@@ -178,7 +178,7 @@ impl World {
             None,
             view_kind,
             None,
-            None,
+            corium_fleet_transactor::Hooks::default(),
         )
         .await
         .unwrap_or_else(|error| panic!("node-{n} did not start: {error}"));

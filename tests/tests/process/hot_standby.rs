@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use corium_fleet_proto::fleet::HandoffRequest;
 use corium_fleet_tests::{Backend, Fleet, corium, http_get};
 
 /// Items written before the move.
@@ -43,10 +42,21 @@ async fn counts(fleet: &Fleet, node: usize) -> Counts {
 /// [`WRITES`] times through the ingress; returns the fleet, the ingress, the
 /// owner and the other node.
 async fn written(backend: Backend, flags: &[&str], db: &str) -> (Fleet, String, usize, usize) {
+    written_with_env(backend, flags, &[], db).await
+}
+
+/// [`written`], the nodes started with `env` too.
+async fn written_with_env(
+    backend: Backend,
+    flags: &[&str],
+    env: &[(&str, &str)],
+    db: &str,
+) -> (Fleet, String, usize, usize) {
     let (fleet, address) = Fleet::builder(backend)
         .nodes(2)
         .lease_ttl(Duration::from_millis(1500))
         .node_flags(flags)
+        .env(env)
         .start_with_database(db)
         .await;
     for n in 0..WRITES {
@@ -108,15 +118,7 @@ async fn handoff_promotes_in_place(backend: Backend) {
     let (fleet, address, owner, standby) = written(backend, &[], "hot").await;
     await_following(&fleet, standby, &address, "hot").await;
     let before = corium::log(&address, "hot").await.unwrap();
-    let moved = corium::admin(&fleet.nodes[owner].endpoint())
-        .await
-        .handoff(HandoffRequest {
-            database: "hot".into(),
-            target_node_id: fleet.nodes[standby].id.clone(),
-        })
-        .await
-        .expect("handoff")
-        .into_inner();
+    let moved = fleet.handoff(owner, "hot", standby).await.expect("handoff");
     assert_eq!(moved.to_node_id, fleet.nodes[standby].id);
     let target = counts(&fleet, standby).await;
     assert_eq!(
@@ -165,6 +167,33 @@ async fn a_takeover_after_a_crash_promotes_the_hot_standby() {
     assert_every_write(&address, "crash", &before).await;
 }
 
+/// A hot standby's value that does not fit the log (the fault seam makes
+/// every offer diverge at its basis, as one that applied a deposed writer's
+/// unacknowledged append would): Corium refuses it after winning the lease,
+/// the open recovers from storage, and the database holds exactly what it
+/// held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_standby_value_that_does_not_fit_is_refused_and_the_open_recovers_from_storage() {
+    let (fleet, address, owner, standby) = written_with_env(
+        Backend::Filesystem,
+        &[],
+        &[(corium_fleet_faults::env::WARM_START, "refuse")],
+        "unfit",
+    )
+    .await;
+    await_following(&fleet, standby, &address, "unfit").await;
+    let before = corium::log(&address, "unfit").await.unwrap();
+    fleet.handoff(owner, "unfit", standby).await.expect("handoff");
+    let target = counts(&fleet, standby).await;
+    assert_eq!(
+        (target.taken, target.refused),
+        (0, 1),
+        "the target was offered the value and refused it: {}",
+        fleet.logs()
+    );
+    assert_every_write(&address, "unfit", &before).await;
+}
+
 /// `--hot-standbys 0`: nothing is followed, and a handoff recovers from
 /// storage as before (the counters stay at zero).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,14 +201,7 @@ async fn with_hot_standbys_off_a_handoff_recovers_from_storage() {
     let (fleet, address, owner, standby) =
         written(Backend::Filesystem, &["--hot-standbys", "0"], "cold").await;
     let before = corium::log(&address, "cold").await.unwrap();
-    corium::admin(&fleet.nodes[owner].endpoint())
-        .await
-        .handoff(HandoffRequest {
-            database: "cold".into(),
-            target_node_id: fleet.nodes[standby].id.clone(),
-        })
-        .await
-        .expect("handoff");
+    fleet.handoff(owner, "cold", standby).await.expect("handoff");
     assert_eq!(counts(&fleet, standby).await, Counts::default());
     assert_every_write(&address, "cold", &before).await;
 }

@@ -165,7 +165,8 @@ impl Cell {
         // candidate take the database over meanwhile. Renew it here until
         // the open returns.
         let opened = keep_lease_while(
-            template,
+            Arc::clone(&template.base),
+            template.lease_ttl_ms,
             db,
             &config.owner,
             Box::pin(TransactorNode::open(config.clone())),
@@ -353,24 +354,20 @@ impl Cell {
     }
 }
 
-/// Runs `open` (Corium's open of `db`, whose lease it acquires as `owner`)
-/// while renewing that lease every third of the TTL, as Corium's own renewal
-/// will once the open returns. A renewal is Corium's `lease::renew`: a CAS
+/// Runs `open` (Corium's open of `db` in `base`, whose lease it acquires as
+/// `owner` for `ttl_ms`) while renewing that lease every third of the TTL,
+/// as Corium's own renewal will once the open returns. A renewal is Corium's `lease::renew`: a CAS
 /// that holds only while the root still names `owner` at the version it
 /// read, so it never extends a lease someone else holds, and Corium's own
 /// renewals (reading the root afresh) go on after it.
 async fn keep_lease_while<T>(
-    template: &Template,
+    base: Arc<dyn corium_store::FullStore>,
+    ttl_ms: i64,
     db: &str,
     owner: &str,
     open: impl std::future::Future<Output = T>,
 ) -> T {
-    let renewal = tokio::spawn(renew_while_opening(
-        Arc::clone(&template.base),
-        db.to_owned(),
-        owner.to_owned(),
-        template.lease_ttl_ms,
-    ));
+    let renewal = tokio::spawn(renew_while_opening(base, db.to_owned(), owner.to_owned(), ttl_ms));
     let opened = open.await;
     renewal.abort();
     opened
@@ -426,5 +423,43 @@ mod tests {
             idle_limit(Duration::from_hours(2), Duration::from_secs(1)),
             Duration::from_hours(2)
         );
+    }
+
+    /// An open three TTLs long: with [`keep_lease_while`] another owner
+    /// cannot acquire the lease meanwhile; without it, it can.
+    #[tokio::test]
+    async fn an_open_longer_than_the_ttl_keeps_its_lease() {
+        const TTL_MS: i64 = 300;
+        let open_for = Duration::from_millis(3 * 300);
+        for kept in [true, false] {
+            let base: Arc<dyn corium_store::FullStore> = Arc::new(corium_store::MemoryStore::default());
+            let now = corium_fleet_common::owner::now_unix_ms;
+            lease::acquire(base.as_ref(), "db", "opener", "a", TTL_MS, now())
+                .await
+                .unwrap();
+            // Another candidate tries while the open is two TTLs in.
+            let rival = {
+                let base = Arc::clone(&base);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(2 * 300)).await;
+                    lease::acquire(base.as_ref(), "db", "rival", "b", TTL_MS, now()).await
+                })
+            };
+            let open = tokio::time::sleep(open_for);
+            if kept {
+                keep_lease_while(Arc::clone(&base), TTL_MS, "db", "opener", open).await;
+            } else {
+                open.await;
+            }
+            let taken = rival.await.unwrap();
+            if kept {
+                assert!(
+                    matches!(taken, Err(lease::LeaseError::Held { ref owner, .. }) if owner == "opener"),
+                    "the rival took the lease of an open that renews it: {taken:?}"
+                );
+            } else {
+                assert!(taken.is_ok(), "without renewals the lease lapses: {taken:?}");
+            }
+        }
     }
 }

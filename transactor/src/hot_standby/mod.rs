@@ -57,6 +57,9 @@ pub struct HotStandbys {
     /// Databases whose owner's stream broke, for [`Self::run`] to watch
     /// their lease for a lapse (`standby::take_over_when_lapsed`).
     lost: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    /// Offer values that diverge from the log (the fault seam
+    /// `Hooks::refuse_warm_starts`): every warm start is refused.
+    diverge: bool,
 }
 
 /// How a follower reaches the shared store (the published index, the
@@ -100,9 +103,10 @@ pub(crate) struct HotStandbyCounts {
 }
 
 impl HotStandbys {
-    /// At most `max` followers, reaching storage and owners through `reach`.
+    /// At most `max` followers, reaching storage and owners through `reach`;
+    /// `diverge` (a fault seam) spoils every offer so Corium refuses it.
     #[must_use]
-    pub(crate) fn new(max: usize, reach: Reach) -> Arc<Self> {
+    pub(crate) fn new(max: usize, reach: Reach, diverge: bool) -> Arc<Self> {
         let (lost, lost_rx) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Self {
             max,
@@ -113,6 +117,7 @@ impl HotStandbys {
             }),
             followers: Mutex::new(HashMap::new()),
             lost: Mutex::new(Some(lost_rx)),
+            diverge,
         })
     }
 
@@ -257,7 +262,11 @@ impl HotStandbys {
 
 impl WarmStart for HotStandbys {
     fn offer(&self, db: &str) -> Option<WarmValue> {
-        self.followers().get(db).and_then(Follower::value)
+        let value = self.followers().get(db).and_then(Follower::value)?;
+        if self.diverge {
+            return Some(diverged(&value));
+        }
+        Some(value)
     }
 
     fn taken(&self, db: &str, outcome: Result<u64, WarmRefusal>) {
@@ -279,6 +288,19 @@ impl WarmStart for HotStandbys {
             }
         }
     }
+}
+
+/// `value` with a basis record the log does not hold (an instant no
+/// transaction has): what a follower that applied a deposed writer's
+/// unacknowledged append would offer, which Corium must refuse.
+fn diverged(value: &WarmValue) -> WarmValue {
+    let db = value.db().clone();
+    let record = corium_log::TxRecord {
+        t: db.basis_t(),
+        tx_instant: i64::MIN,
+        datoms: Vec::new(),
+    };
+    WarmValue::new(db, 0, 0, Some(record))
 }
 
 impl crate::host::DroppableMemory for HotStandbys {
