@@ -29,6 +29,9 @@ TRANSACTOR_LIMITS = {
     "maxQueueWaitMs": "max_queue_wait_ms", "maxInflightPerDatabase": "max_inflight_per_database",
     "rateLimitPerPrincipal": "rate_limit_per_principal", "maxSubscriptions": "max_subscriptions",
     "maxSubscriptionsPerDatabase": "max_subscriptions_per_database"}
+TRANSACTOR_CAPACITY = {
+    "idleEvictAfterMs": "idle_evict_after_ms", "memoryBudgetMib": "memory_budget_mib",
+    "hotStandbys": "hot_standbys"}
 INGRESS_LIMITS = {
     "maxConcurrentRequests": "max_concurrent_requests",
     "rateLimitPerClient": "rate_limit_per_client", "maxStreamsPerClient": "max_streams_per_client",
@@ -310,6 +313,17 @@ def test_every_limit_reaches_its_config_key():
             assert config[component][toml_key] == values[component]["limits"][key], key
     assert isinstance(config["ingress"]["retry_budget_ratio"], float)
     assert config["ingress"]["adaptive_node_limit"] is False
+
+
+def test_capacity_is_rendered_only_when_set():
+    # unset: the binary's defaults (30 s idle eviction, a budget from the container's limit, 16)
+    assert not set(TRANSACTOR_CAPACITY.values()) & set(configs(template(*POSTGRES))["transactor"])
+    path = CI / "monitoring-limits-values.yaml"
+    values = yaml.safe_load(path.read_text())["transactor"]["capacity"]
+    assert set(values) == set(TRANSACTOR_CAPACITY), "the CI set sets every capacity value"
+    config = configs(render(path))["transactor"]
+    for key, toml_key in TRANSACTOR_CAPACITY.items():
+        assert config[toml_key] == values[key], key
 
 
 def test_a_whole_number_ratio_stays_a_float_and_big_numbers_stay_integers(tmp_path):

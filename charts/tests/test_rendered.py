@@ -164,7 +164,8 @@ TRANSACTOR_KEYS = {"zone", "weight", "listen", "admin_listen", "advertise", "sto
                    "registry_ttl_ms", "registry_renew_ms", "placement_map", "drain_deadline_ms",
                    "max_inflight_calls", "max_queued_calls", "max_queue_wait_ms",
                    "max_inflight_per_database", "rate_limit_per_principal", "max_subscriptions",
-                   "max_subscriptions_per_database", "storage_pool_size"}
+                   "max_subscriptions_per_database", "storage_pool_size", "idle_evict_after_ms",
+                   "memory_budget_mib", "hot_standbys"}
 INGRESS_KEYS = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
                 "members", "replicas", "placement_map", "owner_cache_ttl_ms",
                 "owner_cache_capacity", "max_request_bytes", "max_deadline_ms", "log",

@@ -25,7 +25,7 @@ pub struct Seams {
     pub hooks: Hooks,
 }
 
-/// The seams a started node consults ([`crate::start`]).
+/// The seams a started node consults ([`crate::start()`]).
 #[derive(Clone, Default)]
 pub struct Hooks {
     /// Observes commits (`None`: nobody).

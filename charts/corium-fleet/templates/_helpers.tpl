@@ -850,6 +850,13 @@ Args: (list $ctx "transactor"|"ingress").
   "maxSubscriptionsPerDatabase" "max_subscriptions_per_database") }}
 {{- end }}
 
+{{- define "corium-fleet.transactor.capacityKeys" -}}
+{{- toJson (dict
+  "idleEvictAfterMs" "idle_evict_after_ms"
+  "memoryBudgetMib" "memory_budget_mib"
+  "hotStandbys" "hot_standbys") }}
+{{- end }}
+
 {{- define "corium-fleet.ingress.limitKeys" -}}
 {{- toJson (dict
   "maxConcurrentRequests" "max_concurrent_requests"
