@@ -176,6 +176,9 @@ fn member_json(member: &FleetMember) -> serde_json::Value {
         "memory_used_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_used_bytes),
         "memory_cache_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_cache_bytes),
         "memory_resident_bytes": status.and_then(|status| status.load.as_ref()).map(|load| load.memory_resident_bytes),
+        "memory_estimate_error_percent": status
+            .and_then(|status| status.load.as_ref())
+            .and_then(|load| estimate_error_percent(load.memory_used_bytes, load.memory_resident_bytes)),
         "calls_per_second": status.and_then(|status| status.load.as_ref()).map(|load| load.calls_per_second),
         "cpu_percent": status.and_then(|status| status.load.as_ref()).map(|load| load.cpu_percent),
         "load_moves": status.map(|status| status.load_moves.iter().map(|moved| serde_json::json!({
@@ -219,8 +222,21 @@ fn relative(at_ms: i64, now_ms: i64) -> String {
     }
 }
 
-/// A node's memory for people: estimate of budget, in MiB, and the part
-/// of it that is caches.
+/// How far a node's memory estimate (what its budget is checked against)
+/// is from its resident set, in percent of the resident set: positive when
+/// the estimate is higher. `None` when the node reports no resident set (0:
+/// not Linux, or a node that predates the field).
+fn estimate_error_percent(used: u64, resident: u64) -> Option<f64> {
+    if resident == 0 {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let (used, resident) = (used as f64, resident as f64);
+    Some(((used - resident) / resident * 1000.0).round() / 10.0)
+}
+
+/// A node's memory for people: estimate of budget, in MiB, the part of it
+/// that is caches, and the resident set with the estimate's error.
 fn memory_text(load: &corium_fleet_proto::fleet::NodeLoad) -> String {
     let mib = |bytes: u64| bytes / (1024 * 1024);
     let caches = if load.memory_cache_bytes >= 1024 * 1024 {
@@ -228,11 +244,23 @@ fn memory_text(load: &corium_fleet_proto::fleet::NodeLoad) -> String {
     } else {
         String::new()
     };
+    let resident = estimate_error_percent(load.memory_used_bytes, load.memory_resident_bytes).map_or_else(
+        String::new,
+        |error| {
+            format!(
+                ", resident {} MiB (estimate {error:+.1} %)",
+                mib(load.memory_resident_bytes)
+            )
+        },
+    );
     if load.memory_budget_bytes == 0 {
-        format!("{} MiB (no budget){caches}", mib(load.memory_used_bytes))
+        format!(
+            "{} MiB (no budget){caches}{resident}",
+            mib(load.memory_used_bytes)
+        )
     } else {
         format!(
-            "{}/{} MiB{caches}",
+            "{}/{} MiB{caches}{resident}",
             mib(load.memory_used_bytes),
             mib(load.memory_budget_bytes)
         )
@@ -468,6 +496,33 @@ mod tests {
             lease_version,
             ..DatabaseView::default()
         }
+    }
+
+    /// The estimate's error is relative to the resident set, signed, and
+    /// absent when there is no resident set to compare with; the table
+    /// shows it beside the resident set.
+    #[test]
+    fn the_estimate_error_is_relative_to_the_resident_set() {
+        const MIB: u64 = 1024 * 1024;
+        assert_eq!(estimate_error_percent(120 * MIB, 100 * MIB), Some(20.0));
+        assert_eq!(estimate_error_percent(90 * MIB, 100 * MIB), Some(-10.0));
+        assert_eq!(estimate_error_percent(323 * MIB, 69 * MIB), Some(368.1));
+        assert_eq!(estimate_error_percent(5 * MIB, 0), None);
+        let load = corium_fleet_proto::fleet::NodeLoad {
+            memory_used_bytes: 110 * MIB,
+            memory_budget_bytes: 200 * MIB,
+            memory_resident_bytes: 100 * MIB,
+            ..Default::default()
+        };
+        assert_eq!(
+            memory_text(&load),
+            "110/200 MiB, resident 100 MiB (estimate +10.0 %)"
+        );
+        let old_node = corium_fleet_proto::fleet::NodeLoad {
+            memory_used_bytes: 110 * MIB,
+            ..Default::default()
+        };
+        assert_eq!(memory_text(&old_node), "110 MiB (no budget)");
     }
 
     #[derive(clap::Parser)]

@@ -250,6 +250,7 @@ fn template(
             },
             refuse_warm_starts,
         ),
+        keyring: config.storage_keys.keyring.clone(),
     }
 }
 

@@ -6,11 +6,11 @@
 //!
 //! One module per concern, as the files were before they shared a binary:
 //! ownership and fencing (`foundation`, `placement`, `rebalance`, `drain`,
-//! `fast_moves`, `hot_standby`), memory and load (`memory_budget`, `load_balance`), the
+//! `fast_moves`, `hot_standby`), memory and load (`memory_budget`, `idle_cost`, `load_balance`), the
 //! ingress (`ingress`, `failover_buffer`, `readiness`),
 //! exactly-once (`exactly_once`, `stock_exactly_once`, `stock_statuses`,
 //! `retention`),
-//! reads (`reads`, `sdk`), operating it (`dev_fleet`, `fleet_status`,
+//! reads (`reads`, `sdk`), encrypted databases (`encryption`), operating it (`dev_fleet`, `fleet_status`,
 //! `status_page`, `observability`, `stock_cli`, `backup`, `storage_setup`,
 //! `docker_context`, `upgrade`), and the hostile clients (`bounds`, `security`).
 
@@ -19,12 +19,14 @@ mod bounds;
 mod dev_fleet;
 mod docker_context;
 mod drain;
+mod encryption;
 mod exactly_once;
 mod failover_buffer;
 mod fast_moves;
 mod fleet_status;
 mod foundation;
 mod hot_standby;
+mod idle_cost;
 mod ingress;
 mod load_balance;
 mod memory_budget;

@@ -639,6 +639,14 @@ async fn assert_bounded(fleet: &Fleet, address: &str) {
             "node-{}: measured {used} vs resident {resident}",
             index + 1
         );
+        // and `status` reports that error to its readers
+        let reported = status["memory_estimate_error_percent"].as_f64();
+        let error = (used - resident) / resident * 100.0;
+        assert!(
+            reported.is_some_and(|reported| (reported - error).abs() < 0.1),
+            "node-{}: status reports an estimate error of {reported:?}, not {error:.1} %",
+            index + 1
+        );
     }
 }
 

@@ -37,6 +37,10 @@ pub struct Template {
     /// The databases this node follows as their first standby: every open
     /// is offered their values (Corium's warm start, `hot_standby`).
     pub hot_standbys: Arc<crate::hot_standby::HotStandbys>,
+    /// The node's keys (`--storage-key`): every cell opens with them, so a
+    /// database encrypted at rest under one of them opens here, as on a
+    /// stock transactor given the same keys.
+    pub keyring: Option<Arc<dyn corium_crypt::Keyring>>,
 }
 
 impl Template {
@@ -72,6 +76,7 @@ impl Template {
         config.advertise = Some(self.advertise.clone());
         // A hot standby's value, when this node follows the database, is
         // offered after the lease is won; Corium checks it against the log.
+        config.keyring.clone_from(&self.keyring);
         config.warm_start =
             Some(Arc::clone(&self.hot_standbys) as Arc<dyn corium_transactor::warm::WarmStart>);
         config

@@ -12,7 +12,7 @@ mod args;
 mod resolved;
 
 pub use args::Args;
-pub use resolved::{Config, ReplicaSettings, SubscriptionLimits};
+pub use resolved::{Config, ReplicaSettings, StorageKeys, SubscriptionLimits};
 
 // The settings of the shared flag groups and of the node's parts, as a
 // `Config` names them.
@@ -202,6 +202,7 @@ impl Args {
                 ms => Duration::from_millis(ms),
             },
             hot_standbys: self.hot_standbys.unwrap_or(16),
+            storage_keys: StorageKeys::resolve(self.storage_keys.unwrap_or_default())?,
             read_replicas: ReplicaSettings {
                 max: self.max_replicas.unwrap_or(64),
                 idle: match self.replica_idle_ms.unwrap_or(300_000) {

@@ -239,6 +239,9 @@ impl Catalog for FleetCatalog {
         config.ha = false;
         config.gc_interval = None;
         config.saga_sweep_interval = None;
+        // Encrypted databases' roots are read as a stock transactor with
+        // the same keys reads them.
+        config.keyring.clone_from(&host.template.keyring);
         let sweeper = TransactorNode::open(config)
             .await
             .map_err(|error| status::node_status(&error))?;
