@@ -30,7 +30,14 @@ run: patch
 tools:
 	@$(STAGE) tools bash scripts/install-tools.sh
 
-test: tools patch lint chart-test target/stock/bin/corium
+## The chart checks (mostly helm and pytest, one core) run beside the lint and the stock CLI's
+## build, their output in target/chart-test.log (printed whole if they fail).
+test: tools patch
+	@mkdir -p target; $(STAGE) chart-test bash scripts/chart-test.sh >target/chart-test.log 2>&1 & chart=$$!; \
+	  $(MAKE) --no-print-directory lint target/stock/bin/corium; built=$$?; \
+	  wait $$chart; charts=$$?; \
+	  if [ $$charts = 0 ]; then tail -n 2 target/chart-test.log; else cat target/chart-test.log; fi; \
+	  [ $$built = 0 ] && [ $$charts = 0 ]
 	@$(STAGE) previous-release bash scripts/previous-release.sh >/dev/null
 	$(STAGE) corium-patch-tests bash scripts/corium-patch.sh test
 	$(STAGE) build $(CARGO) build --workspace --all-targets

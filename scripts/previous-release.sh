@@ -7,6 +7,7 @@
 #                                      -> the same, built in release into
 #                                         target/previous-release/release-bin (make bench compares
 #                                         this build's moves with them, corium-fleet-bench moves)
+# Built binaries are also kept in ~/.cache/corium-fleet/previous-release/COMMIT/ (PREVIOUS_RELEASE_CACHE).
 # The source is the commit's tree from git (`git archive`; a shallow clone fetches the one commit
 # from origin). It is built in a target directory of its own, then only the binaries are kept:
 # cargo names a workspace crate's artifacts by its path relative to the workspace root, so the
@@ -37,6 +38,18 @@ have_all() {
 if have_all; then
   echo "$out/$bin_dir"
   exit 0
+fi
+# Built once per machine: the binaries are kept outside target/ by commit and profile
+# (PREVIOUS_RELEASE_CACHE), so a fresh clone or a cleaned target copies them.
+cache=${PREVIOUS_RELEASE_CACHE:-$HOME/.cache/corium-fleet/previous-release}/$commit/$bin_dir
+if [ "$(cat "$cache/COMMIT" 2>/dev/null)" = "$commit" ]; then
+  mkdir -p "$out/$bin_dir"
+  for bin in "${bins[@]}" COMMIT; do cp "$cache/$bin" "$out/$bin_dir/$bin"; done
+  if have_all; then
+    echo "previous release $commit copied from $cache" >&2
+    echo "$out/$bin_dir"
+    exit 0
+  fi
 fi
 
 if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null; then
@@ -70,6 +83,8 @@ for bin in "${bins[@]}"; do
   cp "$out/target/$profile/$bin" "$out/$bin_dir/$bin"
 done
 echo "$commit" >"$out/$bin_dir/COMMIT"
+mkdir -p "$cache.partial" && cp "$out/$bin_dir"/* "$cache.partial/" && rm -rf "$cache" && mv "$cache.partial" "$cache" ||
+  echo "previous-release.sh: could not keep the binaries in $cache (built anyway)" >&2
 # Only the binaries are kept (the build's gigabytes would sit on disk for nothing).
 rm -rf "$out/src" "$out/target"
 echo "previous release built in $(($(date +%s) - t0)) s" >&2

@@ -142,6 +142,8 @@ impl World {
             // promote followed values in place, and the fault suite checks
             // them with everything else.
             hot_standbys: 16,
+            // No keys: the simulated databases are not encrypted.
+            storage_keys: corium_fleet_transactor::config::StorageKeys::default(),
             read_replicas: corium_fleet_transactor::config::ReplicaSettings::default(),
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,
