@@ -46,7 +46,7 @@ async fn create_and_write(address: &str, names: &[String]) {
 async fn idle_cost(fleet: &Fleet, count: usize) -> (f64, u64) {
     let node = &fleet.nodes[0];
     eventually(
-        Duration::from_secs(60),
+        Duration::from_mins(1),
         format!("all {count} databases evicted"),
         async || {
             let (_, metrics) = http_get(node.admin, "/metrics").await.unwrap();
