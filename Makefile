@@ -30,15 +30,20 @@ run: patch
 tools:
 	@$(STAGE) tools bash scripts/install-tools.sh
 
-## The chart checks (mostly helm and pytest, one core) run beside the lint and the stock CLI's
-## build, their output in target/chart-test.log (printed whole if they fail).
+## Three things at once, then the rest in order: the chart checks (helm and pytest, one core), the
+## previous release's build (the upgrade test's starting point), and the lint followed by the stock
+## CLI's build. Two rustc builds side by side fill each other's single-threaded phases (a large
+## crate's front end). The two in the background write target/chart-test.log and
+## target/previous-release.log, printed whole if they fail.
 test: tools patch
-	@mkdir -p target; $(STAGE) chart-test bash scripts/chart-test.sh >target/chart-test.log 2>&1 & chart=$$!; \
+	@mkdir -p target; \
+	  $(STAGE) chart-test bash scripts/chart-test.sh >target/chart-test.log 2>&1 & chart=$$!; \
+	  $(STAGE) previous-release bash scripts/previous-release.sh >target/previous-release.log 2>&1 & previous=$$!; \
 	  $(MAKE) --no-print-directory lint target/stock/bin/corium; built=$$?; \
-	  wait $$chart; charts=$$?; \
+	  wait $$chart; charts=$$?; wait $$previous; previous=$$?; \
 	  if [ $$charts = 0 ]; then tail -n 2 target/chart-test.log; else cat target/chart-test.log; fi; \
-	  [ $$built = 0 ] && [ $$charts = 0 ]
-	@$(STAGE) previous-release bash scripts/previous-release.sh >/dev/null
+	  if [ $$previous != 0 ]; then cat target/previous-release.log; fi; \
+	  [ $$built = 0 ] && [ $$charts = 0 ] && [ $$previous = 0 ]
 	$(STAGE) corium-patch-tests bash scripts/corium-patch.sh test
 	$(STAGE) build $(CARGO) build --workspace --all-targets
 	@url=$$(scripts/postgres.sh start $(WORK)/pg) && \
