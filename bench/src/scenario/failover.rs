@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use corium_fleet_tests::{Backend, Fleet, corium};
 use serde::Serialize;
 
@@ -298,7 +299,16 @@ pub(crate) async fn measure(
     };
     let address = fleet.ingresses[0].endpoint();
     let writer = Writer::start(address.clone(), db);
-    acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
+    // Which build, store, length and event an error is about.
+    let build = if hot_standbys {
+        "this build"
+    } else {
+        "the previous release"
+    };
+    let at = |event: &str| format!("{name}, {build}, {history} transactions: {event}");
+    acked_after(&writer, Instant::now(), Duration::from_secs(30))
+        .await
+        .with_context(|| at("the writer's first commit"))?;
     let (mut kill, mut handoff_reported, mut handoff_gap, mut drain_gap, mut quiet_gap) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut takeover = Vec::new();
@@ -323,7 +333,9 @@ pub(crate) async fn measure(
         }
         fleet.nodes[owner].kill();
         let killed = Instant::now();
-        let first = acked_after(&writer, killed, ttl * 6).await?;
+        let first = acked_after(&writer, killed, ttl * 6)
+            .await
+            .with_context(|| at("after the owner's SIGKILL"))?;
         kill.push(ms(first - killed));
         errors.sigkill += writer.errors_between(killed, first);
         errors.sync_sigkill += writer.sync_errors_between(killed, first + Duration::from_millis(500));
@@ -338,7 +350,9 @@ pub(crate) async fn measure(
         let started = Instant::now();
         let unavailable_ms = super::hand_off_from(fleet, owner, db).await?;
         handoff_reported.push(f64::from(u32::try_from(unavailable_ms).unwrap_or(u32::MAX)));
-        acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
+        acked_after(&writer, Instant::now(), Duration::from_secs(30))
+            .await
+            .with_context(|| at("after the handoff"))?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         handoff_gap.push(ms(writer.longest_gap(started, Instant::now())));
         errors.handoff += writer.errors_between(started, Instant::now());
@@ -350,7 +364,14 @@ pub(crate) async fn measure(
         }
         let started = Instant::now();
         fleet.nodes[owner].terminate().await;
-        acked_after(&writer, Instant::now(), Duration::from_secs(30)).await?;
+        let drained = ms(started.elapsed());
+        acked_after(&writer, Instant::now(), Duration::from_secs(30))
+            .await
+            .with_context(|| {
+                at(&format!(
+                    "after the SIGTERM drain (the node took {drained:.0} ms to exit)"
+                ))
+            })?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         drain_gap.push(ms(writer.longest_gap(started, Instant::now())));
         errors.drain += writer.errors_between(started, Instant::now());
