@@ -367,10 +367,25 @@ async fn keep_lease_while<T>(
     owner: &str,
     open: impl std::future::Future<Output = T>,
 ) -> T {
-    let renewal = tokio::spawn(renew_while_opening(base, db.to_owned(), owner.to_owned(), ttl_ms));
-    let opened = open.await;
-    renewal.abort();
-    opened
+    // Spawned, so that renewals go on while the open computes; aborted when
+    // this future ends or is dropped (a cancelled activation must not leave
+    // a task renewing a lease no cell holds).
+    let _renewal = AbortOnDrop(tokio::spawn(renew_while_opening(
+        base,
+        db.to_owned(),
+        owner.to_owned(),
+        ttl_ms,
+    )));
+    open.await
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The renewals of [`keep_lease_while`], until aborted.
