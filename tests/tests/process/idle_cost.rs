@@ -63,6 +63,9 @@ async fn idle_cost(fleet: &Fleet, count: usize) -> (f64, u64) {
         },
     )
     .await;
+    // Let the evictions' own trailing work end (cells dropped, freed pages
+    // returned by the allocator's 1 s decay) before the idle window starts.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let pid = node.pid().expect("running");
     let (cpu, ops) = (cpu_ticks(pid), root_ops(node.admin).await);
     tokio::time::sleep(WINDOW).await;
