@@ -1,9 +1,10 @@
-"""A test double of the Kubernetes API, just enough for Helm's `lookup` of Secrets.
+"""A test double of the Kubernetes API, just enough for Helm's `lookup` of Secrets and ConfigMaps.
 
 `helm template --dry-run=server --kubeconfig KC` renders with lookup enabled: Helm asks
-GET /api/v1 (discovery) and GET /api/v1/namespaces/NS/secrets/NAME for each lookup. This server
-answers those from an in-memory dict and 404s the rest, on 127.0.0.1 only, so the chart's real
-lookup path (keep the CA and certificates across upgrades) runs offline.
+GET /api/v1 (discovery) and GET /api/v1/namespaces/NS/secrets/NAME (or configmaps/NAME) for each
+lookup. This server answers those from in-memory dicts and 404s the rest, on 127.0.0.1 only, so
+the chart's real lookup paths (keep the CA and certificates across upgrades; check the storage
+keys' Secrets, once kube-root-ca.crt says the cluster can be read) run offline.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ _DISCOVERY_V1 = {
 
 
 class FakeKubeAPI:
-    """Serves `secrets[(namespace, name)] = {"data": {...}}` as v1 Secrets."""
+    """Serves `secrets[(namespace, name)] = {"data": {...}}` as v1 Secrets and
+    `configmaps[(namespace, name)] = {"data": {...}}` as v1 ConfigMaps."""
 
     def __init__(self) -> None:
         self.secrets: dict[tuple[str, str], dict] = {}
+        self.configmaps: dict[tuple[str, str], dict] = {}
         self.requests: list[str] = []
         api = self
 
@@ -54,6 +57,11 @@ class FakeKubeAPI:
                     body = {"apiVersion": "v1", "kind": "Secret",
                             "metadata": {"name": parts[5], "namespace": parts[3]},
                             "type": secret.get("type", "Opaque"), "data": secret["data"]}
+                elif (len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"]
+                      and parts[4] == "configmaps" and (parts[3], parts[5]) in api.configmaps):
+                    body = {"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": parts[5], "namespace": parts[3]},
+                            "data": api.configmaps[(parts[3], parts[5])]["data"]}
                 if body is None:
                     self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                      "reason": "NotFound", "code": 404})

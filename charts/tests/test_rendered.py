@@ -522,8 +522,9 @@ def test_tls_secrets_are_mounted_and_provided(values_file):
     existing = set(values["tls"]["existingSecret"].values()) | {values["ingress"]["publicTls"]["secretName"]}
     for w in workloads(docs):
         component = pod_labels(w)["app.kubernetes.io/component"]
-        # The user's own volumes, and the collector's Secret (the user's too).
-        extra = {v["name"] for v in values[component]["extraVolumes"]} | {"otlp-tls"}
+        # The user's own volumes, and the collector's and the storage keys' Secrets (the user's
+        # too).
+        extra = {v["name"] for v in values[component]["extraVolumes"]} | {"otlp-tls", "storage-keys"}
         for volume in w["spec"]["template"]["spec"]["volumes"]:
             if volume["name"] in extra:
                 continue
@@ -1630,6 +1631,137 @@ def test_a_restricted_client_port_still_admits_the_backup_pods():
     job_labels = one(docs, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
     assert any(selects(peer.get("podSelector", {}).get("matchLabels", {"x": "never"}), job_labels)
                for peer in client_rule["from"]), client_rule
+
+
+# --- storage keys (encrypted databases): stock Corium's --storage-key, transactors only -----------
+
+KEYS_DIR = "/etc/corium-fleet/storage-keys"
+TWO_KEYS = ("--set", "transactor.storageKeys[0].id=prod-2026",
+            "--set", "transactor.storageKeys[0].secretName=corium-kek-2026",
+            "--set", "transactor.storageKeys[0].secretKey=key",
+            "--set", "transactor.storageKeys[1].id=prod-2025",
+            "--set", "transactor.storageKeys[1].secretName=corium-kek-2025",
+            "--set", "transactor.storageKeys[1].secretKey=kek.hex")
+
+
+def _pod_spec(docs: list[dict], component: str) -> dict:
+    return pool(docs, component)["spec"]["template"]["spec"]
+
+
+def test_storage_keys_are_file_ids_of_read_only_mounts_on_the_transactors():
+    docs = template(*POSTGRES, *TWO_KEYS)
+    containers = pool_containers(docs)
+    # one flag per key, in the order given; the key id is the file's path, made of the id alone
+    assert _flag_values(containers["transactor"], "--storage-key") == [
+        f"file:{KEYS_DIR}/prod-2026/key", f"file:{KEYS_DIR}/prod-2025/key"]
+    assert "CORIUM_STORAGE_KEY" not in env_of(containers["transactor"])
+    mounts = [m for m in containers["transactor"]["volumeMounts"] if m["name"] == "storage-keys"]
+    assert mounts == [{"name": "storage-keys", "mountPath": KEYS_DIR, "readOnly": True}]
+    volume = next(v for v in _pod_spec(docs, "transactor")["volumes"] if v["name"] == "storage-keys")
+    assert volume["projected"]["defaultMode"] == 0o400
+    # only the named key of each Secret, at <id>/key
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "corium-kek-2026", "items": [{"key": "key", "path": "prod-2026/key"}]}},
+        {"secret": {"name": "corium-kek-2025", "items": [{"key": "kek.hex", "path": "prod-2025/key"}]}}]
+    # the ingress never reads a database: no key, no flag, no volume
+    assert "--storage-key" not in containers["ingress"]["args"]
+    assert all(v["name"] != "storage-keys" for v in _pod_spec(docs, "ingress")["volumes"])
+    assert all(m["name"] != "storage-keys" for m in containers["ingress"]["volumeMounts"])
+
+
+def test_no_storage_keys_means_no_flag_and_no_volume():
+    docs = template(*POSTGRES)
+    for component, c in pool_containers(docs).items():
+        assert not [a for a in c["args"] if a.startswith("--storage-key")], component
+        assert "CORIUM_STORAGE_KEY" not in env_of(c), component
+        assert all(m["name"] != "storage-keys" for m in c["volumeMounts"]), component
+        assert all(v["name"] != "storage-keys" for v in _pod_spec(docs, component)["volumes"])
+
+
+def test_a_storage_keys_id_is_what_its_key_id_depends_on():
+    """A database records the key id (`file:<path>`) it was created under and every open looks the
+    key up by it: moving the key to another Secret or key keeps it, only the id changes it."""
+    def key_ids(*args: str) -> list[str]:
+        return _flag_values(pool_containers(template(*POSTGRES, *TWO_KEYS, *args))["transactor"],
+                            "--storage-key")
+    moved = key_ids("--set", "transactor.storageKeys[0].secretName=vault-sync",
+                    "--set", "transactor.storageKeys[0].secretKey=storage.key")
+    assert moved == key_ids()
+    renamed = key_ids("--set", "transactor.storageKeys[0].id=prod-2026b")
+    assert renamed[0] == f"file:{KEYS_DIR}/prod-2026b/key"
+
+
+def test_storage_keys_cannot_share_an_id():
+    error = _render_error(*TWO_KEYS, "--set", "transactor.storageKeys[1].id=prod-2026")
+    assert ('transactor.storageKeys.1: id "prod-2026" is already used by '
+            "transactor.storageKeys.0") in error
+    assert f"file:{KEYS_DIR}/prod-2026/key" in error
+
+
+def test_corium_storage_key_in_extra_env_is_refused_only_beside_storage_keys():
+    env = ("--set", "transactor.extraEnv[0].name=CORIUM_STORAGE_KEY",
+           "--set", "transactor.extraEnv[0].value=env:OTHER_KEY")
+    assert "CORIUM_STORAGE_KEY is ignored while transactor.storageKeys is set" in _render_error(
+        *TWO_KEYS, *env)
+    # without storageKeys it is the binary's own variable, an escape hatch like any other
+    transactor = pool_containers(template(*POSTGRES, *env))["transactor"]
+    assert env_of(transactor)["CORIUM_STORAGE_KEY"]["value"] == "env:OTHER_KEY"
+
+
+def test_a_ci_values_set_exercises_storage_keys():
+    """Keeps the projected key volume under the CI matrix (Kubernetes schemas, lint)."""
+    assert any(len(values_of(f)["transactor"]["storageKeys"]) >= 2 for f in CI_FILES)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _cluster_render(api: FakeKubeAPI, tmp_path: Path) -> subprocess.CompletedProcess:
+    kubeconfig = api.kubeconfig(tmp_path, NS)
+    return helm("template", RELEASE, str(CHART), "--namespace", NS, *POSTGRES, *TWO_KEYS,
+                "--dry-run=server", "--kubeconfig", str(kubeconfig))
+
+
+def test_storage_keys_secrets_are_checked_when_the_cluster_can_be_read(tmp_path):
+    """Exercises the chart's real `lookup` (fake_kube_api.py). Plain `helm template` sees no
+    Secret, so it renders; against a cluster (kube-root-ca.crt is there) an entry whose Secret or
+    key is missing, or holds no 256-bit key, is refused naming the id, the key id and the Secret."""
+    assert _flag_values(pool_containers(template(*POSTGRES, *TWO_KEYS))["transactor"],
+                        "--storage-key")
+    with FakeKubeAPI() as api:
+        # a server that is not a cluster Helm can read (no kube-root-ca.crt): no check
+        assert _cluster_render(api, tmp_path).returncode == 0
+        api.configmaps[(NS, "kube-root-ca.crt")] = {"data": {"ca.crt": "(the cluster's CA)"}}
+        result = _cluster_render(api, tmp_path)
+        assert result.returncode != 0
+        assert (f'transactor.storageKeys.0 (id "prod-2026", key id file:{KEYS_DIR}/prod-2026/key): '
+                f'Secret "corium-kek-2026" does not exist in namespace "{NS}"') in result.stderr
+        # 32 raw bytes
+        api.secrets[(NS, "corium-kek-2026")] = {"data": {"key": _b64(os.urandom(32))}}
+        api.secrets[(NS, "corium-kek-2025")] = {"data": {"other": _b64(b"x")}}
+        result = _cluster_render(api, tmp_path)
+        assert ('transactor.storageKeys.1 (id "prod-2025", key id '
+                f'file:{KEYS_DIR}/prod-2025/key): Secret "corium-kek-2025" has no key "kek.hex" '
+                "(it has: other)") in result.stderr
+        # 40 hex digits, 33 raw bytes, nothing, 32 hex digits and a newline, 66 hex digits
+        for material in (os.urandom(20).hex().encode(), os.urandom(33), b"",
+                         os.urandom(16).hex().encode() + b"\n",
+                         os.urandom(32).hex().encode() + b"00"):
+            api.secrets[(NS, "corium-kek-2025")] = {"data": {"kek.hex": _b64(material)}}
+            result = _cluster_render(api, tmp_path)
+            assert (f'Secret "corium-kek-2025" key "kek.hex" holds {len(material)} bytes, neither '
+                    "32 raw bytes nor 64 hex digits") in result.stderr, material
+        # 64 hex digits, with the newline `openssl rand -hex 32 >file` leaves
+        api.secrets[(NS, "corium-kek-2025")] = {"data": {"kek.hex": _b64(
+            os.urandom(32).hex().upper().encode() + b"\n")}}
+        result = _cluster_render(api, tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"/api/v1/namespaces/{NS}/secrets/corium-kek-2025" in api.requests
+    # and the key material never reaches the rendered manifests
+    material = api.secrets[(NS, "corium-kek-2025")]["data"]["kek.hex"]
+    assert material not in result.stdout
+    assert base64.b64decode(material).decode().strip() not in result.stdout
 
 
 # --- span export over TLS ------------------------------------------------------------------------

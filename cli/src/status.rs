@@ -181,6 +181,7 @@ fn member_json(member: &FleetMember) -> serde_json::Value {
             .and_then(|load| estimate_error_percent(load.memory_used_bytes, load.memory_resident_bytes)),
         "calls_per_second": status.and_then(|status| status.load.as_ref()).map(|load| load.calls_per_second),
         "cpu_percent": status.and_then(|status| status.load.as_ref()).map(|load| load.cpu_percent),
+        "storage_keys": status.map(|status| &status.storage_keys),
         "load_moves": status.map(|status| status.load_moves.iter().map(|moved| serde_json::json!({
             "database": moved.database, "to": moved.to, "at_unix_ms": moved.at_unix_ms, "reason": moved.reason,
         })).collect::<Vec<_>>()),
@@ -268,7 +269,7 @@ fn memory_text(load: &corium_fleet_proto::fleet::NodeLoad) -> String {
 }
 
 /// One row of the node table.
-fn node_row(member: &FleetMember, now_ms: i64) -> [String; 9] {
+fn node_row(member: &FleetMember, now_ms: i64) -> [String; 10] {
     let dash = || "-".to_owned();
     let state = if member.expires_unix_ms == 0 && !member.live {
         "no record".to_owned()
@@ -332,6 +333,16 @@ fn node_row(member: &FleetMember, now_ms: i64) -> [String; 9] {
         cold,
         leases,
         load,
+        member.status.as_ref().map_or_else(
+            || "-".to_owned(),
+            |status| {
+                if status.storage_keys.is_empty() {
+                    "none".to_owned()
+                } else {
+                    status.storage_keys.join(" ")
+                }
+            },
+        ),
     ]
 }
 
@@ -377,7 +388,16 @@ fn print_fleet(fleet: &FleetStatusResponse) {
         .collect();
     print_table(
         [
-            "NODE", "ZONE", "ENDPOINT", "STATE", "OWNED", "STANDBY", "COLD", "LEASES", "LOAD",
+            "NODE",
+            "ZONE",
+            "ENDPOINT",
+            "STATE",
+            "OWNED",
+            "STANDBY",
+            "COLD",
+            "LEASES",
+            "LOAD",
+            "STORAGE KEYS",
         ],
         &rows,
     );
@@ -413,6 +433,16 @@ fn print_databases(fleet: &FleetStatusResponse) {
     );
 }
 
+/// The key ids a node resolves, for people: an encrypted database under
+/// any other key is never served there.
+fn storage_keys(status: &NodeStatusResponse) -> String {
+    if status.storage_keys.is_empty() {
+        "none (encrypted databases are not served here)".to_owned()
+    } else {
+        status.storage_keys.join(", ")
+    }
+}
+
 /// One node in full: its identity, counts and every database it reported.
 fn print_node(member: &FleetMember) {
     let Some(status) = &member.status else {
@@ -441,6 +471,7 @@ fn print_node(member: &FleetMember) {
         status.standby,
         status.cold
     );
+    println!("storage keys: {}", storage_keys(status));
     let rows: Vec<_> = status
         .databases
         .iter()
@@ -569,6 +600,7 @@ mod tests {
         let status = NodeStatusResponse {
             owned: 2,
             databases: vec![owned("a", 7), owned("b", 3)],
+            storage_keys: vec!["file:/keys/a".to_owned(), "env:B".to_owned()],
             ..NodeStatusResponse::default()
         };
         let live = FleetMember {
@@ -583,6 +615,7 @@ mod tests {
             (row[3].as_str(), row[4].as_str(), row[7].as_str()),
             ("live", "2", "v3-v7")
         );
+        assert_eq!(row[9], "file:/keys/a env:B");
         let expired = FleetMember {
             node_id: "node-2".to_owned(),
             expires_unix_ms: 4_000,
@@ -592,6 +625,7 @@ mod tests {
         let row = node_row(&expired, 9_000);
         assert_eq!(row[3], "expired");
         assert_eq!(row[8], "record expired 5.0 s ago; last listed 1 owned");
+        assert_eq!(row[9], "-", "no status, no keys known");
         let unreachable = FleetMember {
             node_id: "node-3".to_owned(),
             live: true,
@@ -607,5 +641,6 @@ mod tests {
         let json = member_json(&live);
         assert_eq!(json["owned_databases"], serde_json::json!(["a", "b"]));
         assert_eq!(json["lease_versions"], serde_json::json!({"min": 3, "max": 7}));
+        assert_eq!(json["storage_keys"], serde_json::json!(["file:/keys/a", "env:B"]));
     }
 }

@@ -1,6 +1,7 @@
 //! `corium-fleet where DATABASE`: where one database lives — its owner
-//! (the lease holder), lease version and expiry, its ranked candidates, and
-//! its basis.
+//! (the lease holder), lease version and expiry, its ranked candidates, its
+//! basis, and for an encrypted database its key and which candidates lack
+//! it.
 //!
 //! Placement and the lease come from `FleetAdmin.DatabasePlacement`, which
 //! any node answers from storage (so the ingress may send it anywhere). The
@@ -146,8 +147,10 @@ fn json(view: &DatabaseView, live: bool, basis: &Basis) -> serde_json::Value {
         "basis_t": basis_t,
         "basis_source": source,
         "basis_unknown": error,
+        "storage_key": (!view.storage_key.is_empty()).then_some(&view.storage_key),
         "candidates": view.candidates.iter().map(|c| serde_json::json!({
             "node_id": c.node_id, "zone": c.zone, "endpoint": c.endpoint, "rank": c.rank,
+            "lacks_storage_key": c.lacks_storage_key,
         })).collect::<Vec<_>>(),
     })
 }
@@ -181,6 +184,23 @@ fn print(view: &DatabaseView, live: bool, basis: &Basis, now: i64) {
         };
         println!("lease       version {}, {expiry}", view.lease_version);
     }
+    if !view.storage_key.is_empty() {
+        let lacking: Vec<&str> = view
+            .candidates
+            .iter()
+            .filter(|c| c.lacks_storage_key)
+            .map(|c| c.node_id.as_str())
+            .collect();
+        if lacking.is_empty() {
+            println!("encrypted   under {}", view.storage_key);
+        } else {
+            println!(
+                "encrypted   under {}; candidates without it (never serve it): {}",
+                view.storage_key,
+                lacking.join(", ")
+            );
+        }
+    }
     match basis {
         Basis::Owner(status) => println!("basis       t {} (from the owner)", status.basis_t),
         Basis::Placement(basis_t) => println!("basis       t {basis_t} (from the answering node)"),
@@ -191,11 +211,16 @@ fn print(view: &DatabaseView, live: bool, basis: &Basis, now: i64) {
         .iter()
         .map(|c| {
             format!(
-                "{}:{} ({}{})",
+                "{}:{} ({}{}{})",
                 c.rank,
                 c.node_id,
                 c.zone,
-                if c.node_id == view.owner_id { ", owner" } else { "" }
+                if c.node_id == view.owner_id { ", owner" } else { "" },
+                if c.lacks_storage_key {
+                    ", lacks the key"
+                } else {
+                    ""
+                }
             )
         })
         .collect();

@@ -45,3 +45,6 @@ pub const OUTCOME_UNKNOWN_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.
 
 /// The `Any.type_url` of a [`fleet::RequestIdUnsupported`] detail.
 pub const REQUEST_ID_UNSUPPORTED_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.RequestIdUnsupported";
+
+/// The `Any.type_url` of a [`fleet::KeyMissing`] detail.
+pub const KEY_MISSING_TYPE_URL: &str = "type.googleapis.com/corium.fleet.v1.KeyMissing";

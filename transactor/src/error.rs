@@ -80,3 +80,22 @@ pub(crate) fn is_deposed(error: &corium_transactor::node::NodeError) -> bool {
         NodeError::Deposed(_) | NodeError::Transact(TransactError::Deposed { .. })
     )
 }
+
+/// The key a Corium node error says this node lacks: the database is
+/// encrypted and the node holds no keyring, or its keyring does not resolve
+/// the key the database's manifest names. Corium decides this before it
+/// takes the lease, so the error proves nothing was fenced or written.
+#[must_use]
+pub(crate) fn missing_key(error: &corium_transactor::node::NodeError) -> Option<String> {
+    use corium_crypt::KeyError;
+    use corium_store::StoreError;
+    use corium_transactor::keys::KeyWiringError;
+    use corium_transactor::node::NodeError;
+    match error {
+        NodeError::Keys(KeyWiringError::NoKeyring { kek, .. }) => Some(kek.to_string()),
+        NodeError::Keys(KeyWiringError::Store(StoreError::Keyring(
+            KeyError::MissingKey { id, .. } | KeyError::MissingCurrentEpoch(id),
+        ))) => Some(id.to_string()),
+        _ => None,
+    }
+}

@@ -108,6 +108,7 @@ async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_stor
             .iter()
             .map(|feature| (*feature).to_owned())
             .collect(),
+        storage_keys: host.template.key_ids(),
     };
     registry::register(host.base.as_ref(), &record)
         .await

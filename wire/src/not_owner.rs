@@ -79,6 +79,7 @@ mod tests {
                 zone: "b".into(),
                 endpoint: "https://node-2.internal:7001".into(),
                 rank: 0,
+                lacks_storage_key: false,
             }],
             last_basis_t: 42,
         }
@@ -135,7 +136,7 @@ mod tests {
                 database, owner_id: owner, lease_version: version, retryable,
                 route_endpoint: endpoint.clone(), last_basis_t: basis,
                 candidates: ranks.into_iter().enumerate().map(|(rank, (node_id, zone))| Candidate {
-                    node_id, zone, endpoint: endpoint.clone(), rank: u32::try_from(rank).unwrap(),
+                    node_id, zone, endpoint: endpoint.clone(), rank: u32::try_from(rank).unwrap(), lacks_storage_key: false,
                 }).collect(),
             };
             let back = wire(&to_status(&detail));

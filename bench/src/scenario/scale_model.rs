@@ -482,6 +482,7 @@ async fn model(
             owned: owned[i].clone(),
             load: None,
             features: Vec::new(),
+            storage_keys: Vec::new(),
         })
         .collect();
     for record in &records {

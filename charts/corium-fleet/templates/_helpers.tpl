@@ -349,6 +349,105 @@ goes through CORIUM_AUTHZ_DB (the flag's env), each break-glass role as one flag
 {{- end }}
 {{- end }}
 
+{{/* Storage keys (encrypted databases) ------------------------------------------ */}}
+
+{{/*
+transactor.storageKeys, transactors only (the ingress never reads a database). Every entry's
+Secret key is projected, read-only, into one volume as <id>/key, and passed as
+`--storage-key file:/etc/corium-fleet/storage-keys/<id>/key` (corium_crypt's StaticKeyring reads
+the file once, at start: 32 raw bytes or 64 hex digits). That whole string is the key id a
+database created under the key records in its key manifest, and what every later open looks the
+key up by, so it is made of the entry's `id` alone: the Secret and its key may change, the
+directory and the file name never do.
+*/}}
+{{- define "corium-fleet.storageKeys.dir" -}}
+/etc/corium-fleet/storage-keys
+{{- end }}
+
+{{/* The key id (`file:` ID) of one transactor.storageKeys entry. Args: the entry. */}}
+{{- define "corium-fleet.storageKeys.keyId" -}}
+{{- printf "file:%s/%s/key" (include "corium-fleet.storageKeys.dir" .) .id }}
+{{- end }}
+
+{{- define "corium-fleet.storageKeys.args" -}}
+{{- range .Values.transactor.storageKeys }}
+- --storage-key
+- {{ include "corium-fleet.storageKeys.keyId" . | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "corium-fleet.storageKeys.volumeMounts" -}}
+{{- if .Values.transactor.storageKeys -}}
+- name: storage-keys
+  mountPath: {{ include "corium-fleet.storageKeys.dir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Only the named key of each Secret; a missing Secret or key keeps the pod from starting. */}}
+{{- define "corium-fleet.storageKeys.volumes" -}}
+{{- with .Values.transactor.storageKeys -}}
+- name: storage-keys
+  projected:
+    defaultMode: 0400
+    sources:
+      {{- range . }}
+      - secret:
+          name: {{ .secretName | quote }}
+          items:
+            - key: {{ .secretKey | quote }}
+              path: {{ printf "%s/key" .id | quote }}
+      {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Refuses what would keep transactors from starting, or start them without a key: an id listed twice
+(two keys would share one key id), CORIUM_STORAGE_KEY in transactor.extraEnv (the --storage-key
+flags win over it, so its keys would be dropped), and, when Helm can read the cluster (install,
+upgrade, `helm template --dry-run=server`), an entry whose Secret or key is missing or does not
+hold a key. Plain `helm template` and `helm lint` cannot see Secrets (`lookup` gives nothing), so
+there the kubelet's refusal to mount a missing Secret or key, and the transactor's refusal to start
+with a key it cannot read (naming it), are what stop a bad entry. Whether the cluster can be read
+is told by the ConfigMap kube-root-ca.crt, which Kubernetes publishes in every namespace: a lookup
+that finds it is a live one.
+*/}}
+{{- define "corium-fleet.storageKeys.validate" -}}
+{{- $keys := .Values.transactor.storageKeys }}
+{{- $seen := dict }}
+{{- range $i, $key := $keys }}
+{{- if hasKey $seen $key.id }}
+{{- fail (printf "transactor.storageKeys.%d: id %q is already used by transactor.storageKeys.%d: two keys cannot share one key id (%s); give each key an id of its own" $i $key.id (get $seen $key.id) (include "corium-fleet.storageKeys.keyId" $key)) }}
+{{- end }}
+{{- $_ := set $seen $key.id $i }}
+{{- end }}
+{{- if $keys }}
+{{- range .Values.transactor.extraEnv }}
+{{- if eq (toString .name) "CORIUM_STORAGE_KEY" }}
+{{- fail "transactor.extraEnv: CORIUM_STORAGE_KEY is ignored while transactor.storageKeys is set (the --storage-key flags the chart passes win over it): list the key in transactor.storageKeys, or pass it as another --storage-key in transactor.extraArgs" }}
+{{- end }}
+{{- end }}
+{{- $ns := .Release.Namespace }}
+{{- if lookup "v1" "ConfigMap" $ns "kube-root-ca.crt" }}
+{{- range $i, $key := $keys }}
+{{- $what := printf "transactor.storageKeys.%d (id %q, key id %s)" $i $key.id (include "corium-fleet.storageKeys.keyId" $key) }}
+{{- $secret := lookup "v1" "Secret" $ns $key.secretName }}
+{{- if not $secret }}
+{{- fail (printf "%s: Secret %q does not exist in namespace %q; create it, with the key under %q, before installing or upgrading (docs/operations.md, \"Encrypted databases\")" $what $key.secretName $ns $key.secretKey) }}
+{{- end }}
+{{- $data := default dict (get $secret "data") }}
+{{- if not (hasKey $data $key.secretKey) }}
+{{- fail (printf "%s: Secret %q has no key %q (it has: %s)" $what $key.secretName $key.secretKey (join ", " (keys $data | sortAlpha) | default "none")) }}
+{{- end }}
+{{- $material := b64dec (get $data $key.secretKey) }}
+{{- if and (ne (len $material) 32) (not (regexMatch "^[0-9A-Fa-f]{64}$" (trim $material))) }}
+{{- fail (printf "%s: Secret %q key %q holds %d bytes, neither 32 raw bytes nor 64 hex digits (surrounding whitespace ignored), which is what a file: key must hold; e.g. `openssl rand -hex 32`" $what $key.secretName $key.secretKey (len $material)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Images ------------------------------------------------------------------ */}}
 
 {{- define "corium-fleet.transactor.image" -}}
@@ -757,6 +856,7 @@ topologySpreadConstraints:
 {{- end }}
 {{- include "corium-fleet.placementMap.validate" . }}
 {{- include "corium-fleet.auth.validate" . }}
+{{- include "corium-fleet.storageKeys.validate" . }}
 {{- if and .Values.ingress.autoscaling.enabled (gt (int .Values.ingress.autoscaling.minReplicas) (int .Values.ingress.autoscaling.maxReplicas)) }}
 {{- fail "ingress.autoscaling.minReplicas cannot exceed ingress.autoscaling.maxReplicas" }}
 {{- end }}

@@ -15,6 +15,7 @@ use tonic::Status;
 use super::Proxy;
 use super::hop::{Hop, SendError};
 use super::intake::Call;
+use super::key_refusals::KeyRefusals;
 use crate::body::Body;
 
 impl Proxy {
@@ -82,15 +83,20 @@ impl Proxy {
         self.suspects.order(hops, |hop: &Hop| hop.endpoint.as_str())
     }
 
-    /// Tries `hops` in order, moving on only after a proven connect failure.
+    /// Tries `hops` in order, moving on only after a proven connect failure
+    /// or a candidate's refusal for lacking the database's key.
     pub(super) async fn to_any(&self, call: &Call, hops: &[Hop]) -> Result<Response<Body>, Status> {
         let mut last = String::from("no node configured");
+        let mut unreachable = false;
+        let mut key_refusals = KeyRefusals::default();
         for hop in hops {
             match self.send(call, hop, None, false).await {
+                Ok(response) if key_refusals.note(&response) => {}
                 Ok(response) => return Ok(response),
                 Err(SendError::Connect(error)) => {
                     self.metrics.connect_retries.fetch_add(1, Ordering::Relaxed);
                     last = error;
+                    unreachable = true;
                 }
                 Err(SendError::Ambiguous(error)) => {
                     self.metrics.ambiguous_failures.fetch_add(1, Ordering::Relaxed);
@@ -108,8 +114,12 @@ impl Proxy {
                 }
             }
         }
+        if !unreachable && let Some(refusal) = key_refusals.refusal() {
+            return Err(refusal);
+        }
         Err(Status::unavailable(format!(
-            "cannot connect to any transactor: {last}"
+            "cannot connect to any transactor: {}",
+            key_refusals.and_unreachable(&last)
         )))
     }
 }

@@ -11,7 +11,8 @@
 //!    and — for a `Transact` with a request id — what is ambiguous, with the
 //!    same id, until the deadline; [`replica`] sends `PeerServer` reads to
 //!    a read replica (the owner last); [`any`] sends the rest to a candidate
-//!    or any node;
+//!    or any node; a candidate lacking an encrypted database's key is
+//!    passed by ([`key_refusals`]);
 //! 3. [`hop`] is one attempt: the fleet metadata, the remaining deadline,
 //!    and a classification of how it failed;
 //! 4. [`redact`] strips a node's internal endpoints and zones from a typed
@@ -24,6 +25,7 @@ mod any;
 mod header_names;
 mod hop;
 mod intake;
+mod key_refusals;
 mod owner;
 mod redact;
 mod replica;

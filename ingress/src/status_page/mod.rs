@@ -523,6 +523,7 @@ mod tests {
                 ..Load::default()
             }),
             features: Vec::new(),
+            storage_keys: Vec::new(),
         };
         put(
             store,

@@ -98,6 +98,7 @@ mod tests {
             owned: owned.iter().map(|db| (*db).to_owned()).collect(),
             load: None,
             features: Vec::new(),
+            storage_keys: Vec::new(),
         }
     }
 

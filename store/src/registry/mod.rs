@@ -62,6 +62,12 @@ pub struct Record {
     /// list have none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
+    /// The storage key ids this node resolves (`--storage-key`; ids only,
+    /// never material): placement views show which candidates of an
+    /// encrypted database lack its key. Nodes that predate the list, and
+    /// nodes with no keys, have none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub storage_keys: Vec<String>,
 }
 
 /// The feature of request-id records that name their owner
@@ -430,6 +436,7 @@ mod tests {
         let features = Features::default();
         let with = |id: &str, expires: i64, listed: &[&str]| Record {
             features: listed.iter().map(|feature| (*feature).to_owned()).collect(),
+            storage_keys: Vec::new(),
             ..record(id, "i", expires)
         };
         let later = now_unix_ms() + 60_000;
@@ -486,6 +493,7 @@ mod tests {
             owned: Vec::new(),
             load: None,
             features: Vec::new(),
+            storage_keys: Vec::new(),
         }
     }
 

@@ -133,3 +133,154 @@ async fn an_encrypted_database_is_created_written_rotated_and_moved_through_the_
     let listed = cli(&["db", "list"]).await;
     assert!(!listed.contains("orphan"), "{listed}");
 }
+
+/// A fleet whose nodes hold different keys (issue 50): one of three nodes
+/// lacks the key, and it is the first candidate of the database. The stock
+/// CLI's create passes it by, `where` and `status` say which node lacks the
+/// key, a handoff to it is refused naming the key, and when the keyed owner
+/// is killed (SIGKILL) the keyless candidate never takes the lease (it is not
+/// fenced: the lease version stays) nor serves — until the keyed node is
+/// back and takes the database over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_the_key_never_serves_never_fences_and_says_why() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("storage.key");
+    std::fs::write(&key, "3c".repeat(32)).unwrap();
+    let key_id = format!("file:{}", key.display());
+    let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
+        .nodes(3)
+        .env(&[("CORIUM_STORAGE_KEY", key_id.as_str())])
+        .start_with_ingress()
+        .await;
+    // A database whose first candidate is node 0, which then restarts
+    // without the key.
+    let keyless = 0;
+    let db = (0..1000)
+        .map(|i| format!("secret-{i}"))
+        .find(|db| fleet.candidates(db)[0] == keyless)
+        .expect("some name ranks node 0 first");
+    let keyed = fleet.candidates(&db)[1];
+    fleet.nodes[keyless].terminate().await;
+    fleet.nodes[keyless].set_env("CORIUM_STORAGE_KEY", None);
+    fleet.nodes[keyless].restart().await;
+    let keyless_id = fleet.nodes[keyless].id.clone();
+    let keyed_id = fleet.nodes[keyed].id.clone();
+
+    let schema = keys.path().join("schema.edn");
+    std::fs::write(&schema, corium::SCHEMA).unwrap();
+    let (ok, out, err) = run_cli(
+        &address,
+        &[
+            "db",
+            "create",
+            &db,
+            "--schema",
+            schema.to_str().unwrap(),
+            "--storage-key",
+            key_id.as_str(),
+        ],
+        "",
+    )
+    .await;
+    assert!(
+        ok,
+        "the create passes the keyless candidate by:\n{out}{err}\n{}",
+        fleet.logs()
+    );
+    corium::transact(&address, &db, "first", &[])
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
+    let view = corium::placement(&address, &db).await;
+    assert_eq!(view.owner_id, keyed_id, "{view:?}");
+    assert_eq!(view.storage_key, key_id, "{view:?}");
+    let lacks = |view: &corium_fleet_proto::fleet::DatabaseView, id: &str| {
+        view.candidates
+            .iter()
+            .find(|candidate| candidate.node_id == id)
+            .map(|candidate| candidate.lacks_storage_key)
+    };
+    assert_eq!(lacks(&view, &keyless_id), Some(true), "{view:?}");
+    assert_eq!(lacks(&view, &keyed_id), Some(false), "{view:?}");
+
+    operator_sees_the_keyless_candidate(&address, &db, &key_id, &keyless_id, &keyed_id).await;
+
+    // A handoff to the keyless node: refused in words naming the key,
+    // nothing moved.
+    let refused = fleet
+        .handoff(keyed, &db, keyless)
+        .await
+        .expect_err("a handoff to a node without the key");
+    assert!(
+        refused.message().contains(&key_id) && refused.message().contains(&keyless_id),
+        "{refused:?}"
+    );
+    let after = corium::placement(&address, &db).await;
+    assert_eq!(
+        (after.owner_id.as_str(), after.lease_version),
+        (keyed_id.as_str(), view.lease_version),
+        "{after:?}"
+    );
+
+    // The keyed owner dies: its lease lapses, and the keyless candidate —
+    // the only live one — neither takes it (no new lease version) nor
+    // serves a write.
+    fleet.nodes[keyed].kill();
+    tokio::time::sleep(fleet.lease_ttl * 4).await;
+    let write = corium::transact(&address, &db, "while-keyless", &[("grpc-timeout", "3S")]).await;
+    assert!(write.is_err(), "a write served without the key: {write:?}");
+    let lapsed = corium::placement(&address, &db).await;
+    assert_eq!(
+        (lapsed.owner_id.as_str(), lapsed.lease_version),
+        (keyed_id.as_str(), view.lease_version),
+        "the keyless node took the lease: {lapsed:?}\n{}",
+        fleet.logs()
+    );
+    assert!(
+        fleet.nodes[keyless].log().contains("lacks its key"),
+        "the keyless node says why it does not take the database over:\n{}",
+        fleet.nodes[keyless].log()
+    );
+
+    // The keyed node is back: it takes the database over and serves it.
+    fleet.nodes[keyed].restart().await;
+    corium::transact(&address, &db, "after-restart", &[])
+        .await
+        .unwrap_or_else(|status| panic!("{status:?}\n{}", fleet.logs()));
+    let back = corium::placement(&address, &db).await;
+    assert_eq!(back.owner_id, keyed_id, "{back:?}");
+    assert!(back.lease_version > view.lease_version, "{back:?}");
+}
+
+/// What an operator reads: `where` names the key and the candidate without
+/// it, `status --json` each node's key ids.
+async fn operator_sees_the_keyless_candidate(
+    address: &str,
+    db: &str,
+    key_id: &str,
+    keyless_id: &str,
+    keyed_id: &str,
+) {
+    let located = corium_fleet_tests::cli::run(&["where", db], address).await;
+    assert!(located.success, "{}{}", located.stdout, located.stderr);
+    assert!(
+        located.stdout.contains(key_id)
+            && located
+                .stdout
+                .contains(&format!("candidates without it (never serve it): {keyless_id}")),
+        "{}",
+        located.stdout
+    );
+    let status = corium_fleet_tests::cli::run(&["status", "--json"], address).await;
+    assert!(status.success, "{}{}", status.stdout, status.stderr);
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let keys_of = |id: &str| {
+        status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|node| node["node_id"] == id)
+            .map(|node| node["storage_keys"].clone())
+    };
+    assert_eq!(keys_of(keyless_id), Some(serde_json::json!([])), "{status:#}");
+    assert_eq!(keys_of(keyed_id), Some(serde_json::json!([key_id])), "{status:#}");
+}

@@ -91,6 +91,7 @@ fn not_owner_status(_: Option<&str>) -> tonic::Status {
             zone: "zone-1".into(),
             endpoint: HOP.get().cloned().unwrap_or_default(),
             rank: 0,
+            lacks_storage_key: false,
         }],
         ..NotOwner::default()
     })

@@ -38,10 +38,16 @@ const TTL: Duration = Duration::from_millis(1500);
 /// subscriptions open (before `ingress/src/leaving.rs`).
 const PREVIOUS_WITHOUT_LEAVING: &str = "5ca2fd1e72390fbf11f7e7718292a17fbc633bdd";
 
-/// What a stock peer says of a write tonic's client dropped unsent after a
-/// GOAWAY reached a connection with a stream open.
+/// What a stock peer says of a write the previous release's GOAWAY left
+/// unsent: tonic's client drops it (`CANCELLED`, "connection closed") when
+/// the GOAWAY reached a connection with a stream open, or h2 fails it with
+/// the server's own `GoAway(NO_ERROR, Remote)` when it was opened above the
+/// GOAWAY's last stream id, which HTTP/2 (RFC 9113 §6.8) guarantees the
+/// server never processed. Both are the previous ingress's one-phase GOAWAY;
+/// a full run saw both kinds in one roll.
 fn unsent_after_goaway(error: &str) -> bool {
-    error.contains("The operation was cancelled") && error.contains("connection closed")
+    (error.contains("The operation was cancelled") && error.contains("connection closed"))
+        || (error.contains("GoAway(") && error.contains("NO_ERROR, Remote"))
 }
 
 /// Each writer's errors after its first `from[i]`.

@@ -44,6 +44,23 @@ pub struct Template {
 }
 
 impl Template {
+    /// Whether this node's keyring resolves `key_id` (a key id as a
+    /// database's manifest or a create request names it).
+    #[must_use]
+    pub fn holds_key(&self, key_id: &str) -> bool {
+        self.keyring
+            .as_ref()
+            .is_some_and(|keyring| keyring.key_ids().iter().any(|id| id.as_str() == key_id))
+    }
+
+    /// The key ids this node resolves (ids only, never material).
+    #[must_use]
+    pub fn key_ids(&self) -> Vec<String> {
+        self.keyring.as_ref().map_or_else(Vec::new, |keyring| {
+            keyring.key_ids().iter().map(ToString::to_string).collect()
+        })
+    }
+
     /// Whether a lease owner is one of this process's cells.
     #[must_use]
     pub fn is_own(&self, owner: &str) -> bool {

@@ -29,7 +29,8 @@ impl Host {
     /// [`Refusal::NotOwner`] when another owner won the lease or this node
     /// is shutting down; [`Refusal::Unverifiable`] on storage failure;
     /// [`Refusal::OverBudget`] or [`Refusal::TooLarge`] when the memory
-    /// budget has no room (`memory.rs`).
+    /// budget has no room (`memory.rs`); [`Refusal::KeyMissing`] when the
+    /// database is encrypted under a key this node lacks.
     #[tracing::instrument(name = "activation", level = "info", skip(self))]
     pub async fn activate(self: &Arc<Self>, db: &str, takeover: bool) -> Result<Arc<Cell>, Refusal> {
         let lock = self.activation_lock(db);
@@ -87,8 +88,27 @@ impl Host {
             Err(OpenError::Unknown(_)) => Err(Refusal::UnknownDatabase(db.to_owned())),
             Err(OpenError::Node(error)) => {
                 self.metrics.activation_failures.fetch_add(1, Ordering::Relaxed);
+                if let Some(key_id) = crate::error::missing_key(&error) {
+                    return Err(self.key_missing(db, key_id));
+                }
                 Err(self.unverifiable(db, "activation failed", &error))
             }
+        }
+    }
+
+    /// The refusal of a database encrypted under a key this node lacks,
+    /// logged where it is decided (once per activation attempt; the ingress
+    /// moves on to the next candidate).
+    pub(crate) fn key_missing(&self, db: &str, key_id: String) -> Refusal {
+        tracing::warn!(
+            db,
+            key_id = %key_id,
+            "not opening an encrypted database: this node lacks its key (start it with --storage-key naming it)"
+        );
+        Refusal::KeyMissing {
+            node: self.config.node_id.clone(),
+            db: db.to_owned(),
+            key_id,
         }
     }
 

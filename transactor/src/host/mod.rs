@@ -236,6 +236,7 @@ impl Host {
                 zone: member.zone.clone(),
                 endpoint: member.endpoint.clone(),
                 rank: u32::try_from(rank).unwrap_or(u32::MAX),
+                lacks_storage_key: false,
             })
             .collect()
     }

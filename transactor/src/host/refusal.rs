@@ -73,6 +73,23 @@ pub enum Refusal {
         /// Its budget, in MiB.
         budget_mib: u64,
     },
+    /// The database is encrypted under a key this node was not started with
+    /// (`--storage-key`): `FAILED_PRECONDITION` with the typed `KeyMissing`
+    /// detail, decided before the lease was taken (Corium resolves keys
+    /// first), so the holder was not fenced and nothing was written. The
+    /// ingress tries the next candidate; a client gives up, since the answer
+    /// does not change until an operator gives a node the key.
+    #[error(
+        "database {db:?} is encrypted under key {key_id}, which node {node} does not hold (start the node with --storage-key {key_id}); nothing was done"
+    )]
+    KeyMissing {
+        /// This node.
+        node: String,
+        /// The database.
+        db: String,
+        /// The key id its manifest (or its create request) names.
+        key_id: String,
+    },
     /// The database alone needs more memory than this node's budget (a
     /// poison database): `RESOURCE_EXHAUSTED`, refused without opening it
     /// again until it is forgotten.
@@ -96,9 +113,11 @@ impl Refusal {
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Metadata(_) | Self::InvalidName(_) | Self::UnknownDatabase(_) | Self::TooLarge { .. } => {
-                ErrorKind::GiveUp
-            }
+            Self::Metadata(_)
+            | Self::InvalidName(_)
+            | Self::UnknownDatabase(_)
+            | Self::TooLarge { .. }
+            | Self::KeyMissing { .. } => ErrorKind::GiveUp,
             Self::NotOwner(detail) => not_owner::kind(detail),
             Self::Unverifiable { .. } | Self::OverBudget { .. } | Self::WritesRefused { .. } => {
                 ErrorKind::RetryLater

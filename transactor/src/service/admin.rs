@@ -69,8 +69,47 @@ pub(crate) async fn database_view(host: &Host, db: &str) -> Result<(Standing, Da
             candidates,
             memory_bytes: 0,
             calls_per_second: 0.0,
+            storage_key: String::new(),
         },
     ))
+}
+
+/// Adds to `view` the key `db` is encrypted under and which of its
+/// candidates lack it (their registry records' key ids): one manifest read,
+/// and for an encrypted database one registry read. What `where` shows.
+///
+/// # Errors
+/// `UNAVAILABLE` when storage cannot be read.
+async fn with_keys(host: &Host, db: &str, view: &mut DatabaseView) -> Result<(), Status> {
+    let timeout = host.config.storage_timeout;
+    let unavailable = |error: &dyn std::fmt::Display| {
+        Status::unavailable(format!(
+            "cannot read the key manifest of {db:?}: {error}; retry later"
+        ))
+    };
+    let manifest = tokio::time::timeout(timeout, corium_store::load_key_manifest(host.base.as_ref(), db))
+        .await
+        .map_err(|_| unavailable(&"storage did not answer in time"))?
+        .map_err(|error| unavailable(&error))?;
+    let Some(manifest) = manifest.filter(|manifest| !manifest.storage_keys.is_empty()) else {
+        return Ok(());
+    };
+    view.storage_key = manifest.kek.to_string();
+    let records = tokio::time::timeout(
+        timeout,
+        corium_fleet_store::registry::read_records(&corium_fleet_store::prefix_read::ListThenRead(
+            Arc::clone(&host.base),
+        )),
+    )
+    .await
+    .map_err(|_| unavailable(&"storage did not answer in time"))?
+    .map_err(|error| unavailable(&error))?;
+    for candidate in &mut view.candidates {
+        candidate.lacks_storage_key = records.iter().any(|record| {
+            record.node_id == candidate.node_id && !record.storage_keys.contains(&view.storage_key)
+        });
+    }
+    Ok(())
 }
 
 /// This node's own status: identity, load, and every database it owns,
@@ -117,6 +156,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
                 reason: moved.reason,
             })
             .collect(),
+        storage_keys: host.template.key_ids(),
         ..NodeStatusResponse::default()
     };
     for db in catalog(host).await? {
@@ -270,7 +310,10 @@ impl FleetAdmin for FleetAdminSvc {
     ) -> Result<Response<DatabasePlacementResponse>, Status> {
         admit(&self.0, &request, &Door::operator("DatabasePlacement", "")).await?;
         let db = request.into_inner().database;
-        let (_, view) = database_view(&self.0.host, &db).await?;
+        let (_, mut view) = database_view(&self.0.host, &db).await?;
+        if view.state != "absent" {
+            with_keys(&self.0.host, &db, &mut view).await?;
+        }
         Ok(Response::new(DatabasePlacementResponse { view: Some(view) }))
     }
 

@@ -74,6 +74,13 @@ impl Catalog for FleetCatalog {
         if host.is_stopping() {
             return Err(Status::unavailable("this node is shutting down; retry"));
         }
+        // A database encrypted under a key this node lacks is the next
+        // candidate's to create (Corium would refuse it only after writing
+        // the catalog entry's first records).
+        let key_id = &request.get_ref().storage_key;
+        if !key_id.is_empty() && !host.template.holds_key(key_id) {
+            return Err(host.key_missing(&db, key_id.clone()).into());
+        }
         // A create opens the new database here: the memory budget decides
         // as for any activation (a candidate with room, else a refusal).
         host.make_room(&db).await?;

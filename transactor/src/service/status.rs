@@ -59,6 +59,9 @@ fn refusal_status(refusal: &Refusal) -> Status {
         Refusal::OverBudget { .. } | Refusal::TooLarge { .. } | Refusal::WritesRefused { .. } => {
             Status::resource_exhausted(refusal.to_string())
         }
+        Refusal::KeyMissing { node, db, key_id } => {
+            corium_fleet_wire::key_missing::with_message(refusal.to_string(), db, node, key_id)
+        }
     }
 }
 

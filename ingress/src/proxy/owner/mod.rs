@@ -40,6 +40,7 @@ use tonic::Status;
 use super::Proxy;
 use super::hop::{Hop, SendError};
 use super::intake::Call;
+use super::key_refusals::KeyRefusals;
 use crate::body::Body;
 use crate::owner_cache::Resolution;
 mod rules;
@@ -76,9 +77,11 @@ impl Proxy {
     }
 
     /// One attempt over `hops` (in order, moving on after a refused
-    /// connection only).
+    /// connection or a candidate's refusal for lacking the database's key).
     async fn attempt(&self, call: &Call, retries: &Retries, hops: &[Hop]) -> Attempt {
         let mut unreachable = String::from("no candidate is live");
+        let mut reached_all = true;
+        let mut key_refusals = KeyRefusals::default();
         for hop in hops {
             // A call with a request id is read whole, so a break after the
             // response headers is retried like any other.
@@ -86,8 +89,13 @@ impl Proxy {
                 .send(call, hop, retries.id.as_ref(), retries.idempotent())
                 .await
             {
+                // A candidate without the database's key: the next one.
+                Ok(response) if key_refusals.note(&response) => {}
                 Ok(response) => return Self::classify(response, retries),
-                Err(SendError::Connect(error)) => unreachable = error,
+                Err(SendError::Connect(error)) => {
+                    unreachable = error;
+                    reached_all = false;
+                }
                 Err(SendError::Ambiguous(error)) => {
                     self.metrics.ambiguous_failures.fetch_add(1, Ordering::Relaxed);
                     return Attempt::Broke(error);
@@ -95,7 +103,10 @@ impl Proxy {
                 Err(SendError::Deadline) => return Attempt::Late,
             }
         }
-        Attempt::Unreachable(unreachable)
+        if reached_all && let Some(refusal) = key_refusals.refusal() {
+            return Attempt::Answer(crate::body::status_response(&refusal));
+        }
+        Attempt::Unreachable(key_refusals.and_unreachable(&unreachable))
     }
 
     /// Reads a node's answer: typed `NotOwner`, typed refusal of an assigned
