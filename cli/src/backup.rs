@@ -6,9 +6,13 @@
 //! basis; Corium's own backup code (`corium_transactor::backup`) then reads
 //! the storage directly. For a scheduled job (the chart's backup `CronJob`):
 //! every database the fleet lists when none is named, one failure does not
-//! stop the others, and the exit status says whether all succeeded.
+//! stop the others, and the exit status says whether all succeeded. An
+//! encrypted database needs its key (`--storage-key`, as stock `corium
+//! backup` takes it): the archive holds the stored ciphertext, and the key
+//! is needed only to walk the index blobs.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -16,6 +20,7 @@ use corium_protocol::pb;
 use corium_protocol::pb::catalog_client::CatalogClient;
 
 use crate::node_args::{Authorized, NodeArgs};
+use crate::storage_keys::StorageKeyArgs;
 
 /// How long discovering one database's storage may take.
 const DISCOVERY_DEADLINE: Duration = Duration::from_secs(30);
@@ -33,6 +38,8 @@ pub(crate) struct BackupArgs {
     timeout_secs: u64,
     #[command(flatten)]
     node: NodeArgs,
+    #[command(flatten)]
+    keys: StorageKeyArgs,
 }
 
 /// Runs `corium-fleet backup`: each database in turn, a line per archive.
@@ -44,6 +51,8 @@ pub(crate) async fn run(args: BackupArgs) -> anyhow::Result<()> {
     if args.timeout_secs == 0 {
         bail!("--timeout-secs must be positive");
     }
+    // Read before anything else: a key that cannot be read fails at once.
+    let keyring = args.keys.keyring()?;
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the backup directory {}", args.dir.display()))?;
     let channel = args.node.channel(&args.node.endpoint, DISCOVERY_DEADLINE).await?;
@@ -62,7 +71,7 @@ pub(crate) async fn run(args: BackupArgs) -> anyhow::Result<()> {
     let mut failed = Vec::new();
     for db in &databases {
         let archive = args.dir.join(format!("{db}.backup"));
-        match back_up(&mut catalog, db, &archive, deadline).await {
+        match back_up(&mut catalog, db, &archive, deadline, keyring.as_ref()).await {
             Ok(report) => println!(
                 "{db}: backed up to t={} (index at t={}): {} transactions and {} index blobs copied into {}",
                 report.basis_t,
@@ -95,6 +104,7 @@ async fn back_up(
     db: &str,
     archive: &Path,
     deadline: Duration,
+    keyring: Option<&Arc<dyn corium_crypt::Keyring>>,
 ) -> anyhow::Result<corium_transactor::backup::BackupReport> {
     // The channel's deadline (DISCOVERY_DEADLINE) bounds the call.
     let mut request = tonic::Request::new(pb::GetStorageInfoRequest { db: db.to_owned() });
@@ -111,7 +121,7 @@ async fn back_up(
     let source = corium_transactor::backup::BackupSource::from_info(info)?;
     tokio::time::timeout(
         deadline,
-        corium_transactor::backup::backup(&source, db, archive, None),
+        corium_transactor::backup::backup(&source, db, archive, keyring),
     )
     .await
     .with_context(|| format!("not done within {} s (--timeout-secs)", deadline.as_secs()))?

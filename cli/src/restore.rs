@@ -15,7 +15,9 @@
 //! An existing database of that name, or any of its records, is never
 //! overwritten, and a restore that fails takes back what it wrote
 //! ([`undo`]). Safe while the fleet runs: nobody owns a name that does not
-//! exist yet.
+//! exist yet. An encrypted archive needs its key (`--storage-key`, as stock
+//! `corium restore` takes it): the restored database stays encrypted under
+//! the same key, which the nodes that serve it must hold.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +26,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use corium_fleet_store::StorageFlags;
 use corium_store::{FsStore, FullStore, RootStore as _};
+
+use crate::storage_keys::StorageKeyArgs;
 
 /// How long opening the fleet's storage may take.
 const OPEN_DEADLINE: Duration = Duration::from_secs(30);
@@ -43,15 +47,19 @@ pub(crate) struct RestoreArgs {
     as_db: String,
     #[command(flatten)]
     storage: StorageFlags,
+    #[command(flatten)]
+    keys: StorageKeyArgs,
 }
 
 /// Runs `corium-fleet restore`.
 ///
 /// # Errors
-/// The archive is unreadable, invalid or encrypted; the name exists; the
+/// The archive is unreadable, invalid, or encrypted under a key not given;
+/// a key cannot be read; the name exists; the
 /// storage cannot be opened or written.
 pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     let settings = args.storage.validate()?;
+    let keyring = args.keys.keyring()?;
     let store = corium_fleet_store::open_store(
         &settings.backend,
         &settings.data_dir,
@@ -79,12 +87,15 @@ pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
         bail!("{db:?} has log records in the fleet's storage; restore under another name");
     }
     let scratch = tempfile::tempdir().context("cannot make a scratch directory")?;
-    let report = corium_transactor::backup::restore(&args.archive, scratch.path(), db, None)
+    let report = corium_transactor::backup::restore(&args.archive, scratch.path(), db, keyring.as_ref())
         .await
         .with_context(|| format!("cannot restore {}", args.archive.display()))?;
     let mut created = Vec::new();
     let moved = move_into(
-        scratch.path(),
+        Scratch {
+            dir: scratch.path(),
+            keyring: keyring.as_ref(),
+        },
         db,
         report.basis_t,
         &names,
@@ -139,6 +150,13 @@ async fn undo(
     error.context(format!("restore of {db:?} undone"))
 }
 
+/// Where Corium restored the archive, and the keys its records are sealed
+/// under (an encrypted archive's).
+struct Scratch<'a> {
+    dir: &'a Path,
+    keyring: Option<&'a Arc<dyn corium_crypt::Keyring>>,
+}
+
 /// A database's roots, the catalog entry first.
 struct Roots([String; 3]);
 
@@ -161,7 +179,7 @@ impl Roots {
 /// transactions), then its roots with the catalog entry last, each root
 /// created noted in `created`. Returns the blobs and transactions moved.
 async fn move_into(
-    scratch: &Path,
+    scratch: Scratch<'_>,
     db: &str,
     basis_t: u64,
     names: &Roots,
@@ -169,13 +187,25 @@ async fn move_into(
     logs: &corium_transactor::LogBackend,
     created: &mut Vec<String>,
 ) -> anyhow::Result<(usize, usize)> {
+    let Scratch {
+        dir: scratch,
+        keyring,
+    } = scratch;
     let blobs = copy_blobs(&scratch.join("store"), store).await?;
+    let scratch_store: Arc<dyn FullStore> = Arc::new(FsStore::open(scratch.join("store"))?);
+    // An encrypted database's log records are read and written through its
+    // cipher (Corium's restore sealed them for `db`'s lineage); its blobs
+    // are copied as stored.
+    let manifest = corium_store::load_key_manifest(scratch_store.as_ref(), db).await?;
+    let cipher = corium_transactor::keys::resolve_db_crypto(db, &scratch_store, manifest.as_ref(), keyring)
+        .await?
+        .cipher;
     let restored = corium_transactor::LogBackend::Fs(scratch.join("logs"))
-        .open_read_only(db, None)
+        .open_read_only(db, cipher.clone())
         .await?;
     // Log version 0: before any lease, as Corium's own restore writes a
     // filesystem log; the first owner's version comes after it.
-    let log = logs.open(db, 0, None).await?;
+    let log = logs.open(db, 0, cipher).await?;
     let mut transactions = 0;
     let mut start = 0;
     while start <= basis_t {
@@ -185,7 +215,6 @@ async fn move_into(
         transactions += records.len();
         start = end;
     }
-    let scratch_store = FsStore::open(scratch.join("store"))?;
     // Keys, then the root, then the catalog entry: a database is found
     // only once it is whole (as Corium's own restore publishes).
     for name in names.all().into_iter().rev() {

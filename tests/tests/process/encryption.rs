@@ -26,11 +26,12 @@ fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::Path
     found
 }
 
-/// Two nodes with the same key: the stock CLI creates a database under it
+/// Two nodes with the same keys: the stock CLI creates a database under one
 /// through the ingress, writes land encrypted (no stored file holds the
 /// plaintext; an unencrypted database's do, the negative control), `corium
-/// keys status` and `keys rotate` work through the fleet, and the database
-/// moves to the other node and is read and written there. A database
+/// keys status`, `keys rotate` and `keys rewrap` (onto the second key) work
+/// through the fleet, and the database moves between the nodes and is read
+/// and written on each. A database
 /// under a key the fleet cannot resolve is refused, naming the key, and
 /// nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,9 +40,15 @@ async fn an_encrypted_database_is_created_written_rotated_and_moved_through_the_
     let key = keys.path().join("storage.key");
     std::fs::write(&key, "8f".repeat(32)).unwrap();
     let key_id = format!("file:{}", key.display());
+    // The key the database is re-wrapped onto later (the first step of a
+    // key-encryption key's rotation: every node holds both).
+    let next = keys.path().join("next.key");
+    std::fs::write(&next, "9d".repeat(32)).unwrap();
+    let next_id = format!("file:{}", next.display());
+    let both = format!("{key_id},{next_id}");
     let (fleet, address) = Fleet::builder(Backend::Filesystem)
         .nodes(2)
-        .node_flags(&["--storage-key", key_id.as_str()])
+        .node_flags(&["--storage-key", both.as_str()])
         .start_with_ingress()
         .await;
     let cli = async |args: &[&str]| {
@@ -85,6 +92,21 @@ async fn an_encrypted_database_is_created_written_rotated_and_moved_through_the_
     corium::transact(&address, "secret", "after-move", &[])
         .await
         .unwrap();
+    // Re-wrapped onto the next key through the fleet, then rotated (the
+    // new epoch is wrapped under the new key only), written, and moved back:
+    // the other node opens it under the new key.
+    let rewrapped = cli(&["keys", "rewrap", "secret", "--kek", next_id.as_str()]).await;
+    assert!(rewrapped.contains(":rewrapped true"), "{rewrapped}");
+    cli(&["keys", "rotate", "secret"]).await;
+    let status = cli(&["keys", "status", "secret"]).await;
+    assert!(
+        status.contains(&next_id),
+        "keys status names the new key: {status}"
+    );
+    corium::transact(&address, "secret", "after-rewrap", &[])
+        .await
+        .unwrap();
+    fleet.handoff(successor, "secret", owner).await.unwrap();
     let names: Vec<String> = corium::log(&address, "secret")
         .await
         .unwrap()
@@ -95,22 +117,12 @@ async fn an_encrypted_database_is_created_written_rotated_and_moved_through_the_
         canary("secret"),
         "after-rotation".to_owned(),
         "after-move".to_owned(),
+        "after-rewrap".to_owned(),
     ] {
         assert!(names.contains(&name), "{name} in {names:?}");
     }
 
-    // At rest: the plaintext of the unencrypted database is on disk, the
-    // encrypted one's is nowhere.
-    let data = fleet.path("data");
-    assert!(
-        !files_containing(&data, canary("plain").as_bytes()).is_empty(),
-        "the control"
-    );
-    let leaked = files_containing(&data, canary("secret").as_bytes());
-    assert!(
-        leaked.is_empty(),
-        "plaintext of an encrypted database in {leaked:?}"
-    );
+    at_rest(&fleet.path("data"), &canary("plain"), &canary("secret"));
 
     // A key no node resolves: refused in words that name it, nothing made.
     let unknown = format!("file:{}", keys.path().join("absent.key").display());
@@ -283,4 +295,163 @@ async fn operator_sees_the_keyless_candidate(
     };
     assert_eq!(keys_of(keyless_id), Some(serde_json::json!([])), "{status:#}");
     assert_eq!(keys_of(keyed_id), Some(serde_json::json!([key_id])), "{status:#}");
+}
+
+/// On every store (filesystem, `PostgreSQL`, S3): an encrypted database is
+/// created with the stock CLI through the fleet, read through a read
+/// replica, taken over after its owner's SIGKILL, backed up by
+/// `corium-fleet backup --storage-key` through the fleet address and
+/// restored by `corium-fleet restore --storage-key` under a new name, which
+/// the fleet then serves with every transaction of the source and writes
+/// to. Without the key, the backup and the restore fail naming it, and the
+/// restore leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_database_is_read_taken_over_backed_up_and_restored_on_every_store() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("storage.key");
+    std::fs::write(&key, "5e".repeat(32)).unwrap();
+    let key_id = format!("file:{}", key.display());
+    let schema = keys.path().join("schema.edn");
+    std::fs::write(&schema, corium::SCHEMA).unwrap();
+    let schema = schema.to_str().unwrap();
+    for backend in Backend::all() {
+        let kind = match &backend {
+            Backend::Filesystem => "filesystem",
+            Backend::Postgres { .. } => "postgres",
+            Backend::S3 { .. } => "s3",
+        };
+        let read_only = backend.read_only_flags().unwrap_or_default();
+        let flags: Vec<&str> = read_only.iter().map(String::as_str).collect();
+        let (mut fleet, address) = Fleet::builder(backend.clone())
+            .nodes(2)
+            .lease_ttl(std::time::Duration::from_secs(2))
+            .env(&[("CORIUM_STORAGE_KEY", key_id.as_str())])
+            .node_flags(&flags)
+            .start_with_ingress()
+            .await;
+        let db = "vault";
+        let (ok, out, err) = run_cli(
+            &address,
+            &[
+                "db",
+                "create",
+                db,
+                "--schema",
+                schema,
+                "--storage-key",
+                key_id.as_str(),
+            ],
+            "",
+        )
+        .await;
+        assert!(ok, "{kind}: create: {out}{err}\n{}", fleet.logs());
+        let written = corium::transact(&address, db, "before", &[])
+            .await
+            .unwrap_or_else(|status| panic!("{kind}: {status:?}\n{}", fleet.logs()));
+
+        // A read replica follows the owner and answers a query.
+        let mut reader =
+            corium_protocol::pb::peer_server_client::PeerServerClient::new(corium::channel(&address).await);
+        let rows = crate::reads::query_rows(&mut reader, db, None, Some(written.basis_t))
+            .await
+            .unwrap_or_else(|status| panic!("{kind}: a replica read: {status:?}\n{}", fleet.logs()));
+        assert!(
+            rows.iter().any(|row| row.contains("\"before\"")),
+            "{kind}: {rows:?}"
+        );
+
+        // The owner killed: the other node (with the key) takes over.
+        let owner = fleet.index(&corium::placement(&address, db).await.owner_id);
+        fleet.nodes[owner].kill();
+        corium::transact(&address, db, "after-takeover", &[])
+            .await
+            .unwrap_or_else(|status| panic!("{kind}: after the SIGKILL: {status:?}\n{}", fleet.logs()));
+        let successor = corium::placement(&address, db).await.owner_id;
+        assert_ne!(fleet.index(&successor), owner, "{kind}");
+
+        backed_up_and_restored(kind, &fleet, &address, &backend, &key_id, keys.path()).await;
+        eprintln!("{kind}: encrypted database read, taken over, backed up and restored");
+    }
+}
+
+/// At rest: the plaintext of the unencrypted database (`plain`) is in a
+/// stored file (the control), the encrypted one's (`secret`) in none.
+fn at_rest(data: &std::path::Path, plain: &str, secret: &str) {
+    assert!(
+        !files_containing(data, plain.as_bytes()).is_empty(),
+        "the control"
+    );
+    let leaked = files_containing(data, secret.as_bytes());
+    assert!(
+        leaked.is_empty(),
+        "plaintext of an encrypted database in {leaked:?}"
+    );
+}
+
+/// Backed up through the fleet with `corium-fleet backup`, with the key and
+/// without it, then restored under a new name into the fleet's own storage:
+/// the copy holds what the source holds and takes writes; a restore without
+/// the key names it and leaves nothing.
+async fn backed_up_and_restored(
+    kind: &str,
+    fleet: &Fleet,
+    address: &str,
+    backend: &Backend,
+    key_id: &str,
+    dir: &std::path::Path,
+) {
+    let db = "vault";
+    let env = backend.process_env();
+    let address = address.to_owned();
+    // Backed up through the fleet, with the key and without it.
+    let backups = dir.join(format!("backups-{kind}"));
+    let backups = backups.to_str().unwrap();
+    let keyless = corium_fleet_tests::cli::run(&["backup", db, "--dir", backups], &address).await;
+    assert!(!keyless.success, "{kind}: a backup without the key: {keyless:?}");
+    let backup = corium_fleet_tests::cli::run(
+        &["backup", db, "--dir", backups, "--storage-key", key_id],
+        &address,
+    )
+    .await;
+    assert!(backup.success, "{kind}: {backup:?}\n{}", fleet.logs());
+
+    // Restored under a new name into the fleet's own storage.
+    let archive = format!("{backups}/{db}.backup");
+    let storage = backend.storage_args(&fleet.path("data"));
+    let restore = async |name: &str, with_key: bool| {
+        let mut args = vec!["restore", archive.as_str(), "--as-db", name];
+        args.extend(storage.iter().map(String::as_str));
+        if with_key {
+            args.extend(["--storage-key", key_id]);
+        }
+        corium_fleet_tests::cli::run_on_storage(&args, &env).await
+    };
+    let refused = restore("vault-keyless", false).await;
+    assert!(
+        !refused.success && refused.stderr.contains(key_id),
+        "{kind}: a restore without the key names it: {refused:?}"
+    );
+    let restored = restore("vault-copy", true).await;
+    assert!(restored.success, "{kind}: {restored:?}");
+    let (ok, listed, err) = run_cli(&address, &["db", "list"], "").await;
+    assert!(ok && !listed.contains("vault-keyless"), "{kind}: {listed}{err}");
+    let names = |log: Vec<(u64, Vec<String>)>| {
+        let mut names: Vec<String> = log.into_iter().flat_map(|(_, names)| names).collect();
+        names.sort();
+        names
+    };
+    let source = names(corium::log(&address, db).await.unwrap());
+    let copy = names(
+        corium::log(&address, "vault-copy")
+            .await
+            .unwrap_or_else(|status| panic!("{kind}: the copy: {status:?}\n{}", fleet.logs())),
+    );
+    assert_eq!(copy, source, "{kind}");
+    assert!(
+        source.contains(&"after-takeover".to_owned()),
+        "{kind}: {source:?}"
+    );
+    corium::transact(&address, "vault-copy", "written-to-the-copy", &[])
+        .await
+        .unwrap_or_else(|status| panic!("{kind}: {status:?}\n{}", fleet.logs()));
 }

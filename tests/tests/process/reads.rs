@@ -69,7 +69,7 @@ struct Answers {
     bad_query: (tonic::Code, String),
 }
 
-async fn query_rows(
+pub(crate) async fn query_rows(
     client: &mut PeerServerClient<Channel>,
     db: &str,
     as_of: Option<u64>,
