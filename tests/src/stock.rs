@@ -162,7 +162,16 @@ impl StockTransactor {
     /// # Errors
     /// No stock binary (`make test` installs it), or it did not listen.
     pub async fn start() -> anyhow::Result<Self> {
-        Self::start_with(None, Duration::from_secs(30)).await
+        Self::start_with(None, &[], Duration::from_secs(30)).await
+    }
+
+    /// Starts one as [`Self::start`] does, holding the storage keys `keys`
+    /// (`--storage-key`, each a key ID).
+    ///
+    /// # Errors
+    /// No stock binary, a key it cannot read, or it did not listen.
+    pub async fn start_with_keys(keys: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(None, keys, Duration::from_secs(30)).await
     }
 
     /// Starts one over an existing data directory — a fleet's filesystem
@@ -173,12 +182,17 @@ impl StockTransactor {
     /// # Errors
     /// No stock binary, or it did not listen in time.
     pub async fn start_over(data_dir: &std::path::Path, within: Duration) -> anyhow::Result<Self> {
-        Self::start_with(Some(data_dir.to_path_buf()), within).await
+        Self::start_with(Some(data_dir.to_path_buf()), &[], within).await
     }
 
     /// Starts one over `data_dir` (`None`: a `data` folder of its own
-    /// temporary directory), waiting at most `within` until it listens.
-    async fn start_with(data_dir: Option<PathBuf>, within: Duration) -> anyhow::Result<Self> {
+    /// temporary directory) holding `keys`, waiting at most `within` until
+    /// it listens.
+    async fn start_with(data_dir: Option<PathBuf>, keys: &[&str], within: Duration) -> anyhow::Result<Self> {
+        let keys: Vec<String> = keys
+            .iter()
+            .flat_map(|key| ["--storage-key".to_owned(), (*key).to_owned()])
+            .collect();
         let (process, endpoint) =
             StockProcess::start("corium transactor", "stock.log", within, move |dir, port| {
                 let mut args: Vec<String> = ["transactor", "--store", "fs", "--data-dir"]
@@ -195,6 +209,7 @@ impl StockTransactor {
                     "--advertise".into(),
                     format!("http://127.0.0.1:{port}"),
                 ]);
+                args.extend(keys);
                 args
             })
             .await?;

@@ -15,6 +15,7 @@ fn create(db: &str) -> Op {
     Op::Create {
         db: db.to_owned(),
         schema: SCHEMA.to_owned(),
+        storage_key: String::new(),
     }
 }
 
@@ -41,6 +42,29 @@ pub fn every_rpc() -> Vec<Op> {
         sagas_and_lifecycle(a),
     ]
     .concat()
+}
+
+/// [`every_rpc`] on databases encrypted at rest (issue 50): every create
+/// names `kek`, and the re-wrap moves the database onto `next_kek` (both
+/// sides must hold both keys, under the same IDs), so the key calls answer
+/// about a real manifest: its status, a rotation to a new epoch, a re-wrap.
+#[must_use]
+pub fn every_rpc_encrypted(kek: &str, next_kek: &str) -> Vec<Op> {
+    every_rpc()
+        .into_iter()
+        .map(|op| match op {
+            Op::Create { db, schema, .. } => Op::Create {
+                db,
+                schema,
+                storage_key: kek.to_owned(),
+            },
+            Op::Rewrap { db, .. } => Op::Rewrap {
+                db,
+                kek: next_kek.to_owned(),
+            },
+            other => other,
+        })
+        .collect()
 }
 
 /// Creates, transactions (committed and refused), `Sync`, `Status` and

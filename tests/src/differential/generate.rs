@@ -61,6 +61,7 @@ pub fn sequence(seed: u64, prefix: &str, length: usize) -> Vec<Op> {
             ops.push(Op::Create {
                 db: db.clone(),
                 schema: SCHEMA.to_owned(),
+                storage_key: String::new(),
             });
             state.created = true;
             continue;

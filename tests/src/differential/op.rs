@@ -23,6 +23,8 @@ pub enum Op {
         db: String,
         /// The schema, EDN text.
         schema: String,
+        /// The key to encrypt it under at rest (empty: not encrypted).
+        storage_key: String,
     },
     /// `Catalog/CreateDatabase` with raw schema bytes (malformed input).
     CreateRaw {

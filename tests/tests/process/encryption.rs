@@ -391,7 +391,8 @@ fn at_rest(data: &std::path::Path, plain: &str, secret: &str) {
 /// Backed up through the fleet with `corium-fleet backup`, with the key and
 /// without it, then restored under a new name into the fleet's own storage:
 /// the copy holds what the source holds and takes writes; a restore without
-/// the key names it and leaves nothing.
+/// the key names it and leaves nothing. On the filesystem also by stock
+/// `corium backup --storage-key` through the fleet address.
 async fn backed_up_and_restored(
     kind: &str,
     fleet: &Fleet,
@@ -454,4 +455,24 @@ async fn backed_up_and_restored(
     corium::transact(&address, "vault-copy", "written-to-the-copy", &[])
         .await
         .unwrap_or_else(|status| panic!("{kind}: {status:?}\n{}", fleet.logs()));
+
+    // On the filesystem, stock `corium backup --storage-key` through the
+    // fleet address too, its archive restored the same way.
+    if kind == "filesystem" {
+        let stock_archive = format!("{backups}/{db}-stock.backup");
+        let (ok, out, err) = run_cli(
+            &address,
+            &["backup", db, stock_archive.as_str(), "--storage-key", key_id],
+            "",
+        )
+        .await;
+        assert!(ok, "stock backup: {out}{err}\n{}", fleet.logs());
+        let mut args = vec!["restore", stock_archive.as_str(), "--as-db", "vault-stock"];
+        args.extend(storage.iter().map(String::as_str));
+        args.extend(["--storage-key", key_id]);
+        let restored = corium_fleet_tests::cli::run_on_storage(&args, &env).await;
+        assert!(restored.success, "{restored:?}");
+        let copy = names(corium::log(&address, "vault-stock").await.unwrap());
+        assert_eq!(copy, source, "a stock backup's restore");
+    }
 }

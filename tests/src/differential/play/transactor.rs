@@ -23,12 +23,16 @@ pub(super) async fn call(
     let mut catalog = CatalogClient::new(channel.clone());
     let version = corium_protocol::PROTOCOL_VERSION;
     Ok(match op {
-        Op::Create { db, schema } => {
+        Op::Create {
+            db,
+            schema,
+            storage_key,
+        } => {
             let created = catalog
                 .create_database(request(pb::CreateDatabaseRequest {
                     db: db.clone(),
                     schema: edn(schema),
-                    storage_key: String::new(),
+                    storage_key: storage_key.clone(),
                 }))
                 .await?
                 .into_inner()
