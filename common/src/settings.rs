@@ -15,6 +15,8 @@
 //! - [`membership`](MembershipFlags) — `--member`, `--replicas`,
 //!   `--placement-map`, `--verify-node-identity` into a [`Membership`];
 //! - [`logging`](LogFlags) — `--log`, `--log-format`;
+//! - [`request_size`](RequestSizeFlags) — `--max-request-bytes`, the one
+//!   request-size limit of both tiers;
 //! - [`tls`](ServerTlsFlags) — `--tls-cert`, `--tls-key`, `--tls-client-ca`,
 //!   and the named TLS pieces both binaries resolve to ([`Identity`],
 //!   [`FleetTls`]).
@@ -25,10 +27,15 @@
 
 mod logging;
 mod membership;
+mod request_size;
 mod tls;
 
 pub use logging::LogFlags;
 pub use membership::{Membership, MembershipFlags};
+pub use request_size::{
+    DEFAULT_MAX_REQUEST_BYTES, GRPC_FRAME_HEADER, MAX_MAX_REQUEST_BYTES, MIN_MAX_REQUEST_BYTES,
+    RequestSizeFlags,
+};
 pub use tls::{FleetTls, Identity, ServerTlsFlags};
 
 use std::path::Path;

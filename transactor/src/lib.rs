@@ -246,19 +246,19 @@ pub async fn run_with(
     let router = server
         .add_service(tonic::service::interceptor::InterceptedService::new(
             TransactorServer::new(service::transactor::FleetTransactor(Arc::clone(&node)))
-                .max_decoding_message_size(service::MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(host.config.max_request_bytes)
                 .max_encoding_message_size(service::MAX_MESSAGE_BYTES),
             guard.clone(),
         ))
         .add_service(tonic::service::interceptor::InterceptedService::new(
             CatalogServer::new(service::catalog::FleetCatalog(Arc::clone(&node)))
-                .max_decoding_message_size(service::MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(host.config.max_request_bytes)
                 .max_encoding_message_size(service::MAX_MESSAGE_BYTES),
             guard.clone(),
         ))
         .add_service(tonic::service::interceptor::InterceptedService::new(
             PeerServerServer::new(service::peer_server::FleetPeerServer(Arc::clone(&node)))
-                .max_decoding_message_size(service::MAX_MESSAGE_BYTES)
+                .max_decoding_message_size(host.config.max_request_bytes)
                 .max_encoding_message_size(service::MAX_MESSAGE_BYTES),
             guard.clone(),
         ))

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use corium_fleet_common::settings::{LogFlags, MembershipFlags, ServerTlsFlags};
+use corium_fleet_common::settings::{LogFlags, MembershipFlags, RequestSizeFlags, ServerTlsFlags};
 use serde::{Deserialize, Serialize};
 
 /// `corium-fleet-ingress` flags. Every flag can also be set in the file given
@@ -41,9 +41,11 @@ pub struct Args {
     /// Owner-cache capacity in databases [default: 100000].
     #[arg(long)]
     pub owner_cache_capacity: Option<u64>,
-    /// Largest request body buffered (and so replayable) [default: 4194304].
-    #[arg(long)]
-    pub max_request_bytes: Option<usize>,
+    /// `--max-request-bytes`: the largest request a client may send, the
+    /// nodes' limit too (each request is buffered whole, and so replayable).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub request_size: RequestSizeFlags,
     /// Longest deadline given to a forwarded unary call, in milliseconds;
     /// shorter client deadlines are kept [default: 60000].
     #[arg(long)]

@@ -52,12 +52,7 @@ impl Args {
             upstream.is_some(),
             "--upstream-ca, --upstream-cert and --upstream-key",
         )?;
-        let max_request_bytes = self.max_request_bytes.unwrap_or(4 * 1024 * 1024);
-        if !(1024..=256 * 1024 * 1024).contains(&max_request_bytes) {
-            return Err(ConfigError::from(format!(
-                "--max-request-bytes {max_request_bytes}: must be between 1024 and 268435456"
-            )));
-        }
+        let max_request_bytes = self.request_size.validate()?;
         let owner_cache_ttl_ms = self.owner_cache_ttl_ms.unwrap_or(2_000);
         if !(1..=600_000).contains(&owner_cache_ttl_ms) {
             return Err(ConfigError::from(format!(

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use corium_fleet_common::settings::GRPC_FRAME_HEADER;
 use corium_fleet_wire::metadata;
 use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Incoming;
@@ -296,7 +297,7 @@ impl Proxy {
     /// sooner (2 of 200 before). The call keeps its places while it waits;
     /// the bound keeps a refused caller from holding them longer than that.
     async fn drain(&self, body: Incoming) {
-        let mut body = Limited::new(body, self.config.max_request_bytes);
+        let mut body = Limited::new(body, self.config.max_request_bytes + GRPC_FRAME_HEADER);
         let _ =
             tokio::time::timeout(DRAIN_FOR, async { while let Some(Ok(_)) = body.frame().await {} }).await;
     }
@@ -370,7 +371,7 @@ impl Proxy {
     /// limit, before `deadline`, and with no pause longer than
     /// `--body-progress-timeout-ms`.
     async fn body(&self, body: Incoming, deadline: Instant) -> Result<Bytes, Status> {
-        let mut body = Limited::new(body, self.config.max_request_bytes);
+        let mut body = Limited::new(body, self.config.max_request_bytes + GRPC_FRAME_HEADER);
         let mut collected = Collected::default();
         let received = loop {
             // The next frame within the progress bound and the deadline.
@@ -405,7 +406,7 @@ impl Proxy {
             Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Self::reject(
                 &self.metrics.rejected_too_large,
                 Status::resource_exhausted(format!(
-                    "request body is over the ingress limit of {} bytes",
+                    "request message is over the limit of {} bytes (--max-request-bytes)",
                     self.config.max_request_bytes
                 )),
             )),

@@ -144,6 +144,7 @@ impl World {
             hot_standbys: 16,
             // No keys: the simulated databases are not encrypted.
             storage_keys: corium_fleet_transactor::config::StorageKeys::default(),
+            max_request_bytes: corium_fleet_common::settings::DEFAULT_MAX_REQUEST_BYTES,
             read_replicas: corium_fleet_transactor::config::ReplicaSettings::default(),
             storage_timeout: Duration::from_secs(1),
             idle_evict_after: None,

@@ -476,3 +476,66 @@ async fn the_ingress_exports_its_open_connections() {
     })
     .await;
 }
+
+/// One request-size limit for both tiers (issue 51): the ingress and the
+/// node given the same `--max-request-bytes`. A `Transact` whose message is
+/// exactly the limit is committed, through the ingress and sent to the node
+/// directly; one byte over is refused by both — at the ingress with
+/// `RESOURCE_EXHAUSTED` naming the limit, before anything is forwarded; at
+/// the node by its own decoding limit — and nothing over it is committed.
+/// (Before, the node took up to 64 MiB whatever the ingress's limit, and
+/// the ingress counted the frame header against the limit: a message at
+/// the limit was refused at the ingress and taken at the node.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_size_limit_at_the_ingress_and_at_the_node() {
+    const LIMIT: usize = 4096;
+    let mut fleet = Fleet::builder(Backend::Filesystem)
+        .nodes(1)
+        .node_flags(&["--max-request-bytes", "4096"])
+        .start()
+        .await;
+    fleet.start_ingresses(1, &["--max-request-bytes", "4096"]).await;
+    let ingress = fleet.ingresses[0].endpoint();
+    let node = fleet.nodes[0].endpoint();
+    let db = "sized";
+    assert!(corium::create(&ingress, db).await.unwrap());
+    // A transaction whose encoded message is `bytes` long.
+    let sized = |name: &str, bytes: usize| {
+        (0..bytes)
+            .map(|pad| corium::transact_request(db, &format!("{name}-{}", "x".repeat(pad))))
+            .find(|request| request.encoded_len() == bytes)
+            .expect("a name that makes the message this long")
+    };
+    for (tier, endpoint) in [("ingress", &ingress), ("node", &node)] {
+        let mut client =
+            corium_protocol::pb::transactor_client::TransactorClient::new(corium::channel(endpoint).await);
+        client
+            .transact(sized(&format!("{tier}-at"), LIMIT))
+            .await
+            .unwrap_or_else(|status| panic!("{tier}: a message at the limit: {status:?}\n{}", fleet.logs()));
+        let over = client
+            .transact(sized(&format!("{tier}-over"), LIMIT + 1))
+            .await
+            .expect_err("one byte over the limit");
+        assert!(over.message().contains("4096"), "{tier}: {over:?}");
+        if tier == "ingress" {
+            assert_eq!(over.code(), tonic::Code::ResourceExhausted, "{over:?}");
+        }
+    }
+    let names: Vec<String> = corium::log(&ingress, db)
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|(_, names)| names)
+        .collect();
+    for tier in ["ingress", "node"] {
+        assert!(
+            names.iter().any(|name| name.starts_with(&format!("{tier}-at-"))),
+            "{tier}: {names:?}"
+        );
+    }
+    assert!(
+        !names.iter().any(|name| name.contains("-over-")),
+        "a request over the limit was committed: {names:?}"
+    );
+}

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use corium_fleet_common::settings::{LogFlags, MembershipFlags, ServerTlsFlags};
+use corium_fleet_common::settings::{LogFlags, MembershipFlags, RequestSizeFlags, ServerTlsFlags};
 use serde::{Deserialize, Serialize};
 
 /// `corium-fleet-transactor` flags. Every flag can also be set in the file
@@ -259,6 +259,11 @@ pub struct Args {
     #[command(flatten)]
     #[serde(flatten)]
     pub tls: ServerTlsFlags,
+    /// `--max-request-bytes`: the largest request message a client may
+    /// send (the ingress's limit too).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub request_size: RequestSizeFlags,
     /// `--log`, `--log-format`.
     #[command(flatten)]
     #[serde(flatten)]

@@ -203,6 +203,7 @@ impl Args {
             },
             hot_standbys: self.hot_standbys.unwrap_or(16),
             storage_keys: StorageKeys::resolve(self.storage_keys.unwrap_or_default())?,
+            max_request_bytes: self.request_size.validate()?,
             read_replicas: ReplicaSettings {
                 max: self.max_replicas.unwrap_or(64),
                 idle: match self.replica_idle_ms.unwrap_or(300_000) {

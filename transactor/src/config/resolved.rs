@@ -156,6 +156,9 @@ pub struct Config {
     /// The key-encryption keys this node resolves (`--storage-key`),
     /// resolved at start; every cell opens with them.
     pub storage_keys: StorageKeys,
+    /// The largest request message a client may send (`--max-request-bytes`,
+    /// the ingress's limit too): the client-facing services' decoding limit.
+    pub max_request_bytes: usize,
     /// Hosted read replicas: how many, how long kept idle, how often each
     /// checks it still follows its owner.
     pub read_replicas: ReplicaSettings,

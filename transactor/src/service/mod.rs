@@ -22,8 +22,9 @@ pub(crate) mod status;
 pub(crate) mod subscribe;
 pub(crate) mod transactor;
 
-/// Largest gRPC message accepted or sent (Corium's transaction batches are
-/// bounded well below this).
+/// Largest gRPC message sent, and accepted on the node-to-node services
+/// (Corium's transaction batches are bounded well below this); client
+/// requests are held to `--max-request-bytes` (`Config::max_request_bytes`).
 pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Default deadline of a call that arrives without `grpc-timeout`.
