@@ -28,10 +28,12 @@ TRANSACTOR_LIMITS = {
     "maxInflightCalls": "max_inflight_calls", "maxQueuedCalls": "max_queued_calls",
     "maxQueueWaitMs": "max_queue_wait_ms", "maxInflightPerDatabase": "max_inflight_per_database",
     "rateLimitPerPrincipal": "rate_limit_per_principal", "maxSubscriptions": "max_subscriptions",
-    "maxSubscriptionsPerDatabase": "max_subscriptions_per_database"}
+    "maxSubscriptionsPerDatabase": "max_subscriptions_per_database",
+    "maxSubscriptionsPerPrincipal": "max_subscriptions_per_principal"}
 TRANSACTOR_CAPACITY = {
     "idleEvictAfterMs": "idle_evict_after_ms", "memoryBudgetMib": "memory_budget_mib",
-    "hotStandbys": "hot_standbys"}
+    "hotStandbys": "hot_standbys", "warmStandbyMib": "warm_standby_mib",
+    "maxReplicas": "max_replicas", "replicaIdleMs": "replica_idle_ms"}
 INGRESS_LIMITS = {
     "maxConcurrentRequests": "max_concurrent_requests",
     "rateLimitPerClient": "rate_limit_per_client", "maxStreamsPerClient": "max_streams_per_client",

@@ -165,7 +165,9 @@ TRANSACTOR_KEYS = {"zone", "weight", "listen", "admin_listen", "advertise", "sto
                    "max_inflight_calls", "max_queued_calls", "max_queue_wait_ms",
                    "max_inflight_per_database", "rate_limit_per_principal", "max_subscriptions",
                    "max_subscriptions_per_database", "storage_pool_size", "idle_evict_after_ms",
-                   "memory_budget_mib", "hot_standbys"}
+                   "memory_budget_mib", "hot_standbys", "max_request_bytes",
+                   "max_subscriptions_per_principal", "warm_standby_mib", "max_replicas",
+                   "replica_idle_ms"}
 INGRESS_KEYS = {"listen", "admin_listen", "storage", "data_dir", "s3_endpoint", "s3_region",
                 "members", "replicas", "placement_map", "owner_cache_ttl_ms",
                 "owner_cache_capacity", "max_request_bytes", "max_deadline_ms", "log",
@@ -1445,6 +1447,104 @@ def test_a_ci_values_set_exercises_authz_and_per_pod_certificates():
     sets = [values_of(f) for f in CI_FILES]
     assert any(v["auth"]["authzDb"] and v["auth"]["authzBreakGlassRoles"] for v in sets)
     assert any(v["tls"]["mode"] == "certManagerCsi" for v in sets)
+
+
+# --- operator knobs: the request size both pools share, the transactors' caps -------------------
+
+# value path -> (node.toml key, the pool whose node.toml has it, a value in range). The node.toml
+# key is the flag's name in snake_case: the binaries read the --config file with the same names as
+# their flags (a flag in extraArgs still wins over it).
+TRANSACTOR_KNOBS = {
+    "transactor.limits.maxSubscriptionsPerPrincipal": ("max_subscriptions_per_principal", 100),
+    "transactor.capacity.maxReplicas": ("max_replicas", 8),
+    "transactor.capacity.replicaIdleMs": ("replica_idle_ms", 60000),
+    "transactor.capacity.warmStandbyMib": ("warm_standby_mib", 128),
+}
+KNOB_FLAGS = ("--max-request-bytes", "--max-subscriptions-per-principal", "--max-replicas",
+              "--replica-idle-ms", "--warm-standby-mib")
+
+
+def _pool_config(docs: list[dict], component: str) -> dict:
+    """The node.toml the pool's container reads (its --config, from the `config` volume)."""
+    workload = pool(docs, component)
+    c = container(workload, component)
+    assert arg_value(c, "--config") == "/etc/corium-fleet/config/node.toml"
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
+    assert mount["mountPath"] == "/etc/corium-fleet/config"
+    return toml_of(docs, config_map_of(workload))
+
+
+def test_operator_knobs_are_not_rendered_unless_set():
+    # unset: each binary's own default (4 MiB requests in both; 5000 subscriptions a principal;
+    # 64 replicas, evicted after 5 minutes idle; 64 MiB of warm standbys)
+    docs = template(*POSTGRES)
+    keys = {"max_request_bytes"} | {key for key, _ in TRANSACTOR_KNOBS.values()}
+    for component in ("transactor", "ingress"):
+        assert not keys & set(_pool_config(docs, component)), component
+        args = container(pool(docs, component), component)["args"]
+        assert not set(KNOB_FLAGS) & set(args), component
+
+
+@pytest.mark.parametrize("size", [1024, 8388608, 268435456])
+def test_max_request_bytes_is_one_value_for_both_pools(size):
+    docs = template(*POSTGRES, "--set", f"fleet.maxRequestBytes={size}")
+    configs = {c: _pool_config(docs, c) for c in ("transactor", "ingress")}
+    assert configs["transactor"]["max_request_bytes"] == size
+    assert configs["ingress"]["max_request_bytes"] == size
+    for component in configs:
+        # in node.toml only, so `extraArgs: [--max-request-bytes, N]` can still override it
+        assert "--max-request-bytes" not in container(pool(docs, component), component)["args"]
+
+
+@pytest.mark.parametrize("path", sorted(TRANSACTOR_KNOBS), ids=lambda p: p.rsplit(".", 1)[1])
+def test_transactor_knobs_reach_the_transactors_only(path):
+    key, value = TRANSACTOR_KNOBS[path]
+    docs = template(*POSTGRES, "--set", f"{path}={value}")
+    assert _pool_config(docs, "transactor")[key] == value
+    assert key not in _pool_config(docs, "ingress")
+    # the other knobs stay the binary's defaults
+    others = {k for p, (k, _) in TRANSACTOR_KNOBS.items() if p != path} | {"max_request_bytes"}
+    assert not others & set(_pool_config(docs, "transactor"))
+
+
+def test_zero_turns_replicas_and_warm_standbys_off_rather_than_meaning_unset():
+    docs = template(*POSTGRES, "--set", "transactor.capacity.maxReplicas=0",
+                    "--set", "transactor.capacity.warmStandbyMib=0")
+    config = _pool_config(docs, "transactor")
+    assert config["max_replicas"] == 0 and config["warm_standby_mib"] == 0
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("fleet.maxRequestBytes", 1023, "fleet.maxRequestBytes: Must be greater than or equal to 1024"),
+    # 268435456, as helm's schema validator prints it
+    ("fleet.maxRequestBytes", 268435457,
+     "fleet.maxRequestBytes: Must be less than or equal to 2.68435456e+08"),
+    ("transactor.limits.maxSubscriptionsPerPrincipal", -1,
+     "transactor.limits.maxSubscriptionsPerPrincipal: Must be greater than or equal to 0"),
+    ("transactor.capacity.maxReplicas", -1,
+     "transactor.capacity.maxReplicas: Must be greater than or equal to 0"),
+    ("transactor.capacity.replicaIdleMs", 0,
+     "transactor.capacity.replicaIdleMs: Must be greater than or equal to 1"),
+    ("transactor.capacity.warmStandbyMib", -1,
+     "transactor.capacity.warmStandbyMib: Must be greater than or equal to 0"),
+], ids=["request-bytes-low", "request-bytes-high", "subscriptions-per-principal", "max-replicas",
+        "replica-idle", "warm-standby"])
+def test_operator_knobs_outside_the_binaries_ranges_are_refused(path, value, message):
+    result = helm("template", RELEASE, str(CHART), "--namespace", NS, *POSTGRES,
+                  "--set", f"{path}={value}")
+    assert result.returncode != 0, f"{path}={value} rendered"
+    assert message in result.stderr, result.stderr
+
+
+def test_a_ci_values_set_exercises_the_operator_knobs():
+    """Keeps the CI matrix (Kubernetes schemas, lint) covering these renderings."""
+    def get(values, path):
+        for part in path.split("."):
+            values = (values or {}).get(part)
+        return values
+    sets = [values_of(f) for f in CI_FILES]
+    assert any(all(get(v, p) is not None for p in ["fleet.maxRequestBytes", *TRANSACTOR_KNOBS])
+               for v in sets)
 
 
 # --- bad values ----------------------------------------------------------------------------------

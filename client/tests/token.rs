@@ -1,8 +1,10 @@
 //! The SDK against an in-process gRPC server on 127.0.0.1 that records each
-//! call's path and `authorization` metadata and answers every call with one
-//! configured status: every call carries the token (unary, `Subscribe` and
-//! its reconnects, `request_status`, every retry), none without one, and a
-//! refused credential is never retried.
+//! call's path, `authorization` and `corium-database-route` metadata and
+//! answers every call with one configured status: every call carries the
+//! token (unary, `Subscribe` and its reconnects, `request_status`, every
+//! retry), none without one, a refused credential is never retried, and
+//! every call about a database carries its route header, retries and
+//! resubscribes included.
 
 use std::time::Duration;
 
@@ -125,4 +127,22 @@ async fn the_interceptor_handed_out_attaches_the_token() {
         request.metadata().get("authorization").unwrap().to_str().unwrap(),
         "Bearer s3cret"
     );
+}
+
+#[tokio::test]
+async fn every_call_and_every_retry_carries_the_database_route() {
+    let server = FakeServer::start(tonic::Code::Unavailable);
+    let client = Client::connect(config(server.address())).await.unwrap();
+    every_call(&client).await;
+    let routes = server.routes();
+    for path in PATHS {
+        let attempts: Vec<_> = routes.iter().filter(|(seen, _)| seen == path).collect();
+        assert_eq!(attempts.len(), 3, "{path}: {routes:?}");
+        assert!(
+            attempts
+                .iter()
+                .all(|(_, route)| route.as_deref() == Some("orders")),
+            "{path}: {routes:?}"
+        );
+    }
 }

@@ -1,8 +1,9 @@
 //! A recording fake of the fleet's gRPC services on 127.0.0.1, for clients
 //! tested without a fleet (the SDK, the `corium-fleet` CLI): every call to
 //! `corium.v1.Transactor`, `corium.v1.Catalog`, `corium.fleet.v1.FleetAdmin`
-//! or `corium.fleet.v1.Requests` is recorded (its path and `authorization`
-//! metadata) and answered with one configured status.
+//! or `corium.fleet.v1.Requests` is recorded (its path, `authorization` and
+//! `corium-database-route` metadata) and answered with one configured
+//! status.
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,7 +22,8 @@ pub struct Call {
     pub authorization: Option<String>,
 }
 
-type Seen = Arc<Mutex<Vec<Call>>>;
+/// A call and its `corium-database-route` metadata, if any.
+type Seen = Arc<Mutex<Vec<(Call, Option<String>)>>>;
 
 /// The server: calls are recorded until it is dropped (which stops it).
 pub struct FakeServer {
@@ -68,7 +70,23 @@ impl FakeServer {
     /// Every call seen so far, in order.
     #[must_use]
     pub fn calls(&self) -> Vec<Call> {
-        self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(call, _)| call.clone())
+            .collect()
+    }
+
+    /// Every call's path and `corium-database-route` metadata, in order.
+    #[must_use]
+    pub fn routes(&self) -> Vec<(String, Option<String>)> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(call, route)| (call.path.clone(), route.clone()))
+            .collect()
     }
 }
 
@@ -108,17 +126,22 @@ impl<const SERVICE: usize> Service<http::Request<Body>> for Fake<SERVICE> {
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Call {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner).push((
+            Call {
                 path: request.uri().path().to_owned(),
-                authorization: request
-                    .headers()
-                    .get("authorization")
-                    .and_then(|value| value.to_str().ok())
-                    .map(str::to_owned),
-            });
+                authorization: header(&request, "authorization"),
+            },
+            header(&request, corium_fleet_wire::metadata::DATABASE_ROUTE),
+        ));
         std::future::ready(Ok(tonic::Status::new(self.answer, "fake").into_http()))
     }
+}
+
+/// A request's metadata value `name`, if it is text.
+fn header(request: &http::Request<Body>, name: &str) -> Option<String> {
+    request
+        .headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
 }

@@ -947,14 +947,27 @@ Args: (list $ctx "transactor"|"ingress").
   "maxInflightPerDatabase" "max_inflight_per_database"
   "rateLimitPerPrincipal" "rate_limit_per_principal"
   "maxSubscriptions" "max_subscriptions"
-  "maxSubscriptionsPerDatabase" "max_subscriptions_per_database") }}
+  "maxSubscriptionsPerDatabase" "max_subscriptions_per_database"
+  "maxSubscriptionsPerPrincipal" "max_subscriptions_per_principal") }}
 {{- end }}
 
 {{- define "corium-fleet.transactor.capacityKeys" -}}
 {{- toJson (dict
   "idleEvictAfterMs" "idle_evict_after_ms"
   "memoryBudgetMib" "memory_budget_mib"
-  "hotStandbys" "hot_standbys") }}
+  "hotStandbys" "hot_standbys"
+  "warmStandbyMib" "warm_standby_mib"
+  "maxReplicas" "max_replicas"
+  "replicaIdleMs" "replica_idle_ms") }}
+{{- end }}
+
+{{/*
+fleet.* values rendered alike into both pools' node.toml (the same key, the same value: the
+ingress refuses at its door exactly what a node would refuse).
+*/}}
+{{- define "corium-fleet.fleet.sharedKeys" -}}
+{{- toJson (dict
+  "maxRequestBytes" "max_request_bytes") }}
 {{- end }}
 
 {{- define "corium-fleet.ingress.limitKeys" -}}

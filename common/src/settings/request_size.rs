@@ -27,7 +27,7 @@ pub const GRPC_FRAME_HEADER: usize = 5;
 pub struct RequestSizeFlags {
     /// The largest request message a client may send, in bytes
     /// (1024–268435456). Give the ingress and the nodes the same value (the
-    /// chart's `maxRequestBytes` does): a larger request is refused
+    /// chart's `fleet.maxRequestBytes` does): a larger request is refused
     /// `RESOURCE_EXHAUSTED` at the ingress, and by the node itself when
     /// sent to it directly [default: 4194304, a stock transactor's limit].
     #[arg(long)]

@@ -418,6 +418,7 @@ storage_pool_size = 8
 adaptive_node_limit = true
 body_progress_timeout_ms = 10000
 max_concurrent_requests = 4096
+max_request_bytes = 8388608
 max_connection_age_ms = 0
 max_connection_idle_ms = 300000
 max_connections = 10000
@@ -462,5 +463,6 @@ placement_map = "/etc/corium-fleet/placement/placement.map"
         assert!(config.membership.placement_map.is_some());
         assert!(config.tls_listen.is_some() && config.upstream.is_some());
         assert_eq!(config.auth.serve_token.as_deref(), Some("secret"));
+        assert_eq!(config.max_request_bytes, 8 * 1024 * 1024);
     }
 }

@@ -476,7 +476,12 @@ max_queue_wait_ms = 500
 max_queued_calls = 1024
 max_subscriptions = 10000
 max_subscriptions_per_database = 1000
+max_subscriptions_per_principal = 700
 rate_limit_per_principal = 0
+max_request_bytes = 8388608
+max_replicas = 12
+replica_idle_ms = 60000
+warm_standby_mib = 32
 members = [
   "fleet-transactor-0={}",
   "fleet-transactor-1={}",
@@ -530,6 +535,11 @@ placement_map = "/etc/corium-fleet/placement/placement.map"
         );
         assert_eq!(config.ingress_identities, ["fleet-ingress"]);
         assert_eq!(config.work_limits.max_inflight, 256);
+        assert_eq!(config.max_request_bytes, 8 * 1024 * 1024);
+        assert_eq!(config.max_subscriptions.per_principal, 700);
+        assert_eq!(config.read_replicas.max, 12);
+        assert_eq!(config.read_replicas.idle, Duration::from_mins(1));
+        assert_eq!(config.warm_standby_mib, 32);
         // Without members: the registry's settings instead.
         std::fs::write(
             &file,
