@@ -244,3 +244,46 @@ async fn a_followed_database_is_still_evicted_when_idle_and_stays_cold() {
         "nothing followed once it is cold"
     );
 }
+
+/// A `NotOwner` from the database's first standby carries the basis its
+/// hot standby has applied (`last_basis_t`: what the answering node knows
+/// durable), so a caller learns how far the owner has got without asking
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_owner_from_the_first_standby_carries_the_basis_it_has_applied() {
+    let db = "basis-hinted";
+    let (fleet, address, owner, standby) = written(Backend::Filesystem, &[], db).await;
+    await_following(&fleet, standby, &address, db).await;
+    let last = corium::transact(&address, db, "the-last", &[])
+        .await
+        .unwrap()
+        .basis_t;
+    let hinted = |node: usize| {
+        let endpoint = fleet.nodes[node].endpoint();
+        async move {
+            let mut client = corium_protocol::pb::transactor_client::TransactorClient::new(
+                corium::channel(&endpoint).await,
+            );
+            let status = client
+                .status(corium_protocol::pb::StatusRequest { db: db.to_owned() })
+                .await
+                .expect_err("not the owner");
+            corium_fleet_wire::not_owner::from_status(&status)
+                .unwrap_or_else(|| panic!("a typed NotOwner: {status:?}"))
+        }
+    };
+    corium_fleet_tests::eventually(
+        Duration::from_secs(10),
+        "the standby's NotOwner names the last basis",
+        async || {
+            let detail = hinted(standby).await;
+            if detail.last_basis_t >= last {
+                Ok(())
+            } else {
+                Err(format!("last_basis_t {} < {last}", detail.last_basis_t))
+            }
+        },
+    )
+    .await;
+    assert_ne!(owner, standby, "the answer came from another node than the owner");
+}

@@ -78,7 +78,9 @@ impl Host {
             retryable: true,
             route_endpoint: route_endpoint.to_owned(),
             candidates: self.candidate_list(db),
-            last_basis_t: 0,
+            // What this node knows durable: its hot standby's basis (the
+            // owner's acknowledged stream, applied), else nothing.
+            last_basis_t: self.template.hot_standbys.basis(db).unwrap_or(0),
         }))
     }
 

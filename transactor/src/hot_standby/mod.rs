@@ -206,6 +206,14 @@ impl HotStandbys {
         followers.insert(db.to_owned(), follower);
     }
 
+    /// The basis this node's follower of `db` has applied (the owner's
+    /// acknowledged stream up to it), if it follows `db`.
+    #[must_use]
+    pub(crate) fn basis(&self, db: &str) -> Option<u64> {
+        let value = self.followers().get(db).and_then(Follower::value)?;
+        Some(value.db().basis_t())
+    }
+
     /// Databases followed now.
     #[must_use]
     pub(crate) fn len(&self) -> usize {
