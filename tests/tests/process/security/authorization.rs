@@ -212,7 +212,7 @@ async fn connect_as_operator(fleet: &Fleet, address: &str, db: &str) -> corium_p
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[allow(clippy::too_many_lines)] // One scenario: policy made, enforced, then granted.
+#[allow(clippy::too_many_lines)] // One scenario: policy made, enforced (writes and reads), then granted.
 async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
     use corium_authz::{bootstrap, schema};
     let (mut fleet, address) = Fleet::builder(Backend::Filesystem)
@@ -273,6 +273,22 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
         .await
         .unwrap_err();
     assert_eq!(denied.code(), Code::PermissionDenied, "{denied:?}");
+    // Nor may it read: its subscription (served by the owner) and its
+    // thin-client read (served by a read replica) are denied too.
+    let subscription = corium::log(&address, db).await.unwrap_err();
+    assert_eq!(subscription.code(), Code::PermissionDenied, "{subscription:?}");
+    let read = async || {
+        pb::peer_server_client::PeerServerClient::new(channel(&address).await)
+            .tx_range(pb::TxRangeRequest {
+                db: db.to_owned(),
+                start: 0,
+                end: 0,
+            })
+            .await
+            .map(|_| ())
+    };
+    let replica_read = read().await.unwrap_err();
+    assert_eq!(replica_read.code(), Code::PermissionDenied, "{replica_read:?}");
 
     // Grant `user:anonymous writer database:music`, as `corium authz grant`.
     let policy = connect_as_operator(&fleet, &address, policy_db).await;
@@ -288,6 +304,13 @@ async fn a_write_the_policy_denies_is_allowed_once_the_relation_is_granted() {
         Duration::from_secs(30),
         "the anonymous write is allowed once granted",
         async || corium::transact(&address, db, "anonymous-after", &[]).await,
+    )
+    .await;
+    // A writer reads as well.
+    eventually(
+        Duration::from_secs(30),
+        "the anonymous replica read is allowed once granted",
+        read,
     )
     .await;
     // Still no more than the relation gives: deleting the database is an
