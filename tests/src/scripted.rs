@@ -75,8 +75,26 @@ pub struct Received {
     /// Its `x-request-id`: one per call a client made (the ingress makes
     /// one for a call without), the same on every attempt of that call.
     pub correlation: Option<String>,
+    /// Its `grpc-timeout` in milliseconds, as the ingress sent it (the
+    /// caller's deadline less the time the call spent before this hop).
+    pub grpc_timeout_ms: Option<u64>,
     /// What the hop did with it.
     pub step: String,
+}
+
+/// A `grpc-timeout` value (`<digits><unit>`) in milliseconds.
+fn timeout_ms(value: &str) -> Option<u64> {
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    match unit {
+        "H" => amount.checked_mul(3_600_000),
+        "M" => amount.checked_mul(60_000),
+        "S" => amount.checked_mul(1_000),
+        "m" => Some(amount),
+        "u" => Some(amount / 1_000),
+        "n" => Some(amount / 1_000_000),
+        _ => None,
+    }
 }
 
 struct State {
@@ -231,6 +249,7 @@ impl State {
             self.received.lock().unwrap().push(Received {
                 request_id: header(corium_fleet_wire::metadata::REQUEST_ID),
                 correlation: header(corium_fleet_wire::metadata::X_REQUEST_ID),
+                grpc_timeout_ms: header("grpc-timeout").as_deref().and_then(timeout_ms),
                 step: format!("{step:?}"),
             });
             step

@@ -16,6 +16,7 @@
 
 mod backup;
 mod bounds;
+mod deadlines;
 mod dev_fleet;
 mod docker_context;
 mod drain;
@@ -32,6 +33,7 @@ mod load_balance;
 mod memory_budget;
 mod observability;
 mod placement;
+mod races;
 mod readiness;
 mod reads;
 mod rebalance;
@@ -44,4 +46,5 @@ mod stock_cli;
 mod stock_exactly_once;
 mod stock_statuses;
 mod storage_setup;
+mod subscriptions;
 mod upgrade;

@@ -78,6 +78,14 @@ pub struct Cell {
     /// Set when a commit failed in storage: the cell's in-memory log state
     /// may no longer match storage, so it must be reset (`Host::reset`).
     storage_failed: std::sync::atomic::AtomicBool,
+    /// Held while the fleet publishes this cell's indexes
+    /// (`Host::publish_indexes`: a handoff, an eviction) and while
+    /// `DeleteDatabase` deletes the database. Corium's publication writes the
+    /// database root afresh when it is missing, so one still running when
+    /// the delete removed the root would bring it back: the lease and index
+    /// roots of a deleted database, which a new database of the same name
+    /// then opens over (its first write fails "corrupt transaction log").
+    pub(crate) publication: tokio::sync::Mutex<()>,
     /// How long its activation took, in milliseconds: what its next open
     /// will cost roughly, so how long it is worth keeping idle
     /// ([`Self::idle_limit`]).
@@ -262,6 +270,7 @@ impl Cell {
             fork_targets,
             read_ahead,
             storage_failed: std::sync::atomic::AtomicBool::new(false),
+            publication: tokio::sync::Mutex::new(()),
             open_ms: AtomicU64::new(0),
             opened_index_basis,
         }))

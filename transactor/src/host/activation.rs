@@ -10,8 +10,9 @@ use super::{Host, Refusal, now_unix_ms};
 use crate::cell::{Cell, OpenError};
 
 impl Host {
-    /// The lock that serialises activations (and handoffs) of `db` here.
-    pub(super) fn activation_lock(&self, db: &str) -> Arc<tokio::sync::Mutex<()>> {
+    /// The lock that serialises activations (and handoffs, and creates) of
+    /// `db` here.
+    pub(crate) fn activation_lock(&self, db: &str) -> Arc<tokio::sync::Mutex<()>> {
         Arc::clone(
             self.activating
                 .lock()

@@ -86,6 +86,9 @@ impl Host {
     /// next owner's recovery replays a short log tail. Failures only cost
     /// that owner a longer recovery.
     pub(super) async fn publish_indexes(&self, cell: &Cell) {
+        // Never beside a delete of the database (see `Cell::publication`):
+        // after one, Corium no longer hosts it and this publishes nothing.
+        let _publication = cell.publication.lock().await;
         let started = Instant::now();
         match tokio::time::timeout(self.config.drain_timeout, cell.node.request_index(&cell.db)).await {
             Ok(Ok(basis)) => {

@@ -22,7 +22,8 @@ use corium_protocol::authz::{Access, Action};
 use corium_protocol::pb;
 use corium_protocol::pb::catalog_server::Catalog;
 use corium_transactor::StoreSpec;
-use corium_transactor::node::{NodeConfig, TransactorNode};
+use corium_transactor::lease::LeaseError;
+use corium_transactor::node::{NodeConfig, NodeError, TransactorNode};
 use corium_transactor::server::CatalogSvc;
 use tonic::{Request, Response, Status};
 
@@ -30,7 +31,7 @@ use super::admit::{Door, Refused, admit, admit_owner};
 use super::forward::{forward, forwarded_to_corium};
 use super::node::Node;
 use super::status;
-use crate::cell::Cell;
+use crate::cell::{Cell, CreateError};
 use crate::host::Host;
 use crate::view;
 
@@ -41,6 +42,16 @@ pub struct FleetCatalog(pub Arc<Node>);
 /// `created: false`; the fleet says so as a status, see design note 0005).
 fn already_exists(db: &str) -> Status {
     Status::already_exists(format!("database {db:?} already exists"))
+}
+
+/// How Corium's catalog service words a lease another owner holds
+/// (`LeaseError::Held`, answered `INTERNAL`): all there is to tell it from
+/// in its answer to `CreateDatabase`.
+const CORIUM_LEASE_HELD_PREFIX: &str = "lease held by ";
+
+/// Whether Corium's answer says another owner held the lease.
+fn lease_held(answer: &Status) -> bool {
+    answer.code() == tonic::Code::Internal && answer.message().starts_with(CORIUM_LEASE_HELD_PREFIX)
 }
 
 /// Corium's database-name rule (a database, never a saga branch), checked
@@ -84,14 +95,39 @@ impl Catalog for FleetCatalog {
         // A create opens the new database here: the memory budget decides
         // as for any activation (a candidate with room, else a refusal).
         host.make_room(&db).await?;
+        // Two creates of one name here (two ingresses, a client's retry) run
+        // one after the other: the second finds it and answers
+        // `ALREADY_EXISTS` (without the lock it would find the first one's
+        // lease and answer a storage failure).
+        let lock = host.activation_lock(&db);
+        let _creating = lock.lock().await;
         let view = host.read_root(&db).await?;
         if view.exists {
             return Err(already_exists(&db));
         }
-        match Cell::create(&host.template, request.into_inner())
-            .await
-            .map_err(status::create_status)?
-        {
+        let created = match Cell::create(&host.template, request.into_inner()).await {
+            // Created meanwhile by another node: Corium takes a lease only
+            // for a catalogued database, so a held one means it exists.
+            Err(CreateError::Open(NodeError::Lease(LeaseError::Held { .. }))) => {
+                return Err(already_exists(&db));
+            }
+            // This create wrote the catalog entry (Corium's CAS comes before
+            // it opens the new database), and then another candidate's open
+            // took the lease first: a create of the name there that found
+            // the entry (it gives the lease straight back) or an activation.
+            // The database is this call's; it activates where its next
+            // request goes.
+            Err(CreateError::Corium(answer)) if lease_held(&answer) => {
+                tracing::info!(
+                    db,
+                    answer = answer.message(),
+                    "database created; another candidate opened it first"
+                );
+                return Ok(Response::new(pb::CreateDatabaseResponse { created: true }));
+            }
+            created => created.map_err(status::create_status)?,
+        };
+        match created {
             Some(cell) => {
                 tracing::info!(db, lease_version = cell.lease_version, "database created");
                 host.install(cell);
@@ -123,6 +159,10 @@ impl Catalog for FleetCatalog {
             Err(refused) => return Err(refused.into()),
         };
         let cell = Arc::clone(&at.cell);
+        // No index publication of this cell (a handoff's, an eviction's)
+        // runs beside the delete: one finishing after it would write the
+        // deleted database's root back (`Cell::publication`).
+        let publication = cell.publication.lock().await;
         // Stop new ownership first: with the catalog entry gone no candidate
         // activates the database (it is NOT_FOUND everywhere) while Corium
         // deletes the root that carries this owner's lease.
@@ -135,6 +175,7 @@ impl Catalog for FleetCatalog {
             .delete_database(request)
             .await
             .map_err(|answer| status::write_status(&db, answer));
+        drop(publication);
         drop(at);
         if response.as_ref().is_ok_and(|response| response.get_ref().deleted) {
             tracing::info!(db, "database deleted");
@@ -340,4 +381,24 @@ pub(crate) async fn catalog(host: &Host) -> Result<Vec<String>, Status> {
         .collect();
     dbs.sort();
     Ok(dbs)
+}
+
+#[cfg(test)]
+mod tests {
+    use corium_transactor::lease::LeaseError;
+    use corium_transactor::node::NodeError;
+
+    /// Pins Corium's wording of a held lease, which `CreateDatabase` reads
+    /// to tell a create whose open lost the lease from other failures.
+    #[test]
+    fn coriums_answer_for_a_held_lease_is_recognised() {
+        let held = corium_transactor::server::to_status(&NodeError::Lease(LeaseError::Held {
+            owner: "node-1/abc.2".into(),
+            expires_unix_ms: 1,
+        }));
+        assert!(super::lease_held(&held), "{held:?}");
+        let lost = corium_transactor::server::to_status(&NodeError::Lease(LeaseError::Lost));
+        assert!(!super::lease_held(&lost), "{lost:?}");
+        assert!(!super::lease_held(&tonic::Status::unavailable("lease held by n")));
+    }
 }
