@@ -299,7 +299,8 @@ async fn operator_sees_the_keyless_candidate(
 
 /// On every store (filesystem, `PostgreSQL`, S3): an encrypted database is
 /// created with the stock CLI through the fleet, read through a read
-/// replica, taken over after its owner's SIGKILL, backed up by
+/// replica, its key status read and its key rotated with the stock CLI,
+/// handed off, taken over after its owner's SIGKILL, backed up by
 /// `corium-fleet backup --storage-key` through the fleet address and
 /// restored by `corium-fleet restore --storage-key` under a new name, which
 /// the fleet then serves with every transaction of the source and writes
@@ -359,6 +360,10 @@ async fn an_encrypted_database_is_read_taken_over_backed_up_and_restored_on_ever
             rows.iter().any(|row| row.contains("\"before\"")),
             "{kind}: {rows:?}"
         );
+
+        // Its keys managed through the fleet, and a handoff to the other
+        // node, which opens it under the rotated epoch.
+        keys_rotated_and_handed_off(kind, &fleet, &address, db, &key_id).await;
 
         // The owner killed: the other node (with the key) takes over.
         let owner = fleet.index(&corium::placement(&address, db).await.owner_id);
@@ -475,4 +480,36 @@ async fn backed_up_and_restored(
         let copy = names(corium::log(&address, "vault-stock").await.unwrap());
         assert_eq!(copy, source, "a stock backup's restore");
     }
+}
+
+/// Stock `corium keys status` and `keys rotate` through the fleet, a write
+/// under the new epoch, and a handoff to the other candidate, which opens
+/// the database under it and takes the next write.
+async fn keys_rotated_and_handed_off(kind: &str, fleet: &Fleet, address: &str, db: &str, key_id: &str) {
+    let cli = async |args: &[&str]| {
+        let (ok, out, err) = run_cli(address, args, "").await;
+        assert!(ok, "{kind}: corium {args:?}: {out}{err}\n{}", fleet.logs());
+        out
+    };
+    let status = cli(&["keys", "status", db]).await;
+    assert!(status.contains(key_id), "{kind}: {status}");
+    let rotated = cli(&["keys", "rotate", db]).await;
+    assert!(rotated.contains(":rotated true"), "{kind}: {rotated}");
+    corium::transact(address, db, "after-rotation", &[])
+        .await
+        .unwrap_or_else(|status| panic!("{kind}: {status:?}\n{}", fleet.logs()));
+    let owner = fleet.index(&corium::placement(address, db).await.owner_id);
+    let successor = fleet.other_candidate(db, owner).expect("two candidates");
+    fleet
+        .handoff(owner, db, successor)
+        .await
+        .unwrap_or_else(|status| panic!("{kind}: handoff: {status:?}\n{}", fleet.logs()));
+    corium::transact(address, db, "after-handoff", &[])
+        .await
+        .unwrap_or_else(|status| panic!("{kind}: {status:?}\n{}", fleet.logs()));
+    assert_eq!(
+        fleet.index(&corium::placement(address, db).await.owner_id),
+        successor,
+        "{kind}"
+    );
 }
