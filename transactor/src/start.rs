@@ -248,6 +248,7 @@ fn template(
                 base: Arc::clone(base),
                 peers: peers.clone(),
                 silence: HOT_STANDBY_SILENCE,
+                keyring: config.storage_keys.keyring.clone(),
             },
             refuse_warm_starts,
         ),

@@ -106,7 +106,7 @@ async fn an_encrypted_database_is_created_written_rotated_and_moved_through_the_
     corium::transact(&address, "secret", "after-rewrap", &[])
         .await
         .unwrap();
-    fleet.handoff(successor, "secret", owner).await.unwrap();
+    moved_back_in_place(&fleet, &address, successor, owner).await;
     let names: Vec<String> = corium::log(&address, "secret")
         .await
         .unwrap()
@@ -511,5 +511,22 @@ async fn keys_rotated_and_handed_off(kind: &str, fleet: &Fleet, address: &str, d
         fleet.index(&corium::placement(address, db).await.owner_id),
         successor,
         "{kind}"
+    );
+}
+
+/// The first move published the database's (encrypted) index; the node that
+/// let it go (`to`) follows it from there as its hot standby — reading the
+/// index through the database's keys — and the move back from `from`
+/// promotes that value in place.
+async fn moved_back_in_place(fleet: &Fleet, address: &str, from: usize, to: usize) {
+    crate::hot_standby::await_following(fleet, to, address, "secret").await;
+    let before = crate::hot_standby::counts(fleet, to).await;
+    fleet.handoff(from, "secret", to).await.unwrap();
+    let after = crate::hot_standby::counts(fleet, to).await;
+    assert_eq!(
+        (after.taken, after.refused),
+        (before.taken + 1, before.refused),
+        "the encrypted database was promoted in place\n{}",
+        fleet.logs()
     );
 }

@@ -14,14 +14,14 @@ const WRITES: u32 = 60;
 
 /// A node's hot-standby counters.
 #[derive(Debug, Default, PartialEq)]
-struct Counts {
-    followed: u64,
-    applied: u64,
-    taken: u64,
-    refused: u64,
+pub(crate) struct Counts {
+    pub(crate) followed: u64,
+    pub(crate) applied: u64,
+    pub(crate) taken: u64,
+    pub(crate) refused: u64,
 }
 
-async fn counts(fleet: &Fleet, node: usize) -> Counts {
+pub(crate) async fn counts(fleet: &Fleet, node: usize) -> Counts {
     let (_, text) = http_get(fleet.nodes[node].admin, "/metrics")
         .await
         .expect("metrics");
@@ -73,7 +73,7 @@ async fn written_with_env(
 
 /// Waits until `node` follows one database and has applied a transaction
 /// from its owner's stream (its value is then anchored: offerable).
-async fn await_following(fleet: &Fleet, node: usize, address: &str, db: &str) {
+pub(crate) async fn await_following(fleet: &Fleet, node: usize, address: &str, db: &str) {
     corium_fleet_tests::eventually(
         Duration::from_secs(30),
         "the first standby follows the owner",

@@ -112,8 +112,15 @@ async fn run(
     loop {
         let following = match state.as_mut() {
             Some(following) => following,
-            None => match start::load(reach.base.as_ref(), &db).await {
+            None => match start::load(&reach.base, reach.keyring.as_ref(), &db).await {
                 Ok(started) => state.insert(started),
+                Err(error @ start::StartError::KeyMissing(_)) => {
+                    // Nothing here could use it: not followed (and not
+                    // retried, which would read storage every few seconds
+                    // for as long as this node stands by for it).
+                    tracing::info!(db, %error, "not following as hot standby");
+                    return;
+                }
                 Err(error) => {
                     tracing::debug!(db, %error, "hot standby cannot start; trying again");
                     pause(&mut retry).await;

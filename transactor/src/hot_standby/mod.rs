@@ -71,6 +71,9 @@ pub(crate) struct Reach {
     /// How long a stream may be silent before it is dropped and resumed
     /// (a few owner heartbeats).
     pub(crate) silence: Duration,
+    /// The node's keys (`--storage-key`): an encrypted database's published
+    /// index is read through its data keys.
+    pub(crate) keyring: Option<Arc<dyn corium_crypt::Keyring>>,
 }
 
 /// What a follower has besides [`Reach`]: the node's counts, and where it

@@ -2,7 +2,11 @@
 //! it (complete history, in the writer's naming: the metadata root's), or,
 //! before any publication, the empty database under that naming. Its
 //! indexes are built here, off the runtime, once; from then on each applied
-//! transaction extends them.
+//! transaction extends them. An encrypted database's index blobs are read
+//! through its data keys (Corium's `open_encrypted_storage`, with the
+//! node's keyring); a node without its key does not follow it.
+
+use std::sync::Arc;
 
 use corium_core::{IndexOrder, KeywordInterner};
 use corium_db::Db;
@@ -27,6 +31,10 @@ pub(crate) enum StartError {
     /// Publications kept racing the load.
     #[error("the index was published again during every load")]
     Raced,
+    /// The database is encrypted under a key this node lacks: it is not
+    /// followed here (no takeover or open could use the value either).
+    #[error("encrypted under a key this node lacks: {0}")]
+    KeyMissing(StoreError),
     /// The runtime is shutting down.
     #[error("cancelled")]
     Cancelled,
@@ -39,10 +47,10 @@ pub(crate) struct Started {
 }
 
 /// The shared store as Corium's peer bootstrap reads it.
-struct Published<'a>(&'a dyn FullStore);
+struct Published(Arc<dyn FullStore>);
 
 #[async_trait::async_trait]
-impl corium_peer::segment::PeerStorage for Published<'_> {
+impl corium_peer::segment::PeerStorage for Published {
     async fn get_blob(&self, id: &BlobId) -> Result<Option<Vec<u8>>, StoreError> {
         self.0.get(id).await
     }
@@ -60,14 +68,30 @@ async fn root(store: &dyn FullStore, db: &str) -> Result<Option<DbRoot>, StartEr
         .and_then(DbRoot::decode))
 }
 
-/// Loads `db`'s start value from `store`.
+/// Loads `db`'s start value from `store`, its index blobs decrypted with
+/// `keyring` when the database is encrypted.
 ///
 /// # Errors
-/// [`StartError`].
-pub(crate) async fn load(store: &dyn FullStore, db: &str) -> Result<Started, StartError> {
+/// [`StartError`]; [`StartError::KeyMissing`] when the database is
+/// encrypted and `keyring` cannot unwrap its data keys.
+pub(crate) async fn load(
+    store: &Arc<dyn FullStore>,
+    keyring: Option<&Arc<dyn corium_crypt::Keyring>>,
+    db: &str,
+) -> Result<Started, StartError> {
+    let published =
+        corium_peer::segment::open_encrypted_storage(Arc::new(Published(Arc::clone(store))), db, keyring)
+            .await
+            .map_err(|error| match error {
+                StoreError::EncryptedWithoutKey { .. } | StoreError::Keyring(_) => {
+                    StartError::KeyMissing(error)
+                }
+                other => StartError::Store(other),
+            })?;
+    let store = store.as_ref();
     for _ in 0..PUBLICATION_RACES {
         let before = root(store, db).await?;
-        let snapshot = corium_peer::segment::load_current_snapshot(&Published(store), db)
+        let snapshot = corium_peer::segment::load_current_snapshot(published.as_ref(), db)
             .await
             .map_err(|error| StartError::Published(error.to_string()))?;
         let value = match (snapshot, &before) {
