@@ -20,7 +20,6 @@ use corium_protocol::pb;
 use corium_protocol::pb::catalog_client::CatalogClient;
 
 use crate::node_args::{Authorized, NodeArgs};
-use crate::storage_keys::StorageKeyArgs;
 
 /// How long discovering one database's storage may take.
 const DISCOVERY_DEADLINE: Duration = Duration::from_secs(30);
@@ -39,7 +38,7 @@ pub(crate) struct BackupArgs {
     #[command(flatten)]
     node: NodeArgs,
     #[command(flatten)]
-    keys: StorageKeyArgs,
+    keys: corium_fleet_store::keys::StorageKeyFlags,
 }
 
 /// Runs `corium-fleet backup`: each database in turn, a line per archive.
@@ -52,7 +51,7 @@ pub(crate) async fn run(args: BackupArgs) -> anyhow::Result<()> {
         bail!("--timeout-secs must be positive");
     }
     // Read before anything else: a key that cannot be read fails at once.
-    let keyring = args.keys.keyring()?;
+    let keyring = args.keys.resolve()?.keyring;
     std::fs::create_dir_all(&args.dir)
         .with_context(|| format!("cannot create the backup directory {}", args.dir.display()))?;
     let channel = args.node.channel(&args.node.endpoint, DISCOVERY_DEADLINE).await?;

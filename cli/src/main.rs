@@ -32,7 +32,6 @@ mod rebalance;
 mod request_status;
 mod restore;
 mod status;
-mod storage_keys;
 mod where_;
 
 use clap::{CommandFactory as _, Parser, Subcommand};

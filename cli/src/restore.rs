@@ -27,8 +27,6 @@ use anyhow::{Context as _, bail};
 use corium_fleet_store::StorageFlags;
 use corium_store::{FsStore, FullStore, RootStore as _};
 
-use crate::storage_keys::StorageKeyArgs;
-
 /// How long opening the fleet's storage may take.
 const OPEN_DEADLINE: Duration = Duration::from_secs(30);
 /// Transactions read and appended at a time (bounds the memory a long log
@@ -48,7 +46,7 @@ pub(crate) struct RestoreArgs {
     #[command(flatten)]
     storage: StorageFlags,
     #[command(flatten)]
-    keys: StorageKeyArgs,
+    keys: corium_fleet_store::keys::StorageKeyFlags,
 }
 
 /// Runs `corium-fleet restore`.
@@ -59,7 +57,7 @@ pub(crate) struct RestoreArgs {
 /// storage cannot be opened or written.
 pub(crate) async fn run(args: RestoreArgs) -> anyhow::Result<()> {
     let settings = args.storage.validate()?;
-    let keyring = args.keys.keyring()?;
+    let keyring = args.keys.resolve()?.keyring;
     let store = corium_fleet_store::open_store(
         &settings.backend,
         &settings.data_dir,

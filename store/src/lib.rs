@@ -8,6 +8,8 @@
 //!   its backend configuration;
 //! - [`flags`] — the storage flags both binaries take (`--storage`,
 //!   `--data-dir`, `--s3-*`, the pool), validated into [`StorageSettings`];
+//! - [`keys`] — `--storage-key`, stock Corium's storage keys, read into a
+//!   keyring (the nodes, `corium-fleet backup` and `restore`);
 //! - [`open`](mod@open) — opening it through Corium's backend registry, with
 //!   bounded retries;
 //! - [`prefix_read`] — every root under a prefix with its bytes, in one
@@ -27,6 +29,7 @@
 
 pub mod delegate;
 pub mod flags;
+pub mod keys;
 pub mod open;
 pub mod pg_connect;
 pub mod postgres;

@@ -108,7 +108,7 @@ async fn register(host: &host::Host, describe: &str) -> Result<corium_fleet_stor
             .iter()
             .map(|feature| (*feature).to_owned())
             .collect(),
-        storage_keys: host.template.key_ids(),
+        storage_keys: host.template.keys.ids(),
     };
     registry::register(host.base.as_ref(), &record)
         .await
@@ -252,7 +252,7 @@ fn template(
             },
             refuse_warm_starts,
         ),
-        keyring: config.storage_keys.keyring.clone(),
+        keys: config.storage_keys.clone(),
     }
 }
 

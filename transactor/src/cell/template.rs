@@ -40,27 +40,10 @@ pub struct Template {
     /// The node's keys (`--storage-key`): every cell opens with them, so a
     /// database encrypted at rest under one of them opens here, as on a
     /// stock transactor given the same keys.
-    pub keyring: Option<Arc<dyn corium_crypt::Keyring>>,
+    pub keys: corium_fleet_store::keys::StorageKeys,
 }
 
 impl Template {
-    /// Whether this node's keyring resolves `key_id` (a key id as a
-    /// database's manifest or a create request names it).
-    #[must_use]
-    pub fn holds_key(&self, key_id: &str) -> bool {
-        self.keyring
-            .as_ref()
-            .is_some_and(|keyring| keyring.key_ids().iter().any(|id| id.as_str() == key_id))
-    }
-
-    /// The key ids this node resolves (ids only, never material).
-    #[must_use]
-    pub fn key_ids(&self) -> Vec<String> {
-        self.keyring.as_ref().map_or_else(Vec::new, |keyring| {
-            keyring.key_ids().iter().map(ToString::to_string).collect()
-        })
-    }
-
     /// Whether a lease owner is one of this process's cells.
     #[must_use]
     pub fn is_own(&self, owner: &str) -> bool {
@@ -93,7 +76,7 @@ impl Template {
         config.advertise = Some(self.advertise.clone());
         // A hot standby's value, when this node follows the database, is
         // offered after the lease is won; Corium checks it against the log.
-        config.keyring.clone_from(&self.keyring);
+        config.keyring.clone_from(&self.keys.keyring);
         config.warm_start =
             Some(Arc::clone(&self.hot_standbys) as Arc<dyn corium_transactor::warm::WarmStart>);
         config

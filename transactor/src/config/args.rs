@@ -125,14 +125,10 @@ pub struct Args {
     /// in milliseconds [default: 3000].
     #[arg(long)]
     pub registry_renew_ms: Option<u64>,
-    /// Key-encryption key this node can resolve, for databases encrypted at
-    /// rest (repeatable, or comma-separated): `file:/path` (32 raw bytes or
-    /// 64 hex digits) or `env:NAME`, as a stock `corium transactor
-    /// --storage-key` takes them. Every key is read once, at start: one
-    /// that cannot be read fails the start, naming it. A database created
-    /// with a storage key opens only on nodes that resolve it.
-    #[arg(long = "storage-key", env = "CORIUM_STORAGE_KEY", value_delimiter = ',')]
-    pub storage_keys: Option<Vec<String>>,
+    /// `--storage-key`: the keys of databases encrypted at rest.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub storage_keys: corium_fleet_store::keys::StorageKeyFlags,
     /// Certificate name (CN or DNS name) that marks an ingress peer, whose
     /// `corium-principal` is trusted; repeatable [default: corium-fleet-ingress].
     #[arg(long = "ingress-identity", help_heading = "TLS")]

@@ -12,7 +12,8 @@ mod args;
 mod resolved;
 
 pub use args::Args;
-pub use resolved::{Config, ReplicaSettings, StorageKeys, SubscriptionLimits};
+pub use corium_fleet_store::keys::StorageKeys;
+pub use resolved::{Config, ReplicaSettings, SubscriptionLimits};
 
 // The settings of the shared flag groups and of the node's parts, as a
 // `Config` names them.
@@ -202,7 +203,7 @@ impl Args {
                 ms => Duration::from_millis(ms),
             },
             hot_standbys: self.hot_standbys.unwrap_or(16),
-            storage_keys: StorageKeys::resolve(self.storage_keys.unwrap_or_default())?,
+            storage_keys: self.storage_keys.resolve()?,
             max_request_bytes: self.request_size.validate()?,
             read_replicas: ReplicaSettings {
                 max: self.max_replicas.unwrap_or(64),

@@ -1,10 +1,7 @@
 //! The validated node configuration the rest of the node reads.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
-
-use corium_fleet_common::process::ConfigError;
 
 /// The node's read-replica settings (`--max-replicas`, `--replica-idle-ms`,
 /// `--replica-follow-interval-ms`).
@@ -39,55 +36,6 @@ pub struct SubscriptionLimits {
     /// For one principal (every anonymous caller is the one anonymous
     /// principal).
     pub per_principal: usize,
-}
-
-/// The keys of `--storage-key`, read once at start: the IDs as given (for
-/// status and logs; never the material) and the keyring every cell gets.
-#[derive(Clone, Default)]
-pub struct StorageKeys {
-    /// The key IDs, as given.
-    pub ids: Vec<String>,
-    /// Corium's keyring over them (`None`: no keys, as a stock transactor
-    /// started without `--storage-key`).
-    pub keyring: Option<Arc<dyn corium_crypt::Keyring>>,
-}
-
-impl StorageKeys {
-    /// Reads every key `ids` names.
-    ///
-    /// # Errors
-    /// An ID is malformed, names an unknown scheme, or its material cannot
-    /// be read or is not 256 bits: the message names the ID.
-    pub fn resolve(ids: Vec<String>) -> Result<Self, ConfigError> {
-        let ids: Vec<String> = ids
-            .into_iter()
-            .map(|id| id.trim().to_owned())
-            .filter(|id| !id.is_empty())
-            .collect();
-        if ids.is_empty() {
-            return Ok(Self::default());
-        }
-        let keys = ids
-            .iter()
-            .map(|id| corium_crypt::KeyId::new(id.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| ConfigError::from(format!("--storage-key: {error}")))?;
-        // Corium's errors name the key that cannot be read.
-        let keyring = corium_crypt::StaticKeyring::resolve(keys)
-            .map_err(|error| ConfigError::from(format!("--storage-key: {error}")))?;
-        Ok(Self {
-            ids,
-            keyring: Some(Arc::new(keyring)),
-        })
-    }
-}
-
-impl std::fmt::Debug for StorageKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StorageKeys")
-            .field("ids", &self.ids)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A validated node configuration.
@@ -155,7 +103,7 @@ pub struct Config {
     pub hot_standbys: usize,
     /// The key-encryption keys this node resolves (`--storage-key`),
     /// resolved at start; every cell opens with them.
-    pub storage_keys: StorageKeys,
+    pub storage_keys: corium_fleet_store::keys::StorageKeys,
     /// The largest request message a client may send (`--max-request-bytes`,
     /// the ingress's limit too): the client-facing services' decoding limit.
     pub max_request_bytes: usize,

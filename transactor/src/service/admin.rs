@@ -156,7 +156,7 @@ async fn own_status(node: &Node) -> Result<NodeStatusResponse, Status> {
                 reason: moved.reason,
             })
             .collect(),
-        storage_keys: host.template.key_ids(),
+        storage_keys: host.template.keys.ids(),
         ..NodeStatusResponse::default()
     };
     for db in catalog(host).await? {

@@ -89,7 +89,7 @@ impl Catalog for FleetCatalog {
         // candidate's to create (Corium would refuse it only after writing
         // the catalog entry's first records).
         let key_id = &request.get_ref().storage_key;
-        if !key_id.is_empty() && !host.template.holds_key(key_id) {
+        if !key_id.is_empty() && !host.template.keys.holds(key_id) {
             return Err(host.key_missing(&db, key_id.clone()).into());
         }
         // A create opens the new database here: the memory budget decides
@@ -289,7 +289,7 @@ impl Catalog for FleetCatalog {
         config.saga_sweep_interval = None;
         // Encrypted databases' roots are read as a stock transactor with
         // the same keys reads them.
-        config.keyring.clone_from(&host.template.keyring);
+        config.keyring.clone_from(&host.template.keys.keyring);
         let sweeper = TransactorNode::open(config)
             .await
             .map_err(|error| status::node_status(&error))?;
