@@ -25,9 +25,19 @@ pub fn refused(database: &str, node_id: &str, key_id: &str) -> tonic::Status {
 }
 
 /// The same refusal in the caller's words (the ingress's, naming every
-/// candidate that refused).
+/// candidate that refused). Words that would make a stock peer resend it (a
+/// database or key named with `standby` or `deposed` in it: corium-peer
+/// reads those words in a `FAILED_PRECONDITION` as "pre-commit, try again")
+/// are replaced by words that name neither; the typed detail still does.
 #[must_use]
 pub fn with_message(message: String, database: &str, node_id: &str, key_id: &str) -> tonic::Status {
+    let message = if crate::outcome::stock_peer_resends(tonic::Code::FailedPrecondition, &message) {
+        "this database is encrypted under a key the answering node does not hold (the key and the \
+         node are named in the KeyMissing detail, the key by `corium-fleet where` too); nothing was done"
+            .to_owned()
+    } else {
+        message
+    };
     let detail = KeyMissing {
         database: database.to_owned(),
         node_id: node_id.to_owned(),
@@ -66,6 +76,24 @@ mod tests {
             ),
             ("payroll", "node-2", "file:/keys/a")
         );
+    }
+
+    #[test]
+    fn a_stock_peer_never_resends_it_whatever_the_names() {
+        for (db, node, key) in [
+            ("payroll", "node-2", "file:/keys/a"),
+            ("standby-orders", "node-2", "file:/keys/a"),
+            ("payroll", "standby-node", "file:/keys/a"),
+            ("x", "node-2", "file:/k/deposed"),
+        ] {
+            let status = refused(db, node, key);
+            assert!(
+                !crate::outcome::stock_peer_resends(status.code(), status.message()),
+                "{db}/{node}/{key}: {}",
+                status.message()
+            );
+            assert_eq!(from_status(&status).expect("typed").key_id, key);
+        }
     }
 
     #[test]
