@@ -31,8 +31,25 @@ enum Ending {
     Aged,
 }
 
-/// The `t`s a subscriber received, in arrival order.
-type Received = Arc<Mutex<Vec<u64>>>;
+/// What a subscriber received: the `t`s in arrival order, and why its
+/// stream ended early, if it did (read by the test, which fails on it: a
+/// panic in the collecting task would only end that task).
+#[derive(Default)]
+struct Stream {
+    ts: Vec<u64>,
+    ended: Option<String>,
+}
+
+type Received = Arc<Mutex<Stream>>;
+
+/// Records `t`, or why the stream ended.
+fn record(received: &Received, next: Result<u64, String>) {
+    let mut stream = received.lock().unwrap_or_else(PoisonError::into_inner);
+    match next {
+        Ok(t) => stream.ts.push(t),
+        Err(why) => stream.ended = Some(why),
+    }
+}
 
 /// A stock connection's reports, collected until `stop`.
 fn collect_stock(connection: &Connection, received: Received) -> tokio::task::JoinHandle<()> {
@@ -40,12 +57,11 @@ fn collect_stock(connection: &Connection, received: Received) -> tokio::task::Jo
     tokio::spawn(async move {
         loop {
             match tokio::time::timeout(Duration::from_mins(2), reports.recv()).await {
-                Ok(Ok(report)) => received
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(report.t),
+                Ok(Ok(report)) => record(&received, Ok(report.t)),
                 Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(missed))) => {
-                    panic!("the test's reader lagged {missed} reports behind (not the fleet's doing)")
+                    let why =
+                        format!("the test's reader lagged {missed} reports behind (not the fleet's doing)");
+                    return record(&received, Err(why));
                 }
                 Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) | Err(_) => return,
             }
@@ -59,11 +75,10 @@ fn collect_sdk(client: &Client, db: &str, from: u64, received: Received) -> toki
     tokio::spawn(async move {
         loop {
             match tokio::time::timeout(Duration::from_mins(2), subscription.next()).await {
-                Ok(Ok(report)) => received
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(report.t),
-                Ok(Err(error)) => panic!("the SDK subscription ended: {error}"),
+                Ok(Ok(report)) => record(&received, Ok(report.t)),
+                Ok(Err(error)) => {
+                    return record(&received, Err(format!("the SDK subscription ended: {error}")));
+                }
                 Err(_) => return,
             }
         }
@@ -163,11 +178,13 @@ async fn subscriptions_stay_gapless_when_their_ingress_dies_drains_or_recycles_c
                 Duration::from_secs(30),
                 &format!("{ending:?}: the {who} subscriber reaches t={last_acked}"),
                 async || {
-                    let last = received
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .last()
-                        .copied();
+                    let (last, ended) = {
+                        let stream = received.lock().unwrap_or_else(PoisonError::into_inner);
+                        (stream.ts.last().copied(), stream.ended.clone())
+                    };
+                    if let Some(why) = ended {
+                        panic!("{ending:?}: the {who} subscriber's stream ended at {last:?}: {why}");
+                    }
                     if last >= Some(last_acked) {
                         Ok(())
                     } else {
@@ -186,7 +203,7 @@ async fn subscriptions_stay_gapless_when_their_ingress_dies_drains_or_recycles_c
             .map(|(t, _)| t)
             .collect();
         for (who, received) in [("stock peer", &stock_received), ("SDK", &sdk_received)] {
-            let received = received.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            let received = received.lock().unwrap_or_else(PoisonError::into_inner).ts.clone();
             gapless(who, &received, &log, last_acked)
                 .unwrap_or_else(|error| panic!("{ending:?}: {error}\n{}", fleet.logs()));
             eprintln!(
