@@ -41,6 +41,17 @@ impl Proxy {
     /// not a candidate refuses it before doing anything, with a `NotOwner`
     /// listing the candidates it sees; the call then goes to those, once.
     pub(super) async fn to_candidates(&self, call: &Call, db: &str) -> Result<Response<Body>, Status> {
+        let response = self.to_candidates_once_hinted(call, db).await;
+        // The owner cache may hold this name as unknown (a call just before
+        // the create): forgotten, so the creator's next call finds it here
+        // at once rather than `NOT_FOUND` for the rest of the entry's TTL.
+        self.cache.invalidate(db).await;
+        response
+    }
+
+    /// [`Self::to_candidates`]' sending: the candidates, then those a
+    /// refusing non-candidate names, once.
+    async fn to_candidates_once_hinted(&self, call: &Call, db: &str) -> Result<Response<Body>, Status> {
         let response = self.to_any(call, &self.candidate_hops(db)).await?;
         let hinted: Vec<Hop> = match Status::from_header_map(response.headers())
             .as_ref()

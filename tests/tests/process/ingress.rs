@@ -539,3 +539,26 @@ async fn one_request_size_limit_at_the_ingress_and_at_the_node() {
         "a request over the limit was committed: {names:?}"
     );
 }
+
+/// A stock client that asks for a database before creating it (a write
+/// answered `NOT_FOUND`, which the ingress caches for its owner-cache TTL
+/// against floods of junk names) and then creates it through the same
+/// ingress writes to it at once: the create forgets the cached "unknown".
+/// (Before, the write after `created: true` was `NOT_FOUND` for up to 2 s.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_created_right_after_a_not_found_is_found_at_once() {
+    let mut fleet = Fleet::builder(Backend::Filesystem).nodes(1).start().await;
+    // A TTL long enough that only the invalidation can explain success.
+    fleet
+        .start_ingresses(1, &["--owner-cache-ttl-ms", "600000"])
+        .await;
+    let address = fleet.ingresses[0].endpoint();
+    let missing = corium::transact(&address, "late", "before", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    assert!(corium::create(&address, "late").await.unwrap());
+    corium::transact(&address, "late", "after", &[])
+        .await
+        .unwrap_or_else(|status| panic!("the write after the create: {status:?}\n{}", fleet.logs()));
+}
