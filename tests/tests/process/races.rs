@@ -412,15 +412,13 @@ async fn assert_gone(
             fleet.nodes[candidate].id
         );
     }
-    // Nothing of the deleted database is left to come back. (Written at its
-    // top candidate: the ingress may answer from the `NOT_FOUND` it cached
-    // just above for up to its owner-cache TTL.)
+    // Nothing of the deleted database is left to come back. (Through the
+    // ingress that just cached it as unknown: the create forgets that.)
     assert!(corium::create(address, db).await.unwrap(), "{what}: recreate");
-    let top = fleet.nodes[candidates[0]].endpoint();
-    let fresh = corium::transact(&top, db, "fresh", &[])
+    let fresh = corium::transact(address, db, "fresh", &[])
         .await
         .unwrap_or_else(|status| panic!("{}", fleet.with_logs(format!("{what}: recreated: {status:?}"))));
-    let log = corium::log(&top, db).await.unwrap();
+    let log = corium::log(address, db).await.unwrap();
     let names: BTreeSet<&String> = corium::names(&log).into_iter().collect();
     assert_eq!(
         names,
